@@ -1,0 +1,30 @@
+/* The admin API: JSON request/response over a unix socket (mode 0660), one request per
+ * connection, newline-terminated. The `hatchery` CLI is its client. */
+#ifndef HATCHERY_ADMIN_H
+#define HATCHERY_ADMIN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <uv.h>
+
+struct admin_server;
+
+/* Answers one request: returns a new reference to the reply object. */
+typedef json_t *(*admin_handler_cb)(struct admin_server *server, json_t *request);
+
+struct admin_server {
+    uv_loop_t *loop;
+    uv_pipe_t listener;
+    admin_handler_cb handler;
+    void *data;
+    size_t n_conns;
+    bool listening;
+};
+
+/* Creates the socket at `path` (replacing a stale one; refusing when a live daemon answers
+ * there). */
+int admin_server_start(struct admin_server *server, uv_loop_t *loop, const char *path,
+                       admin_handler_cb handler, void *data, char *err, size_t err_size);
+void admin_server_stop(struct admin_server *server);
+
+#endif

@@ -1,0 +1,597 @@
+/* Config file loading: libyaml builds the document, a table of keys (one row per key with
+ * type, bounds and default, as in Redis' config.c) checks it. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <uv.h>
+#include <yaml.h>
+
+#include "hatchery/limits.h"
+
+const char *const pool_arch_names[ARCH_MAX] = {
+    [ARCH_PPC64LE] = "ppc64le",
+    [ARCH_S390X] = "s390x",
+    [ARCH_X86_64] = "x86_64",
+};
+
+const char *const pool_backend_names[BACKEND_MAX] = {
+    [BACKEND_VM] = "vm",
+    [BACKEND_CONTAINER] = "container",
+};
+
+static const char *const log_level_names[] = {"debug", "info", "warn", "error"};
+
+enum key_type {
+    KEY_STRING,
+    KEY_INT,
+    KEY_ENUM,
+    KEY_STRING_LIST,
+    KEY_MAPPING,
+    KEY_SEQUENCE,
+    KEY_TYPE_MAX,
+};
+
+struct key {
+    const char *name;
+    enum key_type type;
+    size_t offset;
+    size_t count_offset; /* KEY_STRING_LIST, KEY_SEQUENCE: where the element count goes */
+    int64_t min, max;    /* KEY_INT: value bounds; lists: length bounds */
+    bool required;
+    const char *default_string;
+    int64_t default_int;
+    const char *const *enum_values; /* KEY_ENUM: index stored as int64_t; KEY_STRING: allowed */
+    size_t n_enum_values;
+    const struct key *sub; /* KEY_MAPPING, KEY_SEQUENCE: keys of the nested mapping */
+    size_t elem_size;      /* KEY_SEQUENCE */
+};
+
+/* Row builders: each key's type, place, bounds and default on one line. */
+#define INT_KEY(struct_, field_, lo, hi, dflt)                                                     \
+    {.name = #field_, .type = KEY_INT, .offset = offsetof(struct_, field_), .min = (lo),          \
+     .max = (hi), .default_int = (dflt)}
+#define INT_KEY_REQUIRED(struct_, field_, lo, hi)                                                  \
+    {.name = #field_, .type = KEY_INT, .offset = offsetof(struct_, field_), .min = (lo),          \
+     .max = (hi), .required = true}
+#define STRING_KEY(struct_, field_, req, dflt)                                                     \
+    {.name = #field_, .type = KEY_STRING, .offset = offsetof(struct_, field_), .required = (req), \
+     .default_string = (dflt)}
+#define LIST_KEY(struct_, field_, lo, hi, req)                                                     \
+    {.name = #field_, .type = KEY_STRING_LIST, .offset = offsetof(struct_, field_),                \
+     .count_offset = offsetof(struct_, n_##field_), .min = (lo), .max = (hi), .required = (req)}
+#define ENUM_KEY(struct_, field_, values, req, dflt)                                               \
+    {.name = #field_, .type = KEY_ENUM, .offset = offsetof(struct_, field_), .required = (req),   \
+     .default_int = (dflt), .enum_values = (values),                                             \
+     .n_enum_values = sizeof(values) / sizeof(values[0])}
+
+static const struct key http_keys[] = {
+    INT_KEY(struct config_http, max_body_bytes, 1, HTTP_MAX_BODY_BYTES_MAX,
+            HTTP_MAX_BODY_BYTES_DEFAULT),
+    INT_KEY(struct config_http, max_header_bytes, 1024, 1024 * 1024,
+            HTTP_MAX_HEADER_BYTES_DEFAULT),
+    INT_KEY(struct config_http, max_headers, 8, HTTP_MAX_HEADERS_MAX, HTTP_MAX_HEADERS_DEFAULT),
+    INT_KEY(struct config_http, read_timeout_ms, 10, 600000, HTTP_READ_TIMEOUT_MS_DEFAULT),
+    INT_KEY(struct config_http, idle_timeout_ms, 10, 3600000, HTTP_IDLE_TIMEOUT_MS_DEFAULT),
+    INT_KEY(struct config_http, max_connections, 1, HTTP_MAX_CONNECTIONS_MAX,
+            HTTP_MAX_CONNECTIONS_DEFAULT),
+    STRING_KEY(struct config_http, tls_cert_file, false, NULL),
+    STRING_KEY(struct config_http, tls_key_file, false, NULL),
+    {.name = NULL},
+};
+
+static const struct key host_keys[] = {
+    STRING_KEY(struct config_host, name, true, NULL),
+    STRING_KEY(struct config_host, uri, true, NULL),
+    INT_KEY_REQUIRED(struct config_host, vcpus, 1, 4096),
+    INT_KEY_REQUIRED(struct config_host, memory_mib, 64, INT64_C(1) << 32),
+    INT_KEY_REQUIRED(struct config_host, max_guests, 0, 4096),
+    {.name = NULL},
+};
+
+static const struct key pool_keys[] = {
+    STRING_KEY(struct config_pool, name, true, NULL),
+    LIST_KEY(struct config_pool, labels, 1, CONFIG_MAX_POOL_LABELS, true),
+    ENUM_KEY(struct config_pool, arch, pool_arch_names, true, 0),
+    ENUM_KEY(struct config_pool, backend, pool_backend_names, false, BACKEND_VM),
+    STRING_KEY(struct config_pool, image, true, NULL),
+    INT_KEY(struct config_pool, vcpus, 1, 1024, 2),
+    INT_KEY(struct config_pool, memory_mib, 64, INT64_C(1) << 32, 4096),
+    INT_KEY(struct config_pool, min_idle, 0, 1024, 0),
+    INT_KEY_REQUIRED(struct config_pool, max_runners, 0, 4096),
+    LIST_KEY(struct config_pool, hosts, 1, CONFIG_MAX_HOSTS, false),
+    {.name = NULL},
+};
+
+static const struct key top_keys[] = {
+    STRING_KEY(struct config, controller_id, true, NULL),
+    STRING_KEY(struct config, listen, false, "127.0.0.1:8080"),
+    STRING_KEY(struct config, state_dir, true, NULL),
+    STRING_KEY(struct config, admin_socket, true, NULL),
+    STRING_KEY(struct config, webhook_secret_file, true, NULL),
+    {.name = "log_level", .type = KEY_STRING, .offset = offsetof(struct config, log_level),
+     .default_string = "info", .enum_values = log_level_names,
+     .n_enum_values = sizeof(log_level_names) / sizeof(log_level_names[0])},
+    INT_KEY(struct config, delivery_retention_s, 60, INT64_C(365) * 24 * 3600,
+            STORE_DELIVERY_RETENTION_S_DEFAULT),
+    {.name = "http", .type = KEY_MAPPING, .offset = offsetof(struct config, http),
+     .sub = http_keys},
+    {.name = "hosts", .type = KEY_SEQUENCE, .offset = offsetof(struct config, hosts),
+     .count_offset = offsetof(struct config, n_hosts), .max = CONFIG_MAX_HOSTS,
+     .sub = host_keys, .elem_size = sizeof(struct config_host)},
+    {.name = "pools", .type = KEY_SEQUENCE, .offset = offsetof(struct config, pools),
+     .count_offset = offsetof(struct config, n_pools), .max = CONFIG_MAX_POOLS,
+     .sub = pool_keys, .elem_size = sizeof(struct config_pool)},
+    {.name = NULL},
+};
+
+struct loader {
+    const char *path;
+    yaml_document_t *doc;
+    char *errors;
+    size_t errors_len;
+    size_t n_errors;
+};
+
+static void fail(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(struct loader *l, const yaml_node_t *node, const char *key, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "%s:%zu: %s: %s\n", l->path,
+                     node ? node->start_mark.line + 1 : 0, key, msg);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
+    char *grown = realloc(l->errors, l->errors_len + len + 1);
+    if (!grown)
+        return;
+    memcpy(grown + l->errors_len, line, len);
+    l->errors = grown;
+    l->errors_len += len;
+    l->errors[l->errors_len] = 0;
+    l->n_errors++;
+}
+
+static const char *scalar(const yaml_node_t *node)
+{
+    return node && node->type == YAML_SCALAR_NODE ? (const char *)node->data.scalar.value : NULL;
+}
+
+static void *field(void *base, size_t offset)
+{
+    return (char *)base + offset;
+}
+
+static int parse_string(struct loader *l, const yaml_node_t *node, const char *path, char **ret)
+{
+    const char *s = scalar(node);
+    if (!s) {
+        fail(l, node, path, "expected a string");
+        return -EINVAL;
+    }
+    if (!*s) {
+        fail(l, node, path, "must not be empty");
+        return -EINVAL;
+    }
+    char *copy = strdup(s);
+    if (!copy)
+        return -ENOMEM;
+    free(*ret);
+    *ret = copy;
+    return 0;
+}
+
+static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key *table, void *base,
+                          const char *prefix);
+
+static void parse_value(struct loader *l, yaml_node_t *value, const struct key *k, void *base,
+                        const char *path)
+{
+    switch (k->type) {
+    case KEY_STRING: {
+        char **slot = field(base, k->offset);
+        if (parse_string(l, value, path, slot) < 0)
+            return;
+        if (k->enum_values) {
+            for (size_t i = 0; i < k->n_enum_values; i++)
+                if (strcmp(*slot, k->enum_values[i]) == 0)
+                    return;
+            fail(l, value, path, "'%s' is not one of the allowed values", *slot);
+        }
+        return;
+    }
+    case KEY_INT: {
+        const char *s = scalar(value);
+        char *end = NULL;
+        errno = 0;
+        long long v = s ? strtoll(s, &end, 10) : 0;
+        if (!s || !*s || *end || errno) {
+            fail(l, value, path, "expected an integer, got '%s'", s ? s : "(not a scalar)");
+            return;
+        }
+        if (v < k->min || v > k->max) {
+            fail(l, value, path, "%lld is out of range [%lld, %lld]", v, (long long)k->min,
+                 (long long)k->max);
+            return;
+        }
+        *(int64_t *)field(base, k->offset) = v;
+        return;
+    }
+    case KEY_ENUM: {
+        const char *s = scalar(value);
+        for (size_t i = 0; s && i < k->n_enum_values; i++) {
+            if (strcmp(s, k->enum_values[i]) == 0) {
+                *(int64_t *)field(base, k->offset) = (int64_t)i;
+                return;
+            }
+        }
+        char allowed[256] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < k->n_enum_values && used < sizeof(allowed); i++) {
+            int n = snprintf(allowed + used, sizeof(allowed) - used, "%s%s", i ? ", " : "",
+                             k->enum_values[i]);
+            if (n > 0)
+                used += (size_t)n;
+        }
+        fail(l, value, path, "'%s' is not one of: %s", s ? s : "(not a scalar)", allowed);
+        return;
+    }
+    case KEY_STRING_LIST: {
+        if (value->type != YAML_SEQUENCE_NODE) {
+            fail(l, value, path, "expected a list of strings");
+            return;
+        }
+        yaml_node_item_t *start = value->data.sequence.items.start;
+        size_t n = (size_t)(value->data.sequence.items.top - start);
+        if ((int64_t)n < k->min || (int64_t)n > k->max) {
+            fail(l, value, path, "needs between %lld and %lld entries, has %zu",
+                 (long long)k->min, (long long)k->max, n);
+            return;
+        }
+        char **list = calloc(n + 1, sizeof(char *));
+        if (!list)
+            return;
+        char ***slot = field(base, k->offset);
+        *slot = list;
+        *(size_t *)field(base, k->count_offset) = n;
+        for (size_t i = 0; i < n; i++) {
+            char item_path[300];
+            snprintf(item_path, sizeof(item_path), "%s[%zu]", path, i);
+            parse_string(l, yaml_document_get_node(l->doc, start[i]), item_path, &list[i]);
+        }
+        return;
+    }
+    case KEY_MAPPING:
+        parse_mapping(l, value, k->sub, field(base, k->offset), path);
+        return;
+    case KEY_SEQUENCE: {
+        if (value->type != YAML_SEQUENCE_NODE) {
+            fail(l, value, path, "expected a list");
+            return;
+        }
+        yaml_node_item_t *start = value->data.sequence.items.start;
+        size_t n = (size_t)(value->data.sequence.items.top - start);
+        if ((int64_t)n < k->min || (int64_t)n > k->max) {
+            fail(l, value, path, "needs between %lld and %lld entries, has %zu",
+                 (long long)k->min, (long long)k->max, n);
+            return;
+        }
+        char *elems = calloc(n ? n : 1, k->elem_size);
+        if (!elems)
+            return;
+        *(void **)field(base, k->offset) = elems;
+        *(size_t *)field(base, k->count_offset) = n;
+        for (size_t i = 0; i < n; i++) {
+            char item_path[300];
+            snprintf(item_path, sizeof(item_path), "%s[%zu]", path, i);
+            yaml_node_t *item = yaml_document_get_node(l->doc, start[i]);
+            /* Remember where each element starts, for cross-field errors later. */
+            if (k->sub == host_keys)
+                ((struct config_host *)elems)[i].line = (int)item->start_mark.line + 1;
+            else if (k->sub == pool_keys)
+                ((struct config_pool *)elems)[i].line = (int)item->start_mark.line + 1;
+            parse_mapping(l, item, k->sub, elems + i * k->elem_size, item_path);
+        }
+        return;
+    }
+    case KEY_TYPE_MAX:
+        break;
+    }
+}
+
+static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key *table, void *base,
+                          const char *prefix)
+{
+    if (node->type != YAML_MAPPING_NODE) {
+        fail(l, node, *prefix ? prefix : "(top level)", "expected a mapping of keys");
+        return;
+    }
+    size_t n_keys = 0;
+    while (table[n_keys].name)
+        n_keys++;
+    bool seen[32] = {false};
+
+    for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *key_node = yaml_document_get_node(l->doc, p->key);
+        yaml_node_t *value = yaml_document_get_node(l->doc, p->value);
+        const char *name = scalar(key_node);
+        char path[256];
+        snprintf(path, sizeof(path), "%s%s%s", prefix, *prefix ? "." : "", name ? name : "?");
+        if (!name) {
+            fail(l, key_node, path, "keys must be strings");
+            continue;
+        }
+        size_t i = 0;
+        while (i < n_keys && strcmp(table[i].name, name) != 0)
+            i++;
+        if (i == n_keys) {
+            fail(l, key_node, path, "unknown key");
+            continue;
+        }
+        if (seen[i]) {
+            fail(l, key_node, path, "key given twice");
+            continue;
+        }
+        seen[i] = true;
+        parse_value(l, value, &table[i], base, path);
+    }
+
+    for (size_t i = 0; i < n_keys; i++) {
+        if (seen[i])
+            continue;
+        const struct key *k = &table[i];
+        char path[256];
+        snprintf(path, sizeof(path), "%s%s%s", prefix, *prefix ? "." : "", k->name);
+        if (k->required) {
+            fail(l, node, path, "missing required key");
+            continue;
+        }
+        if (k->type == KEY_INT || k->type == KEY_ENUM)
+            *(int64_t *)field(base, k->offset) = k->default_int;
+        else if (k->type == KEY_STRING && k->default_string)
+            *(char **)field(base, k->offset) = strdup(k->default_string);
+        else if (k->type == KEY_MAPPING) {
+            /* Apply the nested defaults from an empty mapping. */
+            yaml_node_t empty = {.type = YAML_MAPPING_NODE, .start_mark = node->start_mark};
+            parse_mapping(l, &empty, k->sub, field(base, k->offset), path);
+        }
+    }
+}
+
+int config_listen_parse(const char *listen, struct sockaddr_storage *ret_addr)
+{
+    const char *colon = strrchr(listen, ':');
+    if (!colon || colon == listen)
+        return -EINVAL;
+    char *end = NULL;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || errno || port < 0 || port > 65535)
+        return -EINVAL;
+    char host[128];
+    size_t host_len = (size_t)(colon - listen);
+    if (listen[0] == '[') {
+        if (host_len < 3 || colon[-1] != ']')
+            return -EINVAL;
+        listen++;
+        host_len -= 2;
+    }
+    if (host_len >= sizeof(host))
+        return -EINVAL;
+    memcpy(host, listen, host_len);
+    host[host_len] = 0;
+    struct sockaddr_storage addr;
+    memset(&addr, 0, sizeof(addr));
+    if (uv_ip4_addr(host, (int)port, (struct sockaddr_in *)&addr) != 0 &&
+        uv_ip6_addr(host, (int)port, (struct sockaddr_in6 *)&addr) != 0)
+        return -EINVAL;
+    *ret_addr = addr;
+    return 0;
+}
+
+static bool valid_name(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!(isalnum(c) || c == '-' || c == '_' || c == '.'))
+            return false;
+    }
+    return true;
+}
+
+/* A node to blame for a cross-field problem: the element's own mapping. */
+static yaml_node_t *line_node(int line, yaml_node_t *storage)
+{
+    memset(storage, 0, sizeof(*storage));
+    storage->start_mark.line = line > 0 ? (size_t)line - 1 : 0;
+    return storage;
+}
+
+static void check_semantics(struct loader *l, struct config *c, yaml_node_t *root)
+{
+    yaml_node_t at;
+    if (c->controller_id) {
+        size_t n = strlen(c->controller_id);
+        bool ok = n > 0 && n <= 32;
+        for (size_t i = 0; ok && i < n; i++) {
+            unsigned char ch = (unsigned char)c->controller_id[i];
+            ok = islower(ch) || isdigit(ch) || ch == '-';
+        }
+        if (!ok)
+            fail(l, root, "controller_id",
+                 "'%s' must be 1-32 characters of a-z, 0-9 and '-' (it prefixes runner names)",
+                 c->controller_id);
+    }
+    struct sockaddr_storage addr;
+    if (c->listen && config_listen_parse(c->listen, &addr) < 0)
+        fail(l, root, "listen", "'%s' is not IPV4:PORT or [IPV6]:PORT", c->listen);
+    if (!c->http.tls_cert_file != !c->http.tls_key_file)
+        fail(l, root, "http", "tls_cert_file and tls_key_file must be given together");
+
+    for (size_t i = 0; i < c->n_hosts; i++) {
+        struct config_host *h = &c->hosts[i];
+        if (h->name && !valid_name(h->name, CONFIG_MAX_NAME_BYTES))
+            fail(l, line_node(h->line, &at), "hosts[].name",
+                 "'%s' must be letters, digits, '-', '_' or '.'", h->name);
+        for (size_t j = 0; j < i; j++)
+            if (h->name && c->hosts[j].name && strcmp(h->name, c->hosts[j].name) == 0)
+                fail(l, line_node(h->line, &at), "hosts[].name", "host '%s' is defined twice",
+                     h->name);
+    }
+    for (size_t i = 0; i < c->n_pools; i++) {
+        struct config_pool *p = &c->pools[i];
+        if (p->name && !valid_name(p->name, CONFIG_MAX_NAME_BYTES))
+            fail(l, line_node(p->line, &at), "pools[].name",
+                 "'%s' must be letters, digits, '-', '_' or '.'", p->name);
+        for (size_t j = 0; j < i; j++)
+            if (p->name && c->pools[j].name && strcmp(p->name, c->pools[j].name) == 0)
+                fail(l, line_node(p->line, &at), "pools[].name", "pool '%s' is defined twice",
+                     p->name);
+        if (p->min_idle > p->max_runners)
+            fail(l, line_node(p->line, &at), "pools[].min_idle",
+                 "min_idle (%lld) is larger than max_runners (%lld)", (long long)p->min_idle,
+                 (long long)p->max_runners);
+        for (size_t k = 0; k < p->n_labels; k++)
+            if (p->labels[k] && strlen(p->labels[k]) > WEBHOOK_MAX_LABEL_BYTES)
+                fail(l, line_node(p->line, &at), "pools[].labels", "label longer than %d bytes",
+                     WEBHOOK_MAX_LABEL_BYTES);
+        bool fits = p->n_hosts == 0 && c->n_hosts == 0;
+        for (size_t k = 0; k < p->n_hosts; k++) {
+            size_t j = 0;
+            while (j < c->n_hosts && !(p->hosts[k] && c->hosts[j].name &&
+                                       strcmp(p->hosts[k], c->hosts[j].name) == 0))
+                j++;
+            if (j == c->n_hosts)
+                fail(l, line_node(p->line, &at), "pools[].hosts", "unknown host '%s'",
+                     p->hosts[k] ? p->hosts[k] : "?");
+            else if (c->hosts[j].vcpus >= p->vcpus && c->hosts[j].memory_mib >= p->memory_mib)
+                fits = true;
+        }
+        for (size_t j = 0; p->n_hosts == 0 && j < c->n_hosts; j++)
+            if (c->hosts[j].vcpus >= p->vcpus && c->hosts[j].memory_mib >= p->memory_mib)
+                fits = true;
+        if (!fits)
+            fail(l, line_node(p->line, &at), "pools[].vcpus",
+                 "pool '%s' (%lld vCPUs, %lld MiB) fits on none of its hosts",
+                 p->name ? p->name : "?", (long long)p->vcpus, (long long)p->memory_mib);
+    }
+}
+
+static void free_list(char **list, size_t n)
+{
+    for (size_t i = 0; list && i < n; i++)
+        free(list[i]);
+    free(list);
+}
+
+void config_free(struct config *c)
+{
+    if (!c)
+        return;
+    free(c->path);
+    free(c->controller_id);
+    free(c->listen);
+    free(c->state_dir);
+    free(c->admin_socket);
+    free(c->webhook_secret_file);
+    free(c->log_level);
+    free(c->http.tls_cert_file);
+    free(c->http.tls_key_file);
+    for (size_t i = 0; c->hosts && i < c->n_hosts; i++) {
+        free(c->hosts[i].name);
+        free(c->hosts[i].uri);
+    }
+    free(c->hosts);
+    for (size_t i = 0; c->pools && i < c->n_pools; i++) {
+        struct config_pool *p = &c->pools[i];
+        free(p->name);
+        free_list(p->labels, p->n_labels);
+        free(p->image);
+        free_list(p->hosts, p->n_hosts);
+    }
+    free(c->pools);
+    free(c);
+}
+
+int config_load(const char *path, struct config **ret_config, char **ret_errors)
+{
+    struct loader l = {.path = path};
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    bool have_doc = false;
+    int r = 0;
+    struct config *c = calloc(1, sizeof(*c));
+    FILE *f = fopen(path, "rb");
+    if (!c) {
+        r = -ENOMEM;
+        goto out;
+    }
+    if (!f) {
+        r = -errno;
+        fail(&l, NULL, "(file)", "cannot open: %s", strerror(-r));
+        goto out;
+    }
+    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > CONFIG_MAX_FILE_BYTES) {
+        r = -EFBIG;
+        fail(&l, NULL, "(file)", "larger than %d bytes", CONFIG_MAX_FILE_BYTES);
+        goto out;
+    }
+    rewind(f);
+    c->path = strdup(path);
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc)) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s", parser.problem ? parser.problem : "YAML error");
+        yaml_node_t at = {.start_mark = parser.problem_mark};
+        fail(&l, &at, "(yaml)", "%s%s%s", msg, parser.context ? " " : "",
+             parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        r = -EINVAL;
+        goto out;
+    }
+    yaml_parser_delete(&parser);
+    have_doc = true;
+    l.doc = &doc;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) {
+        fail(&l, NULL, "(top level)", "the file is empty");
+        r = -EINVAL;
+        goto out;
+    }
+    parse_mapping(&l, root, top_keys, c, "");
+    if (l.n_errors == 0)
+        check_semantics(&l, c, root);
+    if (l.n_errors)
+        r = -EINVAL;
+out:
+    if (have_doc)
+        yaml_document_delete(&doc);
+    if (f)
+        fclose(f);
+    if (r < 0) {
+        config_free(c);
+        *ret_errors = l.errors ? l.errors : strdup("config: out of memory\n");
+        return r;
+    }
+    free(l.errors);
+    *ret_config = c;
+    return 0;
+}

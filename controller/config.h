@@ -1,0 +1,87 @@
+/* hatcheryd's configuration: one YAML file, parsed with libyaml and checked against a
+ * table of keys (config.c). Every error names the file, the line and the key. */
+#ifndef HATCHERY_CONFIG_H
+#define HATCHERY_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+enum pool_arch {
+    ARCH_PPC64LE,
+    ARCH_S390X,
+    ARCH_X86_64,
+    ARCH_MAX,
+};
+
+enum pool_backend {
+    BACKEND_VM,
+    BACKEND_CONTAINER,
+    BACKEND_MAX,
+};
+
+extern const char *const pool_arch_names[ARCH_MAX];
+extern const char *const pool_backend_names[BACKEND_MAX];
+
+struct config_host {
+    char *name;
+    char *uri;
+    int64_t vcpus;
+    int64_t memory_mib;
+    int64_t max_guests;
+    int line;
+};
+
+struct config_pool {
+    char *name;
+    char **labels;
+    size_t n_labels;
+    int64_t arch;    /* enum pool_arch */
+    int64_t backend; /* enum pool_backend */
+    char *image;
+    int64_t vcpus;
+    int64_t memory_mib;
+    int64_t min_idle;
+    int64_t max_runners;
+    char **hosts;
+    size_t n_hosts;
+    int line;
+};
+
+struct config_http {
+    int64_t max_body_bytes;
+    int64_t max_header_bytes;
+    int64_t max_headers;
+    int64_t read_timeout_ms;
+    int64_t idle_timeout_ms;
+    int64_t max_connections;
+    char *tls_cert_file;
+    char *tls_key_file;
+};
+
+struct config {
+    char *path;
+    char *controller_id;
+    char *listen;
+    char *state_dir;
+    char *admin_socket;
+    char *webhook_secret_file;
+    char *log_level;
+    int64_t delivery_retention_s;
+    struct config_http http;
+    struct config_host *hosts;
+    size_t n_hosts;
+    struct config_pool *pools;
+    size_t n_pools;
+};
+
+/* Loads and validates `path`. On failure returns a negative errno and writes every problem
+ * found, one per line as `FILE:LINE: KEY: message`, to `errors` (a NUL-terminated string
+ * the caller frees). */
+int config_load(const char *path, struct config **ret_config, char **ret_errors);
+void config_free(struct config *config);
+
+/* Parses "HOST:PORT" or "[V6]:PORT" without resolving names. */
+int config_listen_parse(const char *listen, struct sockaddr_storage *ret_addr);
+
+#endif

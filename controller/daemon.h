@@ -1,0 +1,60 @@
+/* The running hatcheryd: what the loop's callbacks share. */
+#ifndef HATCHERY_DAEMON_H
+#define HATCHERY_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "admin.h"
+#include "config.h"
+#include "http_server.h"
+#include "secret.h"
+#include "store.h"
+#include "webhook.h"
+
+#define HATCHERY_VERSION "0.1.0"
+
+/* Webhook answer latency buckets, in seconds (from the request's last byte to its answer). */
+#define WEBHOOK_LATENCY_BUCKETS 10
+
+enum delivery_result {
+    DELIVERY_STORED,
+    DELIVERY_DUPLICATE,
+    DELIVERY_PING,
+    DELIVERY_IGNORED,
+    DELIVERY_UNAUTHORIZED,
+    DELIVERY_REJECTED,
+    DELIVERY_ERROR,
+    DELIVERY_RESULT_MAX,
+};
+
+extern const char *const delivery_result_names[DELIVERY_RESULT_MAX];
+extern const double webhook_latency_bounds[WEBHOOK_LATENCY_BUCKETS];
+
+struct daemon {
+    uv_loop_t *loop;
+    struct config *config;
+    struct secret *webhook_secret;
+    struct store *store;
+    struct http_server http;
+    struct admin_server admin;
+    uv_signal_t sigterm, sigint;
+    uv_timer_t watchdog_timer;
+    uv_timer_t prune_timer;
+    int lock_fd;
+    int64_t started_at_ms;
+    bool stopping;
+    struct {
+        uint64_t by_result[DELIVERY_RESULT_MAX];
+        uint64_t unmatched_jobs;
+        uint64_t latency_buckets[WEBHOOK_LATENCY_BUCKETS]; /* cumulative on output only */
+        uint64_t latency_count;
+        double latency_sum_s;
+    } webhooks;
+};
+
+/* Renders /metrics in the Prometheus text format (version 0.0.4). The caller frees. */
+char *metrics_render(struct daemon *d, size_t *ret_len);
+
+#endif

@@ -1,0 +1,405 @@
+/* hatchery: the operator CLI. It only talks to hatcheryd's admin socket: one JSON request,
+ * one JSON answer, printed as a table for people or as JSON (--json) for scripts.
+ *
+ * Exit status: 0 success; 1 the daemon answered with an error; 2 usage error;
+ * 3 the daemon cannot be reached; 4 the answer was not understood. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hatchery/limits.h"
+
+#define DEFAULT_SOCKET "/run/hatchery/admin.sock"
+
+enum exit_code {
+    EXIT_OK = 0,
+    EXIT_DAEMON_ERROR = 1,
+    EXIT_USAGE = 2,
+    EXIT_UNREACHABLE = 3,
+    EXIT_BAD_ANSWER = 4,
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: hatchery [--socket PATH] [--json] COMMAND [ARGS]\n"
+            "\n"
+            "commands:\n"
+            "  jobs [--status S] [--limit N]  jobs GitHub told us about, newest first\n"
+            "  pools                          configured pools\n"
+            "  capacity                       per pool: max runners, runners, jobs by status\n"
+            "  health                         version, controller id and uptime\n"
+            "\n"
+            "options:\n"
+            "  --socket PATH  admin socket (default $HATCHERY_SOCKET or " DEFAULT_SOCKET ")\n"
+            "  --json         print the daemon's answer as JSON\n"
+            "\n"
+            "exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon unreachable, 4 bad answer\n");
+}
+
+/* Sends one request and reads the whole answer (bounded). */
+static int call(const char *socket_path, json_t *request, json_t **ret_answer)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (strlen(socket_path) >= sizeof(addr.sun_path)) {
+        fprintf(stderr, "hatchery: socket path too long: %s\n", socket_path);
+        return EXIT_USAGE;
+    }
+    memcpy(addr.sun_path, socket_path, strlen(socket_path));
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        int e = errno;
+        fprintf(stderr,
+                "hatchery: cannot reach hatcheryd at %s: %s\n"
+                "hatchery: is the daemon running? (systemctl status hatcheryd; or pass "
+                "--socket)\n",
+                socket_path, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return EXIT_UNREACHABLE;
+    }
+    char *text = json_dumps(request, JSON_COMPACT);
+    size_t len = text ? strlen(text) : 0;
+    bool sent = text && write(fd, text, len) == (ssize_t)len && write(fd, "\n", 1) == 1;
+    free(text);
+    if (!sent) {
+        fprintf(stderr, "hatchery: cannot send to %s: %s\n", socket_path, strerror(errno));
+        close(fd);
+        return EXIT_UNREACHABLE;
+    }
+    char *buf = NULL;
+    size_t used = 0, cap = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, ADMIN_TIMEOUT_MS * 2) <= 0) {
+            fprintf(stderr, "hatchery: no answer from %s\n", socket_path);
+            free(buf);
+            close(fd);
+            return EXIT_UNREACHABLE;
+        }
+        if (used + 65536 > cap) {
+            cap = cap ? cap * 2 : 65536;
+            char *grown = cap <= ADMIN_MAX_RESPONSE_BYTES ? realloc(buf, cap) : NULL;
+            if (!grown) {
+                fprintf(stderr, "hatchery: answer larger than %d bytes\n",
+                        ADMIN_MAX_RESPONSE_BYTES);
+                free(buf);
+                close(fd);
+                return EXIT_BAD_ANSWER;
+            }
+            buf = grown;
+        }
+        ssize_t n = read(fd, buf + used, cap - used);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        used += (size_t)n;
+    }
+    close(fd);
+    json_error_t jerr;
+    json_t *answer = buf ? json_loadb(buf, used, 0, &jerr) : NULL;
+    free(buf);
+    if (!json_is_object(answer)) {
+        fprintf(stderr, "hatchery: the daemon's answer is not a JSON object\n");
+        json_decref(answer);
+        return EXIT_BAD_ANSWER;
+    }
+    *ret_answer = answer;
+    return EXIT_OK;
+}
+
+/* ---- tables ------------------------------------------------------------------------- */
+
+#define TABLE_MAX_COLUMNS 12
+
+struct table {
+    size_t n_columns;
+    const char *headers[TABLE_MAX_COLUMNS];
+    size_t widths[TABLE_MAX_COLUMNS];
+    char **cells; /* row-major */
+    size_t n_rows;
+};
+
+static void table_add_row(struct table *t, char *const *cells)
+{
+    char **grown = realloc(t->cells, (t->n_rows + 1) * t->n_columns * sizeof(char *));
+    if (!grown)
+        return;
+    t->cells = grown;
+    for (size_t c = 0; c < t->n_columns; c++) {
+        char *v = strdup(cells[c] ? cells[c] : "-");
+        t->cells[t->n_rows * t->n_columns + c] = v;
+        size_t w = v ? strlen(v) : 0;
+        if (w > t->widths[c])
+            t->widths[c] = w;
+    }
+    t->n_rows++;
+}
+
+static void table_print(struct table *t)
+{
+    for (size_t c = 0; c < t->n_columns; c++) {
+        size_t w = strlen(t->headers[c]);
+        if (w > t->widths[c])
+            t->widths[c] = w;
+    }
+    for (size_t r = 0; r <= t->n_rows; r++)
+        for (size_t c = 0; c < t->n_columns; c++) {
+            const char *v = r == 0 ? t->headers[c] : t->cells[(r - 1) * t->n_columns + c];
+            bool last = c + 1 == t->n_columns;
+            printf("%-*s%s", last ? 0 : (int)t->widths[c], v ? v : "", last ? "\n" : "  ");
+        }
+    for (size_t i = 0; i < t->n_rows * t->n_columns; i++)
+        free(t->cells[i]);
+    free(t->cells);
+}
+
+static char *fmt_value(json_t *v)
+{
+    if (!v || json_is_null(v))
+        return strdup("-");
+    if (json_is_string(v))
+        return strdup(json_string_value(v));
+    if (json_is_integer(v)) {
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+        return strdup(buf);
+    }
+    if (json_is_array(v)) {
+        char buf[512] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < json_array_size(v) && used < sizeof(buf); i++) {
+            const char *s = json_string_value(json_array_get(v, i));
+            int n = snprintf(buf + used, sizeof(buf) - used, "%s%s", i ? "," : "", s ? s : "?");
+            if (n > 0)
+                used += (size_t)n;
+        }
+        return strdup(buf);
+    }
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+static char *fmt_age(json_t *ms)
+{
+    if (!json_is_integer(ms))
+        return strdup("-");
+    long long age = (long long)time(NULL) - (long long)(json_integer_value(ms) / 1000);
+    char buf[32];
+    if (age < 120)
+        snprintf(buf, sizeof(buf), "%llds", age < 0 ? 0 : age);
+    else if (age < 7200)
+        snprintf(buf, sizeof(buf), "%lldm", age / 60);
+    else
+        snprintf(buf, sizeof(buf), "%lldh", age / 3600);
+    return strdup(buf);
+}
+
+static void free_cells(char **cells, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(cells[i]);
+}
+
+static void print_jobs(json_t *answer)
+{
+    struct table t = {.n_columns = 8,
+                      .headers = {"JOB", "STATUS", "POOL", "REPOSITORY", "RUN", "LABELS",
+                                  "RUNNER", "UPDATED"}};
+    size_t i;
+    json_t *job;
+    json_array_foreach(json_object_get(answer, "jobs"), i, job)
+    {
+        json_t *pool = json_object_get(job, "pool");
+        char *cells[8] = {
+            fmt_value(json_object_get(job, "id")),
+            fmt_value(json_object_get(job, "status")),
+            json_is_string(pool) ? fmt_value(pool) : strdup("(unmatched)"),
+            fmt_value(json_object_get(job, "repository")),
+            fmt_value(json_object_get(job, "run_id")),
+            fmt_value(json_object_get(job, "labels")),
+            fmt_value(json_object_get(job, "runner_name")),
+            fmt_age(json_object_get(job, "updated_at")),
+        };
+        table_add_row(&t, cells);
+        free_cells(cells, 8);
+    }
+    table_print(&t);
+}
+
+static void print_pools(json_t *answer)
+{
+    struct table t = {.n_columns = 9,
+                      .headers = {"POOL", "ARCH", "BACKEND", "LABELS", "VCPUS", "MEMORY_MIB",
+                                  "MIN_IDLE", "MAX", "HOSTS"}};
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(answer, "pools"), i, p)
+    {
+        json_t *hosts = json_object_get(p, "hosts");
+        char *cells[9] = {
+            fmt_value(json_object_get(p, "name")),
+            fmt_value(json_object_get(p, "arch")),
+            fmt_value(json_object_get(p, "backend")),
+            fmt_value(json_object_get(p, "labels")),
+            fmt_value(json_object_get(p, "vcpus")),
+            fmt_value(json_object_get(p, "memory_mib")),
+            fmt_value(json_object_get(p, "min_idle")),
+            fmt_value(json_object_get(p, "max_runners")),
+            json_array_size(hosts) ? fmt_value(hosts) : strdup("(all)"),
+        };
+        table_add_row(&t, cells);
+        free_cells(cells, 9);
+    }
+    table_print(&t);
+}
+
+static void print_capacity(json_t *answer)
+{
+    struct table t = {.n_columns = 8,
+                      .headers = {"POOL", "ARCH", "MAX", "MIN_IDLE", "RUNNERS", "QUEUED",
+                                  "IN_PROGRESS", "WAITING"}};
+    size_t i;
+    json_t *p;
+    json_array_foreach(json_object_get(answer, "pools"), i, p)
+    {
+        json_t *jobs = json_object_get(p, "jobs");
+        char *cells[8] = {
+            fmt_value(json_object_get(p, "pool")),
+            fmt_value(json_object_get(p, "arch")),
+            fmt_value(json_object_get(p, "max_runners")),
+            fmt_value(json_object_get(p, "min_idle")),
+            fmt_value(json_object_get(p, "runners")),
+            fmt_value(json_object_get(jobs, "queued")),
+            fmt_value(json_object_get(jobs, "in_progress")),
+            fmt_value(json_object_get(jobs, "waiting")),
+        };
+        table_add_row(&t, cells);
+        free_cells(cells, 8);
+    }
+    json_t *unmatched = json_object_get(json_object_get(answer, "unmatched"), "jobs");
+    char *cells[8] = {
+        strdup("(unmatched)"), strdup("-"), strdup("-"), strdup("-"), strdup("0"),
+        fmt_value(json_object_get(unmatched, "queued")),
+        fmt_value(json_object_get(unmatched, "in_progress")),
+        fmt_value(json_object_get(unmatched, "waiting")),
+    };
+    table_add_row(&t, cells);
+    free_cells(cells, 8);
+    table_print(&t);
+}
+
+static void print_health(json_t *answer)
+{
+    printf("hatcheryd %s, controller %s, up %llds\n",
+           json_string_value(json_object_get(answer, "version")),
+           json_string_value(json_object_get(answer, "controller_id")),
+           (long long)json_integer_value(json_object_get(answer, "uptime_s")));
+}
+
+int main(int argc, char **argv)
+{
+    const char *socket_path = getenv("HATCHERY_SOCKET");
+    if (!socket_path || !*socket_path)
+        socket_path = DEFAULT_SOCKET;
+    bool as_json = false;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            as_json = true;
+        else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
+            socket_path = argv[++i];
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return EXIT_OK;
+        } else {
+            fprintf(stderr, "hatchery: unknown option %s\n", argv[i]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[i++];
+    json_t *request = json_pack("{s:s}", "cmd", cmd);
+    void (*print)(json_t *) = NULL;
+    if (strcmp(cmd, "jobs") == 0) {
+        print = print_jobs;
+        for (; i < argc; i++) {
+            if (strcmp(argv[i], "--json") == 0) {
+                as_json = true;
+            } else if (strcmp(argv[i], "--status") == 0 && i + 1 < argc) {
+                json_object_set_new(request, "status", json_string(argv[++i]));
+            } else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {
+                char *end = NULL;
+                long n = strtol(argv[++i], &end, 10);
+                if (*end || n <= 0 || n > ADMIN_MAX_LIST_ROWS) {
+                    fprintf(stderr, "hatchery: --limit takes 1..%d\n", ADMIN_MAX_LIST_ROWS);
+                    json_decref(request);
+                    return EXIT_USAGE;
+                }
+                json_object_set_new(request, "limit", json_integer(n));
+            } else {
+                fprintf(stderr, "hatchery: jobs: unknown argument %s\n", argv[i]);
+                json_decref(request);
+                return EXIT_USAGE;
+            }
+        }
+    } else if (strcmp(cmd, "pools") == 0 || strcmp(cmd, "capacity") == 0 ||
+               strcmp(cmd, "health") == 0) {
+        print = strcmp(cmd, "pools") == 0      ? print_pools
+                : strcmp(cmd, "capacity") == 0 ? print_capacity
+                                               : print_health;
+        for (; i < argc; i++) {
+            if (strcmp(argv[i], "--json") == 0) {
+                as_json = true;
+            } else {
+                fprintf(stderr, "hatchery: %s: unknown argument %s\n", cmd, argv[i]);
+                json_decref(request);
+                return EXIT_USAGE;
+            }
+        }
+    } else {
+        fprintf(stderr, "hatchery: unknown command '%s'\n", cmd);
+        usage(stderr);
+        json_decref(request);
+        return EXIT_USAGE;
+    }
+
+    json_t *answer = NULL;
+    int rc = call(socket_path, request, &answer);
+    json_decref(request);
+    if (rc != EXIT_OK)
+        return rc;
+    if (!json_is_true(json_object_get(answer, "ok"))) {
+        const char *e = json_string_value(json_object_get(answer, "error"));
+        if (as_json) {
+            char *text = json_dumps(answer, JSON_INDENT(2));
+            puts(text ? text : "{}");
+            free(text);
+        }
+        fprintf(stderr, "hatchery: %s: %s\n", cmd, e ? e : "failed");
+        json_decref(answer);
+        return EXIT_DAEMON_ERROR;
+    }
+    if (as_json) {
+        char *text = json_dumps(answer, JSON_INDENT(2));
+        puts(text ? text : "{}");
+        free(text);
+    } else {
+        print(answer);
+    }
+    json_decref(answer);
+    return EXIT_OK;
+}

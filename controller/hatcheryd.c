@@ -1,0 +1,522 @@
+/* hatcheryd: the controller daemon. One libuv loop carries the HTTP listener (webhooks,
+ * metrics, health), the admin socket, the store's group commits and systemd's watchdog. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "hatchery/limits.h"
+#include "log.h"
+#include "sd_notify.h"
+
+const char *const delivery_result_names[DELIVERY_RESULT_MAX] = {
+    [DELIVERY_STORED] = "stored",
+    [DELIVERY_DUPLICATE] = "duplicate",
+    [DELIVERY_PING] = "ping",
+    [DELIVERY_IGNORED] = "ignored",
+    [DELIVERY_UNAUTHORIZED] = "unauthorized",
+    [DELIVERY_REJECTED] = "rejected",
+    [DELIVERY_ERROR] = "error",
+};
+
+#define PRUNE_INTERVAL_MS (3600 * 1000)
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void respond_json(struct http_conn *conn, int status, json_t *body)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text) {
+        http_conn_respond(conn, 500, "application/json", "{}", 2);
+        return;
+    }
+    size_t n = strlen(text);
+    text[n] = 0;
+    char *line = realloc(text, n + 2);
+    if (line) {
+        line[n] = '\n';
+        http_conn_respond(conn, status, "application/json", line, n + 1);
+        free(line);
+    } else {
+        http_conn_respond(conn, status, "application/json", text, n);
+        free(text);
+    }
+}
+
+static void record_latency(struct daemon *d, uint64_t started_ns)
+{
+    double s = (double)(uv_hrtime() - started_ns) / 1e9;
+    for (int i = 0; i < WEBHOOK_LATENCY_BUCKETS; i++) {
+        if (s <= webhook_latency_bounds[i]) {
+            d->webhooks.latency_buckets[i]++;
+            break;
+        }
+    }
+    d->webhooks.latency_count++;
+    d->webhooks.latency_sum_s += s;
+}
+
+/* A stored delivery waits here for its commit. */
+struct pending_delivery {
+    struct daemon *daemon;
+    struct http_conn *conn;
+    uint64_t started_ns;
+    int64_t job_id;
+    enum job_status status;
+    bool unmatched;
+    char pool[CONFIG_MAX_NAME_BYTES + 1];
+    char delivery[WEBHOOK_MAX_DELIVERY_ID_BYTES + 1];
+};
+
+static void on_delivery_stored(void *data, int result)
+{
+    struct pending_delivery *p = data;
+    struct daemon *d = p->daemon;
+    if (result == STORE_DUPLICATE) {
+        d->webhooks.by_result[DELIVERY_DUPLICATE]++;
+        log_info("webhook.duplicate", "delivery=%s job=%lld", p->delivery, (long long)p->job_id);
+        respond_json(p->conn, 200, json_pack("{s:b, s:b}", "ok", 1, "duplicate", 1));
+    } else if (result == STORE_APPLIED) {
+        d->webhooks.by_result[DELIVERY_STORED]++;
+        if (p->unmatched)
+            d->webhooks.unmatched_jobs++;
+        log_info("webhook.stored", "delivery=%s job=%lld status=%s pool=%s", p->delivery,
+                 (long long)p->job_id, job_status_names[p->status],
+                 p->unmatched ? "(unmatched)" : p->pool);
+        respond_json(p->conn, 202, json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t)p->job_id));
+    } else {
+        d->webhooks.by_result[DELIVERY_ERROR]++;
+        log_error("webhook.store_failed", "delivery=%s job=%lld error=\"%s\"", p->delivery,
+                  (long long)p->job_id, strerror(-result));
+        respond_json(p->conn, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "store failed"));
+    }
+    record_latency(d, p->started_ns);
+    free(p);
+}
+
+static void handle_webhook(struct daemon *d, struct http_conn *conn,
+                           const struct http_request *req)
+{
+    uint64_t started_ns = uv_hrtime();
+    struct webhook_result res;
+    webhook_handle(d->config, d->webhook_secret, req, now_ms(), &res);
+    switch (res.outcome) {
+    case WEBHOOK_STORE: {
+        struct pending_delivery *p = calloc(1, sizeof(*p));
+        if (!p) {
+            job_event_free(res.event);
+            respond_json(conn, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory"));
+            return;
+        }
+        p->daemon = d;
+        p->conn = conn;
+        p->started_ns = started_ns;
+        p->job_id = res.event->job_id;
+        p->status = res.event->status;
+        p->unmatched = res.event->pool == NULL;
+        snprintf(p->pool, sizeof(p->pool), "%s", res.event->pool ? res.event->pool : "");
+        snprintf(p->delivery, sizeof(p->delivery), "%s", res.event->delivery_id);
+        int r = store_job_event_submit(d->store, res.event, on_delivery_stored, p);
+        if (r < 0) {
+            free(p);
+            d->webhooks.by_result[DELIVERY_ERROR]++;
+            log_warn("webhook.store_busy", "error=\"%s\"", strerror(-r));
+            respond_json(conn, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "store busy"));
+        }
+        return;
+    }
+    case WEBHOOK_PING:
+        d->webhooks.by_result[DELIVERY_PING]++;
+        log_info("webhook.ping", "peer=%s", http_conn_peer(conn));
+        respond_json(conn, 200, json_pack("{s:b}", "ok", 1));
+        break;
+    case WEBHOOK_IGNORED:
+        d->webhooks.by_result[DELIVERY_IGNORED]++;
+        log_debug("webhook.ignored", "event=%s reason=\"%s\"", res.event_name, res.reason);
+        http_conn_respond(conn, 204, NULL, NULL, 0);
+        break;
+    case WEBHOOK_REJECTED:
+    case WEBHOOK_OUTCOME_MAX:
+        d->webhooks.by_result[res.status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
+        log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", http_conn_peer(conn),
+                 res.status, res.reason);
+        respond_json(conn, res.status, json_pack("{s:b, s:s}", "ok", 0, "error", res.reason));
+        break;
+    }
+    record_latency(d, started_ns);
+}
+
+static void on_http_request(struct http_server *server, struct http_conn *conn,
+                            const struct http_request *req)
+{
+    struct daemon *d = server->data;
+    const char *url = req->url ? req->url : "";
+    size_t path_len = strcspn(url, "?#");
+    bool is_get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+#define PATH_IS(p) (path_len == strlen(p) && strncmp(url, p, path_len) == 0)
+    if (PATH_IS("/webhook")) {
+        if (strcmp(req->method, "POST") != 0) {
+            respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use POST"));
+            return;
+        }
+        handle_webhook(d, conn, req);
+    } else if (PATH_IS("/healthz")) {
+        if (!is_get) {
+            respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use GET"));
+            return;
+        }
+        respond_json(conn, 200, json_pack("{s:s, s:s}", "status", "ok", "version",
+                                          HATCHERY_VERSION));
+    } else if (PATH_IS("/metrics")) {
+        if (!is_get) {
+            respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use GET"));
+            return;
+        }
+        size_t len = 0;
+        char *text = metrics_render(d, &len);
+        if (!text) {
+            respond_json(conn, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "metrics failed"));
+            return;
+        }
+        http_conn_respond(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+        free(text);
+    } else {
+        respond_json(conn, 404, json_pack("{s:b, s:s}", "ok", 0, "error", "not found"));
+    }
+#undef PATH_IS
+}
+
+/* ---- admin API ---------------------------------------------------------------------- */
+
+static json_t *pool_json(const struct config_pool *p)
+{
+    json_t *labels = json_array(), *hosts = json_array();
+    for (size_t i = 0; i < p->n_labels; i++)
+        json_array_append_new(labels, json_string(p->labels[i]));
+    for (size_t i = 0; i < p->n_hosts; i++)
+        json_array_append_new(hosts, json_string(p->hosts[i]));
+    return json_pack("{s:s, s:o, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o}", "name", p->name,
+                     "labels", labels, "arch", pool_arch_names[p->arch], "backend",
+                     pool_backend_names[p->backend], "image", p->image, "vcpus",
+                     (json_int_t)p->vcpus, "memory_mib", (json_int_t)p->memory_mib, "min_idle",
+                     (json_int_t)p->min_idle, "max_runners", (json_int_t)p->max_runners, "hosts",
+                     hosts);
+}
+
+struct capacity_ctx {
+    json_t *pools; /* name -> object */
+    json_t *unmatched;
+};
+
+static void capacity_row(void *data, const char *pool, const char *status, int64_t count)
+{
+    struct capacity_ctx *ctx = data;
+    json_t *target = pool ? json_object_get(ctx->pools, pool) : ctx->unmatched;
+    if (!target)
+        return; /* a pool removed from the config since */
+    json_t *jobs = json_object_get(target, "jobs");
+    json_object_set_new(jobs, status, json_integer(count));
+}
+
+static json_t *admin_capacity(struct daemon *d)
+{
+    struct capacity_ctx ctx = {.pools = json_object(), .unmatched = json_object()};
+    json_t *list = json_array();
+    for (size_t i = 0; i < d->config->n_pools; i++) {
+        const struct config_pool *p = &d->config->pools[i];
+        json_t *jobs = json_object();
+        for (int s = 0; s < JOB_STATUS_MAX; s++)
+            json_object_set_new(jobs, job_status_names[s], json_integer(0));
+        json_t *row = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o}", "pool", p->name, "arch",
+                                pool_arch_names[p->arch], "max_runners",
+                                (json_int_t)p->max_runners, "min_idle", (json_int_t)p->min_idle,
+                                "runners", (json_int_t)0, "jobs", jobs);
+        json_object_set(ctx.pools, p->name, row);
+        json_array_append_new(list, row);
+    }
+    json_t *unmatched_jobs = json_object();
+    for (int s = 0; s < JOB_STATUS_MAX; s++)
+        json_object_set_new(unmatched_jobs, job_status_names[s], json_integer(0));
+    json_object_set_new(ctx.unmatched, "jobs", unmatched_jobs);
+    int r = store_job_counts(d->store, capacity_row, &ctx);
+    json_decref(ctx.pools);
+    if (r < 0) {
+        json_decref(list);
+        json_decref(ctx.unmatched);
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
+    }
+    return json_pack("{s:b, s:o, s:o}", "ok", 1, "pools", list, "unmatched", ctx.unmatched);
+}
+
+static json_t *on_admin_request(struct admin_server *server, json_t *request)
+{
+    struct daemon *d = server->data;
+    const char *cmd = json_string_value(json_object_get(request, "cmd"));
+    if (!cmd)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "missing \"cmd\"");
+    if (strcmp(cmd, "jobs") == 0) {
+        const char *status = json_string_value(json_object_get(request, "status"));
+        json_t *limit = json_object_get(request, "limit");
+        enum job_status parsed;
+        if (status && job_status_parse(status, &parsed) < 0)
+            return json_pack("{s:b, s:s}", "ok", 0, "error",
+                             "status must be waiting, queued, in_progress or completed");
+        json_t *jobs = NULL;
+        if (store_jobs_list(d->store, status, limit ? (int)json_integer_value(limit) : 0, &jobs) <
+            0)
+            return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
+        return json_pack("{s:b, s:o}", "ok", 1, "jobs", jobs);
+    }
+    if (strcmp(cmd, "pools") == 0) {
+        json_t *pools = json_array();
+        for (size_t i = 0; i < d->config->n_pools; i++)
+            json_array_append_new(pools, pool_json(&d->config->pools[i]));
+        return json_pack("{s:b, s:o}", "ok", 1, "pools", pools);
+    }
+    if (strcmp(cmd, "capacity") == 0)
+        return admin_capacity(d);
+    if (strcmp(cmd, "health") == 0)
+        return json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "version", HATCHERY_VERSION,
+                         "controller_id", d->config->controller_id, "uptime_s",
+                         (json_int_t)((now_ms() - d->started_at_ms) / 1000));
+    return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", "cmd", cmd);
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+static void on_watchdog(uv_timer_t *timer)
+{
+    (void)timer;
+    sd_notify_send("WATCHDOG=1");
+}
+
+static void on_prune(uv_timer_t *timer)
+{
+    struct daemon *d = timer->data;
+    store_deliveries_prune(d->store, d->config->delivery_retention_s);
+}
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+    struct daemon *d = sig->data;
+    if (d->stopping)
+        return;
+    d->stopping = true;
+    log_info("daemon.stopping", "signal=%d", signum);
+    sd_notify_send("STOPPING=1");
+    http_server_stop(&d->http);
+    admin_server_stop(&d->admin);
+    unlink(d->config->admin_socket);
+    uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
+    uv_close((uv_handle_t *)&d->prune_timer, NULL);
+    uv_close((uv_handle_t *)&d->sigterm, NULL);
+    uv_close((uv_handle_t *)&d->sigint, NULL);
+}
+
+static int make_dir(const char *path, mode_t mode)
+{
+    if (mkdir(path, mode) == 0 || errno == EEXIST)
+        return 0;
+    return -errno;
+}
+
+static int lock_state_dir(const char *dir, int *ret_fd)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/hatcheryd.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        close(fd);
+        return e == EWOULDBLOCK ? -EBUSY : -e;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: hatcheryd --config FILE\n"
+                 "       hatcheryd --check-config FILE\n"
+                 "       hatcheryd --version\n"
+                 "\n"
+                 "  -c, --config FILE        run with this configuration\n"
+                 "  -n, --check-config FILE  check the configuration and its secret files, "
+                 "then exit 0 (valid) or 1\n"
+                 "  -V, --version            print the version\n");
+}
+
+static int load(const char *path, struct config **ret_config, struct secret **ret_secret)
+{
+    char *errors = NULL;
+    if (config_load(path, ret_config, &errors) < 0) {
+        fputs(errors, stderr);
+        free(errors);
+        return -EINVAL;
+    }
+    char err[512];
+    if (secret_load_file((*ret_config)->webhook_secret_file, ret_secret, err, sizeof(err)) < 0) {
+        fprintf(stderr, "%s: webhook_secret_file: %s\n", path, err);
+        config_free(*ret_config);
+        *ret_config = NULL;
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", required_argument, NULL, 'n'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *config_path = NULL;
+    bool check_only = false;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "c:n:Vh", options, NULL)) != -1) {
+        switch (opt) {
+        case 'c':
+            config_path = optarg;
+            break;
+        case 'n':
+            config_path = optarg;
+            check_only = true;
+            break;
+        case 'V':
+            printf("hatcheryd %s\n", HATCHERY_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!config_path || optind != argc) {
+        usage(stderr);
+        return 2;
+    }
+
+    struct daemon d = {.lock_fd = -1};
+    if (load(config_path, &d.config, &d.webhook_secret) < 0)
+        return 1;
+    if (check_only) {
+        printf("%s: OK (%zu hosts, %zu pools)\n", config_path, d.config->n_hosts,
+               d.config->n_pools);
+        secret_free(d.webhook_secret);
+        config_free(d.config);
+        return 0;
+    }
+    enum log_level level = LOG_INFO;
+    log_level_parse(d.config->log_level, &level);
+    log_level_set(level);
+    signal(SIGPIPE, SIG_IGN);
+    d.started_at_ms = now_ms();
+
+    char err[512];
+    int r = make_dir(d.config->state_dir, 0700);
+    if (r < 0) {
+        log_error("daemon.state_dir_failed", "path=%s error=\"%s\"", d.config->state_dir,
+                  strerror(-r));
+        return 1;
+    }
+    r = lock_state_dir(d.config->state_dir, &d.lock_fd);
+    if (r < 0) {
+        log_error("daemon.state_dir_locked", "path=%s error=\"%s\"", d.config->state_dir,
+                  r == -EBUSY ? "another hatcheryd uses this state directory" : strerror(-r));
+        return 1;
+    }
+    d.loop = uv_default_loop();
+    r = store_open(d.loop, d.config->state_dir, &d.store, err, sizeof(err));
+    if (r < 0) {
+        log_error("daemon.store_failed", "error=\"%s\"", err);
+        return 1;
+    }
+    struct sockaddr_storage addr;
+    config_listen_parse(d.config->listen, &addr);
+    struct http_limits limits = {
+        .max_body_bytes = (size_t)d.config->http.max_body_bytes,
+        .max_header_bytes = (size_t)d.config->http.max_header_bytes,
+        .max_headers = (size_t)d.config->http.max_headers,
+        .read_timeout_ms = (uint64_t)d.config->http.read_timeout_ms,
+        .idle_timeout_ms = (uint64_t)d.config->http.idle_timeout_ms,
+        .max_connections = (size_t)d.config->http.max_connections,
+    };
+    r = http_server_start(&d.http, d.loop, (struct sockaddr *)&addr, &limits,
+                          d.config->http.tls_cert_file, d.config->http.tls_key_file,
+                          on_http_request, &d, err, sizeof(err));
+    if (r < 0) {
+        log_error("daemon.listen_failed", "listen=%s error=\"%s\"", d.config->listen, err);
+        store_close(d.store);
+        return 1;
+    }
+    char *socket_dir = strdup(d.config->admin_socket);
+    char *slash = socket_dir ? strrchr(socket_dir, '/') : NULL;
+    if (slash && slash != socket_dir) {
+        *slash = 0;
+        make_dir(socket_dir, 0750);
+    }
+    free(socket_dir);
+    r = admin_server_start(&d.admin, d.loop, d.config->admin_socket, on_admin_request, &d, err,
+                           sizeof(err));
+    if (r < 0) {
+        log_error("daemon.admin_failed", "error=\"%s\"", err);
+        http_server_stop(&d.http);
+        uv_run(d.loop, UV_RUN_NOWAIT);
+        store_close(d.store);
+        return 1;
+    }
+
+    uv_signal_init(d.loop, &d.sigterm);
+    uv_signal_init(d.loop, &d.sigint);
+    d.sigterm.data = d.sigint.data = &d;
+    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_timer_init(d.loop, &d.watchdog_timer);
+    uv_timer_init(d.loop, &d.prune_timer);
+    d.prune_timer.data = &d;
+    uv_timer_start(&d.prune_timer, on_prune, 0, PRUNE_INTERVAL_MS);
+    uint64_t watchdog_usec = sd_watchdog_usec();
+    if (watchdog_usec) {
+        uint64_t every_ms = watchdog_usec / 2000 ? watchdog_usec / 2000 : 1;
+        uv_timer_start(&d.watchdog_timer, on_watchdog, every_ms, every_ms);
+    }
+
+    log_info("daemon.ready", "version=%s controller=%s listen=%s tls=%s admin=%s state=%s "
+             "pools=%zu hosts=%zu",
+             HATCHERY_VERSION, d.config->controller_id, d.config->listen,
+             d.config->http.tls_cert_file ? "on" : "off", d.config->admin_socket,
+             d.config->state_dir, d.config->n_pools, d.config->n_hosts);
+    sd_notify_send("READY=1");
+
+    uv_run(d.loop, UV_RUN_DEFAULT);
+
+    store_close(d.store);
+    uv_loop_close(d.loop);
+    secret_free(d.webhook_secret);
+    log_info("daemon.stopped", "controller=%s", d.config->controller_id);
+    config_free(d.config);
+    close(d.lock_fd);
+    return 0;
+}

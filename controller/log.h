@@ -1,0 +1,32 @@
+/* Structured logging: one `key=value` line per event on stderr.
+ * Secrets cannot be passed here by accident: they live in `struct secret`, which has no
+ * string form (see secret.h). Control characters in a line are replaced, so a value that
+ * came from the network cannot forge a second line. */
+#ifndef HATCHERY_LOG_H
+#define HATCHERY_LOG_H
+
+#include <stdarg.h>
+
+enum log_level {
+    LOG_DEBUG,
+    LOG_INFO,
+    LOG_WARN,
+    LOG_ERROR,
+    LOG_LEVEL_MAX,
+};
+
+void log_level_set(enum log_level level);
+/* Returns 0 and sets *ret_level for "debug", "info", "warn" or "error"; -EINVAL otherwise. */
+int log_level_parse(const char *name, enum log_level *ret_level);
+
+/* `event` is a short dotted name (`webhook.accepted`); `fmt` formats the rest of the line,
+ * written as `key=value` pairs. */
+void log_emit(enum log_level level, const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define log_debug(event, ...) log_emit(LOG_DEBUG, event, __VA_ARGS__)
+#define log_info(event, ...)  log_emit(LOG_INFO, event, __VA_ARGS__)
+#define log_warn(event, ...)  log_emit(LOG_WARN, event, __VA_ARGS__)
+#define log_error(event, ...) log_emit(LOG_ERROR, event, __VA_ARGS__)
+
+#endif

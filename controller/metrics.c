@@ -1,0 +1,125 @@
+/* /metrics in the Prometheus text exposition format, checked by `promtool check metrics`. */
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "textbuf.h"
+
+#define METRICS_MAX_BYTES (4 * 1024 * 1024)
+
+const double webhook_latency_bounds[WEBHOOK_LATENCY_BUCKETS] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0,
+};
+
+static void header(struct textbuf *b, const char *name, const char *type, const char *help)
+{
+    textbuf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void counter(struct textbuf *b, const char *name, const char *help, uint64_t value)
+{
+    header(b, name, "counter", help);
+    textbuf_printf(b, "%s %llu\n", name, (unsigned long long)value);
+}
+
+static void gauge(struct textbuf *b, const char *name, const char *help, double value)
+{
+    header(b, name, "gauge", help);
+    textbuf_printf(b, "%s %.17g\n", name, value);
+}
+
+struct job_count_ctx {
+    struct textbuf *b;
+    bool unmatched;
+};
+
+static void job_count_row(void *data, const char *pool, const char *status, int64_t count)
+{
+    struct job_count_ctx *ctx = data;
+    if (ctx->unmatched && !pool)
+        textbuf_printf(ctx->b, "hatchery_jobs_unmatched{status=\"%s\"} %lld\n", status,
+                       (long long)count);
+    else if (!ctx->unmatched && pool)
+        textbuf_printf(ctx->b, "hatchery_jobs{pool=\"%s\",status=\"%s\"} %lld\n", pool, status,
+                       (long long)count);
+}
+
+char *metrics_render(struct daemon *d, size_t *ret_len)
+{
+    struct textbuf b;
+    textbuf_init(&b, METRICS_MAX_BYTES);
+    const struct http_stats *h = &d->http.stats;
+
+    header(&b, "hatchery_build_info", "gauge", "Version of this hatcheryd.");
+    textbuf_printf(&b, "hatchery_build_info{version=\"%s\"} 1\n", HATCHERY_VERSION);
+    gauge(&b, "hatchery_start_time_seconds", "When this hatcheryd started, in Unix time.",
+          (double)d->started_at_ms / 1000.0);
+
+    gauge(&b, "hatchery_http_connections_open", "HTTP connections open now.",
+          (double)h->connections_open);
+    counter(&b, "hatchery_http_connections_accepted_total", "HTTP connections accepted.",
+            h->connections_accepted);
+    counter(&b, "hatchery_http_connections_rejected_total",
+            "HTTP connections refused because http.max_connections were open.",
+            h->connections_rejected);
+    counter(&b, "hatchery_http_requests_total", "Complete HTTP requests read.", h->requests);
+    counter(&b, "hatchery_http_timeouts_total",
+            "Requests closed because they were not received within http.read_timeout_ms.",
+            h->timeouts);
+    counter(&b, "hatchery_http_tls_handshake_failures_total", "Failed TLS handshakes.",
+            h->tls_handshake_failures);
+    header(&b, "hatchery_http_responses_total", "counter", "HTTP responses sent, by status class.");
+    for (int c = 1; c <= 5; c++)
+        textbuf_printf(&b, "hatchery_http_responses_total{class=\"%dxx\"} %llu\n", c,
+                       (unsigned long long)h->responses_by_class[c]);
+
+    header(&b, "hatchery_webhook_deliveries_total", "counter", "Webhook deliveries, by result.");
+    for (int r = 0; r < DELIVERY_RESULT_MAX; r++)
+        textbuf_printf(&b, "hatchery_webhook_deliveries_total{result=\"%s\"} %llu\n",
+                       delivery_result_names[r], (unsigned long long)d->webhooks.by_result[r]);
+    counter(&b, "hatchery_webhook_unmatched_jobs_total",
+            "workflow_job deliveries stored whose labels no pool matches.",
+            d->webhooks.unmatched_jobs);
+    header(&b, "hatchery_webhook_latency_seconds", "histogram",
+           "Time from a webhook request's last byte to its answer.");
+    uint64_t cumulative = 0;
+    for (int i = 0; i < WEBHOOK_LATENCY_BUCKETS; i++) {
+        cumulative += d->webhooks.latency_buckets[i];
+        textbuf_printf(&b, "hatchery_webhook_latency_seconds_bucket{le=\"%g\"} %llu\n",
+                       webhook_latency_bounds[i], (unsigned long long)cumulative);
+    }
+    textbuf_printf(&b, "hatchery_webhook_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+                   (unsigned long long)d->webhooks.latency_count);
+    textbuf_printf(&b, "hatchery_webhook_latency_seconds_sum %.9f\n", d->webhooks.latency_sum_s);
+    textbuf_printf(&b, "hatchery_webhook_latency_seconds_count %llu\n",
+                   (unsigned long long)d->webhooks.latency_count);
+
+    struct store_stats ss;
+    store_stats_get(d->store, &ss);
+    counter(&b, "hatchery_store_commits_total", "Group commits to the store.", ss.commits);
+    counter(&b, "hatchery_store_writes_total", "Writes committed to the store.",
+            ss.writes_committed);
+    counter(&b, "hatchery_store_write_errors_total", "Writes the store failed.", ss.commit_errors);
+    counter(&b, "hatchery_store_writes_rejected_total",
+            "Writes refused because too many were waiting for a commit.", ss.writes_rejected);
+    gauge(&b, "hatchery_store_writes_pending", "Writes waiting for the next commit.",
+          (double)ss.writes_pending);
+
+    header(&b, "hatchery_pool_max_runners", "gauge", "Configured max_runners of each pool.");
+    for (size_t i = 0; i < d->config->n_pools; i++)
+        textbuf_printf(&b, "hatchery_pool_max_runners{pool=\"%s\"} %lld\n",
+                       d->config->pools[i].name, (long long)d->config->pools[i].max_runners);
+    header(&b, "hatchery_jobs", "gauge", "Jobs in the store, by pool and status.");
+    struct job_count_ctx ctx = {.b = &b, .unmatched = false};
+    store_job_counts(d->store, job_count_row, &ctx);
+    header(&b, "hatchery_jobs_unmatched", "gauge",
+           "Jobs in the store that no pool matches, by status.");
+    ctx.unmatched = true;
+    store_job_counts(d->store, job_count_row, &ctx);
+
+    if (b.error) {
+        textbuf_free(&b);
+        return NULL;
+    }
+    return textbuf_steal(&b, ret_len);
+}

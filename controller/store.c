@@ -1,0 +1,577 @@
+/* SQLite store with group commit on a libuv worker; see store.h. */
+#include "store.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hatchery/limits.h"
+#include "log.h"
+
+enum write_kind {
+    WRITE_JOB_EVENT,
+    WRITE_PRUNE_DELIVERIES,
+    WRITE_KIND_MAX,
+};
+
+struct pending_write {
+    enum write_kind kind;
+    struct job_event *event;
+    int64_t prune_max_age_s;
+    store_write_cb cb;
+    void *data;
+    int result;
+    struct pending_write *next;
+};
+
+struct store {
+    uv_loop_t *loop;
+    sqlite3 *writer; /* used by one thread at a time: a worker during a batch, else none */
+    sqlite3 *reader; /* loop thread only */
+    sqlite3_stmt *insert_delivery;
+    sqlite3_stmt *upsert_job;
+    sqlite3_stmt *prune_deliveries;
+
+    struct pending_write *queue_head, *queue_tail;
+    size_t queue_len;
+    struct pending_write *batch; /* in flight on a worker */
+    bool in_flight;
+    bool closing;
+    uv_idle_t flush_idle;
+    uv_work_t work;
+    struct store_stats stats;
+};
+
+/* Schema migrations, applied in order; user_version records how many ran. */
+static const char *const migrations[] = {
+    /* 1 */
+    "CREATE TABLE deliveries ("
+    "  id TEXT PRIMARY KEY,"
+    "  event TEXT NOT NULL,"
+    "  received_at INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX deliveries_received_at ON deliveries(received_at);"
+    "CREATE TABLE jobs ("
+    "  id INTEGER PRIMARY KEY,"
+    "  run_id INTEGER NOT NULL,"
+    "  installation_id INTEGER,"
+    "  repository TEXT NOT NULL,"
+    "  workflow TEXT,"
+    "  name TEXT,"
+    "  labels TEXT NOT NULL,"
+    "  pool TEXT,"
+    "  status TEXT NOT NULL,"
+    "  status_rank INTEGER NOT NULL,"
+    "  conclusion TEXT,"
+    "  runner_name TEXT,"
+    "  queued_at INTEGER,"
+    "  started_at INTEGER,"
+    "  completed_at INTEGER,"
+    "  updated_at INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX jobs_pool_status ON jobs(pool, status);"
+    "CREATE INDEX jobs_updated_at ON jobs(updated_at);",
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int exec_sql(sqlite3 *db, const char *sql, char *err, size_t err_size)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(err, err_size, "%s", msg ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        return -EIO;
+    }
+    return 0;
+}
+
+static int open_db(const char *path, sqlite3 **ret_db, char *err, size_t err_size)
+{
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path, &db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                             NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, err_size, "cannot open %s: %s", path,
+                 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return -EIO;
+    }
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_extended_result_codes(db, 1);
+    *ret_db = db;
+    return 0;
+}
+
+static int migrate(sqlite3 *db, const char *path, char *err, size_t err_size)
+{
+    char msg[512];
+    if (exec_sql(db, "PRAGMA journal_mode=WAL;", msg, sizeof(msg)) < 0) {
+        snprintf(err, err_size, "%s: cannot enable WAL: %s", path, msg);
+        return -EIO;
+    }
+    sqlite3_stmt *st = NULL;
+    int version = -1;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    const int latest = (int)(sizeof(migrations) / sizeof(migrations[0]));
+    if (version < 0) {
+        snprintf(err, err_size, "%s: cannot read schema version: %s", path, sqlite3_errmsg(db));
+        return -EIO;
+    }
+    if (version > latest) {
+        snprintf(err, err_size,
+                 "%s: schema version %d is newer than this hatcheryd knows (%d): refusing to "
+                 "touch it",
+                 path, version, latest);
+        return -EPROTO;
+    }
+    for (int v = version; v < latest; v++) {
+        char sql[64];
+        snprintf(sql, sizeof(sql), "PRAGMA user_version=%d;", v + 1);
+        if (exec_sql(db, "BEGIN IMMEDIATE;", msg, sizeof(msg)) < 0 ||
+            exec_sql(db, migrations[v], msg, sizeof(msg)) < 0 ||
+            exec_sql(db, sql, msg, sizeof(msg)) < 0 || exec_sql(db, "COMMIT;", msg, sizeof(msg)) < 0) {
+            exec_sql(db, "ROLLBACK;", sql, sizeof(sql));
+            snprintf(err, err_size, "%s: migration to schema version %d failed: %s", path, v + 1,
+                     msg);
+            return -EIO;
+        }
+        log_info("store.migrated", "path=%s version=%d", path, v + 1);
+    }
+    return 0;
+}
+
+static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err, size_t err_size)
+{
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, ret, NULL) != SQLITE_OK) {
+        snprintf(err, err_size, "cannot prepare statement: %s", sqlite3_errmsg(db));
+        return -EIO;
+    }
+    return 0;
+}
+
+static void flush_idle_cb(uv_idle_t *idle);
+
+int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char *err,
+               size_t err_size)
+{
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof(path), "%s/hatchery.db", dir) >= sizeof(path)) {
+        snprintf(err, err_size, "state directory path too long");
+        return -ENAMETOOLONG;
+    }
+    struct store *s = calloc(1, sizeof(*s));
+    if (!s) {
+        snprintf(err, err_size, "out of memory");
+        return -ENOMEM;
+    }
+    s->loop = loop;
+    int r = open_db(path, &s->writer, err, err_size);
+    if (r < 0)
+        goto fail;
+    r = migrate(s->writer, path, err, err_size);
+    if (r < 0)
+        goto fail;
+    char msg[256];
+    /* FULL: with WAL this fsyncs the log at every commit, so an acknowledged write survives
+     * power loss, not only a crash. Group commit pays for it once per batch. */
+    if (exec_sql(s->writer, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", msg,
+                 sizeof(msg)) < 0) {
+        snprintf(err, err_size, "%s: %s", path, msg);
+        r = -EIO;
+        goto fail;
+    }
+    r = open_db(path, &s->reader, err, err_size);
+    if (r < 0)
+        goto fail;
+    r = prepare(s->writer,
+                "INSERT OR IGNORE INTO deliveries(id, event, received_at) VALUES(?1, ?2, ?3)",
+                &s->insert_delivery, err, err_size);
+    if (r < 0)
+        goto fail;
+    r = prepare(s->writer,
+                "INSERT INTO jobs(id, run_id, installation_id, repository, workflow, name, "
+                "labels, pool, status, status_rank, conclusion, runner_name, queued_at, "
+                "started_at, completed_at, updated_at) "
+                "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                "CASE WHEN ?10 = 1 THEN ?13 END, CASE WHEN ?10 = 2 THEN ?13 END, "
+                "CASE WHEN ?10 = 3 THEN ?13 END, ?13) "
+                "ON CONFLICT(id) DO UPDATE SET "
+                "status = excluded.status, status_rank = excluded.status_rank, "
+                "installation_id = COALESCE(jobs.installation_id, excluded.installation_id), "
+                "workflow = COALESCE(jobs.workflow, excluded.workflow), "
+                "name = COALESCE(jobs.name, excluded.name), "
+                "runner_name = COALESCE(excluded.runner_name, jobs.runner_name), "
+                "conclusion = COALESCE(excluded.conclusion, jobs.conclusion), "
+                "queued_at = COALESCE(jobs.queued_at, excluded.queued_at), "
+                "started_at = COALESCE(jobs.started_at, excluded.started_at), "
+                "completed_at = COALESCE(jobs.completed_at, excluded.completed_at), "
+                "updated_at = excluded.updated_at "
+                "WHERE excluded.status_rank > jobs.status_rank",
+                &s->upsert_job, err, err_size);
+    if (r < 0)
+        goto fail;
+    r = prepare(s->writer, "DELETE FROM deliveries WHERE received_at < ?1", &s->prune_deliveries,
+                err, err_size);
+    if (r < 0)
+        goto fail;
+    if (loop) {
+        uv_idle_init(loop, &s->flush_idle);
+        uv_unref((uv_handle_t *)&s->flush_idle);
+    }
+    *ret_store = s;
+    return 0;
+fail:
+    sqlite3_finalize(s->insert_delivery);
+    sqlite3_finalize(s->upsert_job);
+    sqlite3_finalize(s->prune_deliveries);
+    sqlite3_close(s->reader);
+    sqlite3_close(s->writer);
+    free(s);
+    return r;
+}
+
+static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s)
+{
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+/* Inside a transaction. Returns enum store_result or -EIO. */
+static int apply_job_event(struct store *s, const struct job_event *ev)
+{
+    sqlite3_stmt *st = s->insert_delivery;
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, ev->delivery_id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, "workflow_job", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, ev->received_at_ms / 1000);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        log_error("store.write_failed", "what=delivery error=\"%s\"", sqlite3_errmsg(s->writer));
+        return -EIO;
+    }
+    if (sqlite3_changes(s->writer) == 0)
+        return STORE_DUPLICATE;
+
+    st = s->upsert_job;
+    sqlite3_reset(st);
+    sqlite3_bind_int64(st, 1, ev->job_id);
+    sqlite3_bind_int64(st, 2, ev->run_id);
+    if (ev->installation_id)
+        sqlite3_bind_int64(st, 3, ev->installation_id);
+    else
+        sqlite3_bind_null(st, 3);
+    sqlite3_bind_text(st, 4, ev->repository, -1, SQLITE_STATIC);
+    bind_text_or_null(st, 5, ev->workflow);
+    bind_text_or_null(st, 6, ev->job_name);
+    sqlite3_bind_text(st, 7, ev->labels_json, -1, SQLITE_STATIC);
+    bind_text_or_null(st, 8, ev->pool);
+    sqlite3_bind_text(st, 9, job_status_names[ev->status], -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 10, (int)ev->status);
+    bind_text_or_null(st, 11, ev->conclusion);
+    bind_text_or_null(st, 12, ev->runner_name);
+    sqlite3_bind_int64(st, 13, ev->received_at_ms);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        log_error("store.write_failed", "what=job job=%lld error=\"%s\"", (long long)ev->job_id,
+                  sqlite3_errmsg(s->writer));
+        return -EIO;
+    }
+    return STORE_APPLIED;
+}
+
+static int apply_write(struct store *s, struct pending_write *w)
+{
+    switch (w->kind) {
+    case WRITE_JOB_EVENT:
+        return apply_job_event(s, w->event);
+    case WRITE_PRUNE_DELIVERIES: {
+        sqlite3_stmt *st = s->prune_deliveries;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, now_ms() / 1000 - w->prune_max_age_s);
+        if (sqlite3_step(st) != SQLITE_DONE)
+            return -EIO;
+        int n = sqlite3_changes(s->writer);
+        if (n > 0)
+            log_info("store.deliveries_pruned", "count=%d", n);
+        return STORE_APPLIED;
+    }
+    case WRITE_KIND_MAX:
+        break;
+    }
+    return -EINVAL;
+}
+
+/* One transaction for the whole batch; a savepoint per write keeps one bad write from
+ * sinking the others. */
+static void apply_batch(struct store *s, struct pending_write *batch)
+{
+    char msg[256];
+    if (exec_sql(s->writer, "BEGIN IMMEDIATE;", msg, sizeof(msg)) < 0) {
+        log_error("store.begin_failed", "error=\"%s\"", msg);
+        for (struct pending_write *w = batch; w; w = w->next)
+            w->result = -EIO;
+        return;
+    }
+    for (struct pending_write *w = batch; w; w = w->next) {
+        exec_sql(s->writer, "SAVEPOINT w;", msg, sizeof(msg));
+        w->result = apply_write(s, w);
+        if (w->result < 0)
+            exec_sql(s->writer, "ROLLBACK TO w;", msg, sizeof(msg));
+        exec_sql(s->writer, "RELEASE w;", msg, sizeof(msg));
+    }
+    if (exec_sql(s->writer, "COMMIT;", msg, sizeof(msg)) < 0) {
+        log_error("store.commit_failed", "error=\"%s\"", msg);
+        exec_sql(s->writer, "ROLLBACK;", msg, sizeof(msg));
+        for (struct pending_write *w = batch; w; w = w->next)
+            w->result = -EIO;
+    }
+}
+
+static void batch_work_cb(uv_work_t *work)
+{
+    struct store *s = work->data;
+    apply_batch(s, s->batch);
+}
+
+static void start_batch(struct store *s);
+
+static void batch_after_cb(uv_work_t *work, int status)
+{
+    struct store *s = work->data;
+    struct pending_write *batch = s->batch;
+    s->batch = NULL;
+    s->in_flight = false;
+    s->stats.commits++;
+    for (struct pending_write *w = batch; w;) {
+        struct pending_write *next = w->next;
+        if (status < 0)
+            w->result = status;
+        if (w->result < 0)
+            s->stats.commit_errors++;
+        else
+            s->stats.writes_committed++;
+        if (w->cb)
+            w->cb(w->data, w->result);
+        job_event_free(w->event);
+        free(w);
+        w = next;
+    }
+    if (s->queue_head && !s->closing)
+        start_batch(s);
+}
+
+static void start_batch(struct store *s)
+{
+    s->batch = s->queue_head;
+    s->queue_head = s->queue_tail = NULL;
+    s->queue_len = 0;
+    s->in_flight = true;
+    s->work.data = s;
+    int r = uv_queue_work(s->loop, &s->work, batch_work_cb, batch_after_cb);
+    if (r < 0) {
+        /* Cannot happen with a live loop; keep the writes' promise by failing them. */
+        log_error("store.queue_work_failed", "error=\"%s\"", uv_strerror(r));
+        batch_after_cb(&s->work, -EIO);
+    }
+}
+
+/* Runs at the start of the next loop iteration: everything submitted by the requests the
+ * previous iteration read goes into one commit. */
+static void flush_idle_cb(uv_idle_t *idle)
+{
+    struct store *s = idle->data;
+    uv_idle_stop(idle);
+    if (!s->in_flight && s->queue_head)
+        start_batch(s);
+}
+
+static int submit(struct store *s, struct pending_write *w)
+{
+    if (s->queue_len >= STORE_MAX_PENDING_WRITES || s->closing) {
+        s->stats.writes_rejected++;
+        return -EAGAIN;
+    }
+    if (s->queue_tail)
+        s->queue_tail->next = w;
+    else
+        s->queue_head = w;
+    s->queue_tail = w;
+    s->queue_len++;
+    if (!s->in_flight) {
+        s->flush_idle.data = s;
+        uv_idle_start(&s->flush_idle, flush_idle_cb);
+    }
+    return 0;
+}
+
+int store_job_event_submit(struct store *s, struct job_event *event, store_write_cb cb, void *data)
+{
+    struct pending_write *w = calloc(1, sizeof(*w));
+    if (!w) {
+        job_event_free(event);
+        return -ENOMEM;
+    }
+    w->kind = WRITE_JOB_EVENT;
+    w->event = event;
+    w->cb = cb;
+    w->data = data;
+    int r = submit(s, w);
+    if (r < 0) {
+        job_event_free(event);
+        free(w);
+    }
+    return r;
+}
+
+void store_deliveries_prune(struct store *s, int64_t max_age_s)
+{
+    struct pending_write *w = calloc(1, sizeof(*w));
+    if (!w)
+        return;
+    w->kind = WRITE_PRUNE_DELIVERIES;
+    w->prune_max_age_s = max_age_s;
+    if (submit(s, w) < 0)
+        free(w);
+}
+
+int store_job_event_apply_sync(struct store *s, const struct job_event *event)
+{
+    struct pending_write w = {.kind = WRITE_JOB_EVENT, .event = (struct job_event *)event};
+    apply_batch(s, &w);
+    return w.result;
+}
+
+void store_close(struct store *s)
+{
+    if (!s)
+        return;
+    s->closing = true;
+    /* A batch in flight owns the writer; the loop finishes it before we get here in
+     * normal shutdown (hatcheryd runs the loop until the store is idle). */
+    while (s->in_flight && s->loop)
+        uv_run(s->loop, UV_RUN_ONCE);
+    for (struct pending_write *w = s->queue_head; w;) {
+        struct pending_write *next = w->next;
+        if (w->cb)
+            w->cb(w->data, -ECANCELED);
+        job_event_free(w->event);
+        free(w);
+        w = next;
+    }
+    if (s->loop)
+        uv_close((uv_handle_t *)&s->flush_idle, NULL);
+    sqlite3_finalize(s->insert_delivery);
+    sqlite3_finalize(s->upsert_job);
+    sqlite3_finalize(s->prune_deliveries);
+    sqlite3_close(s->reader);
+    sqlite3_close(s->writer);
+    /* The idle handle's memory must outlive its close: the loop runs once more. */
+    if (s->loop)
+        uv_run(s->loop, UV_RUN_NOWAIT);
+    free(s);
+}
+
+static json_t *column_json(sqlite3_stmt *st, int i)
+{
+    switch (sqlite3_column_type(st, i)) {
+    case SQLITE_INTEGER:
+        return json_integer(sqlite3_column_int64(st, i));
+    case SQLITE_TEXT:
+        return json_string((const char *)sqlite3_column_text(st, i));
+    default:
+        return json_null();
+    }
+}
+
+int store_jobs_list(struct store *s, const char *status_filter, int limit, json_t **ret_jobs)
+{
+    sqlite3_stmt *st = NULL;
+    const char *sql =
+        "SELECT id, run_id, repository, workflow, name, labels, pool, status, conclusion, "
+        "runner_name, queued_at, started_at, completed_at, updated_at FROM jobs "
+        "WHERE ?1 IS NULL OR status = ?1 ORDER BY updated_at DESC, id DESC LIMIT ?2";
+    if (sqlite3_prepare_v2(s->reader, sql, -1, &st, NULL) != SQLITE_OK)
+        return -EIO;
+    bind_text_or_null(st, 1, status_filter);
+    sqlite3_bind_int(st, 2, limit > 0 && limit <= ADMIN_MAX_LIST_ROWS ? limit : ADMIN_MAX_LIST_ROWS);
+    json_t *jobs = json_array();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        static const char *const names[] = {
+            "id",         "run_id",      "repository", "workflow",    "name",
+            "labels",     "pool",        "status",     "conclusion",  "runner_name",
+            "queued_at",  "started_at",  "completed_at", "updated_at",
+        };
+        json_t *job = json_object();
+        for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++) {
+            json_t *v;
+            if (i == 5) {
+                const char *text = (const char *)sqlite3_column_text(st, i);
+                v = text ? json_loads(text, 0, NULL) : NULL;
+                if (!v)
+                    v = json_array();
+            } else {
+                v = column_json(st, i);
+            }
+            json_object_set_new(job, names[i], v);
+        }
+        json_array_append_new(jobs, job);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(jobs);
+        return -EIO;
+    }
+    *ret_jobs = jobs;
+    return 0;
+}
+
+int store_job_counts(struct store *s,
+                     void (*cb)(void *data, const char *pool, const char *status, int64_t count),
+                     void *data)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->reader,
+                           "SELECT pool, status, count(*) FROM jobs GROUP BY pool, status", -1,
+                           &st, NULL) != SQLITE_OK)
+        return -EIO;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        cb(data, (const char *)sqlite3_column_text(st, 0),
+           (const char *)sqlite3_column_text(st, 1), sqlite3_column_int64(st, 2));
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+int64_t store_deliveries_count(struct store *s)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t n = -1;
+    if (sqlite3_prepare_v2(s->reader, "SELECT count(*) FROM deliveries", -1, &st, NULL) ==
+            SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+void store_stats_get(const struct store *s, struct store_stats *ret_stats)
+{
+    *ret_stats = s->stats;
+    ret_stats->writes_pending = s->queue_len;
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs every Debian package that Hatchery's build, tests, benchmarks and demo need.
+# Idempotent and non-interactive: it installs only what is missing, and runs
+# apt-get update at most once per call.
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+  libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev
+  libyaml-dev libcurl4-openssl-dev libvirt-dev libcmocka-dev
+  # tests
+  sqlite3 curl openssl ca-certificates nodejs npm prometheus
+  # benchmarks
+  wrk nginx-light
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [ "$status" = "install ok installed" ] || missing+=("$p")
+done
+
+# node and npm may come from outside Debian (the machine image ships them): accept those.
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  filtered=()
+  for p in "${missing[@]}"; do
+    case "$p" in nodejs|npm) ;; *) filtered+=("$p") ;; esac
+  done
+  missing=("${filtered[@]}")
+fi
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
