@@ -61,14 +61,17 @@ static void reply(struct admin_conn *c, json_t *answer)
         return;
     }
     size_t n = strlen(text);
-    c->reply = realloc(text, n + 2);
+    c->reply = malloc(n + 2);
+    if (c->reply) {
+        memcpy(c->reply, text, n);
+        c->reply[n] = '\n';
+        c->reply[n + 1] = 0;
+    }
+    free(text);
     if (!c->reply) {
-        free(text);
         conn_close(c);
         return;
     }
-    c->reply[n] = '\n';
-    c->reply[n + 1] = 0;
     uv_buf_t buf = uv_buf_init(c->reply, (unsigned)(n + 1));
     c->write_req.data = c;
     if (uv_write(&c->write_req, (uv_stream_t *)&c->pipe, &buf, 1, on_written) < 0)

@@ -17,6 +17,7 @@
 #include "hatchery/limits.h"
 #include "log.h"
 #include "sd_notify.h"
+#include "textbuf.h"
 
 const char *const delivery_result_names[DELIVERY_RESULT_MAX] = {
     [DELIVERY_STORED] = "stored",
@@ -39,23 +40,18 @@ static int64_t now_ms(void)
 
 static void respond_json(struct http_conn *conn, int status, json_t *body)
 {
+    struct textbuf buf;
+    textbuf_init(&buf, 64 * 1024);
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    if (!text) {
-        http_conn_respond(conn, 500, "application/json", "{}", 2);
-        return;
-    }
-    size_t n = strlen(text);
-    text[n] = 0;
-    char *line = realloc(text, n + 2);
-    if (line) {
-        line[n] = '\n';
-        http_conn_respond(conn, status, "application/json", line, n + 1);
-        free(line);
-    } else {
-        http_conn_respond(conn, status, "application/json", text, n);
-        free(text);
-    }
+    if (text)
+        textbuf_printf(&buf, "%s\n", text);
+    free(text);
+    if (!text || buf.error)
+        http_conn_respond(conn, 500, "application/json", "{}\n", 3);
+    else
+        http_conn_respond(conn, status, "application/json", buf.data, buf.len);
+    textbuf_free(&buf);
 }
 
 static void record_latency(struct daemon *d, uint64_t started_ns)

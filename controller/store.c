@@ -230,8 +230,8 @@ int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char 
     if (r < 0)
         goto fail;
     if (loop) {
+        /* Started only while writes wait, so it keeps the loop alive exactly then. */
         uv_idle_init(loop, &s->flush_idle);
-        uv_unref((uv_handle_t *)&s->flush_idle);
     }
     *ret_store = s;
     return 0;

@@ -1,0 +1,222 @@
+/* Config loading: a good file loads with its defaults; every bad key or value is an error
+ * naming file:line and the key. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "secret.h"
+
+static const char good[] = "controller_id: p10\n"
+                           "listen: 127.0.0.1:9000\n"
+                           "state_dir: /var/lib/hatchery\n"
+                           "admin_socket: /run/hatchery/admin.sock\n"
+                           "webhook_secret_file: /etc/hatchery/secret\n"
+                           "hosts:\n"
+                           "  - name: p10-a\n"
+                           "    uri: qemu:///system\n"
+                           "    vcpus: 32\n"
+                           "    memory_mib: 131072\n"
+                           "    max_guests: 8\n"
+                           "pools:\n"
+                           "  - name: linux.ppc64le\n"
+                           "    labels: [linux.ppc64le]\n"
+                           "    arch: ppc64le\n"
+                           "    image: /var/lib/hatchery/images/ppc64le.qcow2\n"
+                           "    max_runners: 4\n"
+                           "    hosts: [p10-a]\n";
+
+static char *write_temp(const char *text)
+{
+    char *path = strdup("/tmp/hatchery-config-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    return path;
+}
+
+/* Loads `text`; expects failure and returns the error text. */
+static char *load_errors(const char *text)
+{
+    char *path = write_temp(text);
+    struct config *c = NULL;
+    char *errors = NULL;
+    int r = config_load(path, &c, &errors);
+    unlink(path);
+    free(path);
+    assert_true(r < 0);
+    assert_null(c);
+    assert_non_null(errors);
+    return errors;
+}
+
+/* `good` with the line starting `old` replaced by `new` (or appended when old is NULL). */
+static char *variant(const char *old, const char *new)
+{
+    static char buf[4096];
+    if (!old) {
+        snprintf(buf, sizeof(buf), "%s%s", good, new);
+        return buf;
+    }
+    const char *at = strstr(good, old);
+    assert_non_null(at);
+    const char *eol = strchr(at, '\n');
+    snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(at - good), good, new, eol);
+    return buf;
+}
+
+static void expect_error(const char *text, const char *needle)
+{
+    char *errors = load_errors(text);
+    if (!strstr(errors, needle))
+        fail_msg("expected '%s' in errors:\n%s", needle, errors);
+    /* Every line names the file and a line number. */
+    assert_non_null(strstr(errors, "/tmp/hatchery-config-"));
+    free(errors);
+}
+
+static void test_good_config_and_defaults(void **state)
+{
+    (void)state;
+    char *path = write_temp(good);
+    struct config *c = NULL;
+    char *errors = NULL;
+    int r = config_load(path, &c, &errors);
+    if (r < 0)
+        fail_msg("%s", errors);
+    assert_string_equal(c->controller_id, "p10");
+    assert_int_equal(c->n_hosts, 1);
+    assert_int_equal(c->hosts[0].memory_mib, 131072);
+    assert_int_equal(c->n_pools, 1);
+    assert_int_equal(c->pools[0].arch, ARCH_PPC64LE);
+    assert_int_equal(c->pools[0].backend, BACKEND_VM);
+    assert_int_equal(c->pools[0].vcpus, 2);
+    assert_int_equal(c->pools[0].min_idle, 0);
+    assert_int_equal(c->http.max_body_bytes, 1024 * 1024);
+    assert_null(c->http.tls_cert_file);
+    assert_string_equal(c->log_level, "info");
+    config_free(c);
+    unlink(path);
+    free(path);
+}
+
+static void test_unknown_key(void **state)
+{
+    (void)state;
+    expect_error(variant(NULL, "colour: blue\n"), ":19: colour: unknown key");
+    expect_error(variant("    max_runners: 4", "    max_runers: 4"),
+                 ":17: pools[0].max_runers: unknown key");
+}
+
+static void test_bad_values(void **state)
+{
+    (void)state;
+    expect_error(variant("    arch: ppc64le", "    arch: sparc"),
+                 ":15: pools[0].arch: 'sparc' is not one of: ppc64le, s390x, x86_64");
+    expect_error(variant("    max_runners: 4", "    max_runners: many"),
+                 ":17: pools[0].max_runners: expected an integer");
+    expect_error(variant("    max_runners: 4", "    max_runners: -1"),
+                 ":17: pools[0].max_runners: -1 is out of range");
+    expect_error(variant("    vcpus: 32", "    vcpus: 0"), ":9: hosts[0].vcpus: 0 is out of range");
+    expect_error(variant("listen: 127.0.0.1:9000", "listen: localhost:http"),
+                 "listen: 'localhost:http' is not");
+    expect_error(variant("controller_id: p10", "controller_id: P10 with spaces"),
+                 "controller_id: 'P10 with spaces' must be");
+    expect_error(variant(NULL, "log_level: loud\n"), ":19: log_level: 'loud' is not one of");
+    expect_error(variant(NULL, "http:\n  max_body_bytes: 0\n"),
+                 ":20: http.max_body_bytes: 0 is out of range");
+    expect_error(variant(NULL, "http:\n  tls_cert_file: /c.pem\n"),
+                 "tls_cert_file and tls_key_file must be given together");
+    expect_error(variant("    labels: [linux.ppc64le]", "    labels: linux.ppc64le"),
+                 ":14: pools[0].labels: expected a list of strings");
+    expect_error(variant("    labels: [linux.ppc64le]", "    labels: []"),
+                 ":14: pools[0].labels: needs between 1 and");
+}
+
+static void test_missing_and_cross_references(void **state)
+{
+    (void)state;
+    expect_error(variant("controller_id: p10", "# no id"), "controller_id: missing required key");
+    expect_error(variant("    hosts: [p10-a]", "    hosts: [p10-b]"),
+                 ":13: pools[].hosts: unknown host 'p10-b'");
+    expect_error(variant("    max_runners: 4", "    max_runners: 1\n    min_idle: 2"),
+                 "min_idle (2) is larger than max_runners (1)");
+    expect_error(variant("    max_runners: 4", "    max_runners: 4\n    vcpus: 64"),
+                 "fits on none of its hosts");
+    expect_error(variant(NULL, "pools:\n  - {name: x, labels: [a], arch: s390x, image: /i, "
+                               "max_runners: 1}\n"),
+                 "pools: key given twice");
+}
+
+static void test_yaml_syntax_error(void **state)
+{
+    (void)state;
+    expect_error("controller_id: [unclosed\nstate_dir: /x\n", "(yaml)");
+    expect_error("", "the file is empty");
+    expect_error("- a\n- b\n", ":1: (top level): expected a mapping of keys");
+}
+
+static void test_listen_parse(void **state)
+{
+    (void)state;
+    struct sockaddr_storage a;
+    assert_int_equal(config_listen_parse("127.0.0.1:8080", &a), 0);
+    assert_int_equal(a.ss_family, AF_INET);
+    assert_int_equal(config_listen_parse("[::1]:8080", &a), 0);
+    assert_int_equal(a.ss_family, AF_INET6);
+    assert_true(config_listen_parse("127.0.0.1", &a) < 0);
+    assert_true(config_listen_parse("127.0.0.1:99999", &a) < 0);
+    assert_true(config_listen_parse(":80", &a) < 0);
+    assert_true(config_listen_parse("example.com:80", &a) < 0);
+}
+
+static void test_secret_file_permissions(void **state)
+{
+    (void)state;
+    char *path = write_temp("s3cret\n");
+    struct secret *s = NULL;
+    char err[256];
+    chmod(path, 0640);
+    assert_int_equal(secret_load_file(path, &s, err, sizeof(err)), -EPERM);
+    assert_non_null(strstr(err, "must not be accessible to group or others"));
+    assert_null(strstr(err, "s3cret"));
+    chmod(path, 0604);
+    assert_int_equal(secret_load_file(path, &s, err, sizeof(err)), -EPERM);
+    chmod(path, 0600);
+    assert_int_equal(secret_load_file(path, &s, err, sizeof(err)), 0);
+    /* The trailing newline is not part of the secret: HMAC matches the bare key. */
+    unsigned char a[32], b[32];
+    struct secret *bare = NULL;
+    assert_int_equal(secret_from_bytes("s3cret", 6, &bare), 0);
+    assert_int_equal(secret_hmac_sha256(s, "x", 1, a), 0);
+    assert_int_equal(secret_hmac_sha256(bare, "x", 1, b), 0);
+    assert_memory_equal(a, b, 32);
+    secret_free(s);
+    secret_free(bare);
+    unlink(path);
+    assert_true(secret_load_file(path, &s, err, sizeof(err)) < 0);
+    assert_non_null(strstr(err, "cannot open"));
+    free(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_good_config_and_defaults),
+        cmocka_unit_test(test_unknown_key),
+        cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_missing_and_cross_references),
+        cmocka_unit_test(test_yaml_syntax_error),
+        cmocka_unit_test(test_listen_parse),
+        cmocka_unit_test(test_secret_file_permissions),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,189 @@
+/* The store on a real SQLite file: migrations, dedup by delivery id, status only moving
+ * forward, group commit through a real libuv loop, and refusing a newer schema. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <sqlite3.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store.h"
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/hatchery-store-XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    return system(cmd);
+}
+
+static struct job_event *event(const char *delivery, int64_t job, enum job_status status,
+                               const char *runner)
+{
+    struct job_event *ev = calloc(1, sizeof(*ev));
+    ev->delivery_id = strdup(delivery);
+    ev->job_id = job;
+    ev->run_id = 42;
+    ev->status = status;
+    ev->repository = strdup("pytorch/pytorch");
+    ev->labels_json = strdup("[\"linux.ppc64le\"]");
+    ev->pool = strdup("ppc");
+    ev->runner_name = runner ? strdup(runner) : NULL;
+    ev->received_at_ms = 1000 + job;
+    return ev;
+}
+
+static json_t *only_job(struct store *s)
+{
+    json_t *jobs = NULL;
+    assert_int_equal(store_jobs_list(s, NULL, 0, &jobs), 0);
+    assert_int_equal(json_array_size(jobs), 1);
+    json_t *job = json_incref(json_array_get(jobs, 0));
+    json_decref(jobs);
+    return job;
+}
+
+static void apply(struct store *s, struct job_event *ev, int expect)
+{
+    assert_int_equal(store_job_event_apply_sync(s, ev), expect);
+    job_event_free(ev);
+}
+
+static void test_out_of_order_and_duplicates(void **state)
+{
+    (void)state;
+    struct store *s = NULL;
+    char err[256];
+    assert_int_equal(store_open(NULL, dir, &s, err, sizeof(err)), 0);
+    int64_t big = INT64_C(29679449589);
+
+    apply(s, event("d-completed", big, JOB_COMPLETED, "hatchery-p10-7"), STORE_APPLIED);
+    /* The queued that was sent first arrives last: the job stays completed. */
+    apply(s, event("d-queued", big, JOB_QUEUED, NULL), STORE_APPLIED);
+    apply(s, event("d-progress", big, JOB_IN_PROGRESS, NULL), STORE_APPLIED);
+    json_t *job = only_job(s);
+    assert_string_equal(json_string_value(json_object_get(job, "status")), "completed");
+    assert_true(json_integer_value(json_object_get(job, "id")) == big);
+    assert_string_equal(json_string_value(json_object_get(job, "runner_name")), "hatchery-p10-7");
+    json_decref(job);
+
+    /* A redelivery has no second effect. */
+    apply(s, event("d-queued", big, JOB_QUEUED, NULL), STORE_DUPLICATE);
+    assert_int_equal(store_deliveries_count(s), 3);
+    store_close(s);
+}
+
+static void test_forward_progress_fills_fields(void **state)
+{
+    (void)state;
+    struct store *s = NULL;
+    char err[256];
+    assert_int_equal(store_open(NULL, dir, &s, err, sizeof(err)), 0);
+    apply(s, event("f1", 7, JOB_QUEUED, NULL), STORE_APPLIED);
+    apply(s, event("f2", 7, JOB_IN_PROGRESS, "runner-a"), STORE_APPLIED);
+    json_t *jobs = NULL;
+    assert_int_equal(store_jobs_list(s, "in_progress", 0, &jobs), 0);
+    assert_int_equal(json_array_size(jobs), 1);
+    json_t *job = json_array_get(jobs, 0);
+    assert_string_equal(json_string_value(json_object_get(job, "runner_name")), "runner-a");
+    assert_true(json_is_integer(json_object_get(job, "queued_at")));
+    assert_true(json_is_integer(json_object_get(job, "started_at")));
+    assert_true(json_is_null(json_object_get(job, "completed_at")));
+    json_decref(jobs);
+    store_close(s);
+}
+
+struct cb_log {
+    int results[8];
+    int n;
+};
+
+static void record(void *data, int result)
+{
+    struct cb_log *log = data;
+    log->results[log->n++] = result;
+}
+
+static void test_group_commit_on_loop(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct store *s = NULL;
+    char err[256];
+    assert_int_equal(store_open(&loop, dir, &s, err, sizeof(err)), 0);
+    struct cb_log log = {.n = 0};
+    assert_int_equal(store_job_event_submit(s, event("g1", 100, JOB_QUEUED, NULL), record, &log), 0);
+    assert_int_equal(store_job_event_submit(s, event("g2", 101, JOB_QUEUED, NULL), record, &log), 0);
+    assert_int_equal(store_job_event_submit(s, event("g1", 100, JOB_QUEUED, NULL), record, &log), 0);
+    /* Nothing is acknowledged before the commit. */
+    assert_int_equal(log.n, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(log.n, 3);
+    assert_int_equal(log.results[0], STORE_APPLIED);
+    assert_int_equal(log.results[1], STORE_APPLIED);
+    assert_int_equal(log.results[2], STORE_DUPLICATE);
+    struct store_stats st;
+    store_stats_get(s, &st);
+    assert_int_equal(st.commits, 1); /* three writes, one transaction */
+    assert_int_equal(st.writes_committed, 3);
+    store_close(s);
+    assert_int_equal(uv_loop_close(&loop), 0);
+
+    /* Durable: a fresh open sees both jobs. */
+    assert_int_equal(store_open(NULL, dir, &s, err, sizeof(err)), 0);
+    json_t *jobs = NULL;
+    assert_int_equal(store_jobs_list(s, "queued", 0, &jobs), 0);
+    assert_true(json_array_size(jobs) >= 2);
+    json_decref(jobs);
+    store_close(s);
+}
+
+static void test_schema_version_and_wal(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/hatchery.db", dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *st = NULL;
+    sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), STORE_SCHEMA_VERSION);
+    sqlite3_finalize(st);
+    /* A store from a newer hatcheryd is refused, not rewritten. */
+    sqlite3_exec(db, "PRAGMA user_version=99", NULL, NULL, NULL);
+    sqlite3_close(db);
+    struct store *s = NULL;
+    char err[256];
+    assert_int_equal(store_open(NULL, dir, &s, err, sizeof(err)), -EPROTO);
+    assert_non_null(strstr(err, "schema version 99 is newer"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_out_of_order_and_duplicates),
+        cmocka_unit_test(test_forward_progress_fills_fields),
+        cmocka_unit_test(test_group_commit_on_loop),
+        cmocka_unit_test(test_schema_version_and_wal),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,245 @@
+/* Webhook handling without sockets: signature, parsing, pool matching. The full set of
+ * GitHub's example payloads is exercised by tests/integration/webhooks.test.mjs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "job.h"
+#include "secret.h"
+#include "webhook.h"
+
+static struct config *config;
+static struct secret *secret;
+
+static int setup(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/hatchery-wh-XXXXXX";
+    int fd = mkstemp(path);
+    const char *yaml = "controller_id: t\nstate_dir: /tmp\nadmin_socket: /tmp/a.sock\n"
+                       "webhook_secret_file: /tmp/x\n"
+                       "hosts: [{name: h, uri: 'test:///default', vcpus: 8, memory_mib: 8192, "
+                       "max_guests: 4}]\n"
+                       "pools:\n"
+                       "  - {name: ppc, labels: [Linux.PPC64LE], arch: ppc64le, image: /i, "
+                       "max_runners: 2}\n"
+                       "  - {name: z-big, labels: [linux.s390x, big], arch: s390x, image: /i, "
+                       "max_runners: 1}\n"
+                       "  - {name: z, labels: [linux.s390x], arch: s390x, image: /i, "
+                       "max_runners: 1}\n";
+    if (write(fd, yaml, strlen(yaml)) < 0)
+        return -1;
+    close(fd);
+    char *errors = NULL;
+    int r = config_load(path, &config, &errors);
+    unlink(path);
+    if (r < 0) {
+        fprintf(stderr, "%s", errors);
+        return -1;
+    }
+    return secret_from_bytes("It's a Secret to Everybody", 26, &secret);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    config_free(config);
+    secret_free(secret);
+    return 0;
+}
+
+static void test_github_documented_vector(void **state)
+{
+    (void)state;
+    const char *body = "Hello, World!";
+    assert_int_equal(
+        webhook_signature_verify(
+            secret, "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+            body, strlen(body)),
+        0);
+    /* Upper-case hex is the same MAC. */
+    assert_int_equal(
+        webhook_signature_verify(
+            secret, "sha256=757107EA0EB2509FC211221CCE984B8A37570B6D7586C22C46F4379C8B043E17",
+            body, strlen(body)),
+        0);
+    /* One changed byte of body or MAC, a truncated MAC, a wrong scheme: all refused. */
+    assert_true(webhook_signature_verify(
+                    secret,
+                    "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+                    "Hello, World?", 13) < 0);
+    assert_true(webhook_signature_verify(
+                    secret,
+                    "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e18",
+                    body, strlen(body)) < 0);
+    assert_true(webhook_signature_verify(secret, "sha256=757107ea", body, strlen(body)) < 0);
+    assert_true(webhook_signature_verify(
+                    secret, "sha1=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+                    body, strlen(body)) < 0);
+    assert_true(webhook_signature_verify(secret, NULL, body, strlen(body)) < 0);
+}
+
+struct fake_request {
+    struct http_request req;
+    struct http_header headers[8];
+    char signature[80];
+};
+
+static void build(struct fake_request *f, const char *event, const char *delivery,
+                  const char *body, bool sign)
+{
+    memset(f, 0, sizeof(*f));
+    f->req.method = "POST";
+    f->req.url = "/webhook";
+    f->req.headers = f->headers;
+    f->req.body = (char *)body;
+    f->req.body_len = strlen(body);
+    size_t n = 0;
+    if (event)
+        f->headers[n++] = (struct http_header){"X-GitHub-Event", (char *)event};
+    if (delivery)
+        f->headers[n++] = (struct http_header){"X-GitHub-Delivery", (char *)delivery};
+    f->headers[n++] = (struct http_header){"Content-Type", "application/json"};
+    if (sign) {
+        unsigned char mac[32];
+        assert_int_equal(secret_hmac_sha256(secret, body, strlen(body), mac), 0);
+        memcpy(f->signature, "sha256=", 7);
+        for (int i = 0; i < 32; i++)
+            snprintf(f->signature + 7 + 2 * i, 3, "%02x", mac[i]);
+        f->headers[n++] = (struct http_header){"x-hub-signature-256", f->signature};
+    }
+    f->req.n_headers = n;
+}
+
+static void handle(const char *event, const char *body, bool sign, struct webhook_result *res)
+{
+    struct fake_request f;
+    build(&f, event, "1b7c8e20-0000-11ef-8000-000000000001", body, sign);
+    webhook_handle(config, secret, &f.req, 1000, res);
+}
+
+static const char queued[] =
+    "{\"action\":\"queued\",\"workflow_job\":{\"id\":29679449589,\"run_id\":10612271045,"
+    "\"labels\":[\"self-hosted\",\"linux.ppc64le\"],\"name\":\"build\",\"runner_name\":null},"
+    "\"repository\":{\"full_name\":\"pytorch/pytorch\"},\"installation\":{\"id\":4}}";
+
+static void test_workflow_job_queued(void **state)
+{
+    (void)state;
+    struct webhook_result res;
+    handle("workflow_job", queued, true, &res);
+    assert_int_equal(res.outcome, WEBHOOK_STORE);
+    assert_int_equal(res.status, 202);
+    struct job_event *ev = res.event;
+    assert_true(ev->job_id == INT64_C(29679449589)); /* > 2^31: 64-bit all the way */
+    assert_true(ev->run_id == INT64_C(10612271045));
+    assert_int_equal(ev->status, JOB_QUEUED);
+    assert_int_equal(ev->installation_id, 4);
+    assert_string_equal(ev->repository, "pytorch/pytorch");
+    assert_string_equal(ev->pool, "ppc"); /* label case differs from the config */
+    assert_string_equal(ev->labels_json, "[\"self-hosted\",\"linux.ppc64le\"]");
+    assert_null(ev->runner_name);
+    job_event_free(ev);
+}
+
+static void test_rejections(void **state)
+{
+    (void)state;
+    struct webhook_result res;
+    handle("workflow_job", queued, false, &res);
+    assert_int_equal(res.status, 401);
+    assert_null(res.event);
+
+    handle("workflow_job", "{\"action\":\"queued\",", true, &res);
+    assert_int_equal(res.status, 400);
+    assert_non_null(strstr(res.reason, "malformed JSON"));
+
+    handle("workflow_job", "[1,2]", true, &res);
+    assert_int_equal(res.status, 400);
+
+    handle("workflow_job",
+           "{\"action\":\"queued\",\"workflow_job\":{\"id\":-3,\"run_id\":1,\"labels\":[]},"
+           "\"repository\":{\"full_name\":\"a/b\"}}",
+           true, &res);
+    assert_int_equal(res.status, 400);
+    assert_non_null(strstr(res.reason, "workflow_job.id"));
+
+    handle("workflow_job",
+           "{\"action\":\"queued\",\"workflow_job\":{\"id\":3,\"run_id\":1,\"labels\":[7]},"
+           "\"repository\":{\"full_name\":\"a/b\"}}",
+           true, &res);
+    assert_int_equal(res.status, 400);
+    assert_non_null(strstr(res.reason, "labels[0]"));
+
+    handle("workflow_job", "{\"action\":\"queued\",\"workflow_job\":{\"id\":3,\"run_id\":1}}",
+           true, &res);
+    assert_int_equal(res.status, 400);
+    assert_non_null(strstr(res.reason, "missing field"));
+
+    handle(NULL, queued, true, &res);
+    assert_int_equal(res.status, 400);
+
+    struct fake_request f;
+    build(&f, "workflow_job", NULL, queued, true);
+    webhook_handle(config, secret, &f.req, 1000, &res);
+    assert_int_equal(res.status, 400);
+    assert_non_null(strstr(res.reason, "X-GitHub-Delivery"));
+}
+
+static void test_other_events(void **state)
+{
+    (void)state;
+    struct webhook_result res;
+    handle("ping", "{\"zen\":\"Keep it logically awesome.\"}", true, &res);
+    assert_int_equal(res.outcome, WEBHOOK_PING);
+    assert_int_equal(res.status, 200);
+    handle("push", "{}", true, &res);
+    assert_int_equal(res.outcome, WEBHOOK_IGNORED);
+    assert_int_equal(res.status, 204);
+    /* An unsigned ping is still unauthorized. */
+    handle("ping", "{}", false, &res);
+    assert_int_equal(res.status, 401);
+    /* An action GitHub may add later is ignored, not an error. */
+    handle("workflow_job",
+           "{\"action\":\"teleported\",\"workflow_job\":{\"id\":3,\"run_id\":1,\"labels\":[]},"
+           "\"repository\":{\"full_name\":\"a/b\"}}",
+           true, &res);
+    assert_int_equal(res.status, 204);
+}
+
+static void test_pool_matching(void **state)
+{
+    (void)state;
+    const char *ppc[] = {"self-hosted", "linux.ppc64le"};
+    const char *ppc_upper[] = {"LINUX.ppc64le"};
+    const char *z_big[] = {"linux.s390x", "BIG"};
+    const char *z[] = {"linux.s390x"};
+    const char *none[] = {"ubuntu-latest"};
+    const char *mixed[] = {"linux.ppc64le", "big"};
+    assert_string_equal(job_pool_match(config, ppc, 2)->name, "ppc");
+    assert_string_equal(job_pool_match(config, ppc_upper, 1)->name, "ppc");
+    /* First pool whose labels include all of the job's: z-big comes first. */
+    assert_string_equal(job_pool_match(config, z_big, 2)->name, "z-big");
+    assert_string_equal(job_pool_match(config, z, 1)->name, "z-big");
+    assert_null(job_pool_match(config, none, 1));
+    assert_null(job_pool_match(config, mixed, 2));
+    assert_null(job_pool_match(config, NULL, 0));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_github_documented_vector),
+        cmocka_unit_test(test_workflow_job_queued),
+        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_other_events),
+        cmocka_unit_test(test_pool_matching),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
