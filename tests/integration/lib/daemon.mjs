@@ -1,0 +1,195 @@
+// Test harness: runs the real hatcheryd binary on loopback with a temporary config, state
+// directory and secret, and talks to it with node's own HTTP client and the real CLI.
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { sign } from '@octokit/webhooks-methods';
+
+export const HATCHERYD = process.env.HATCHERYD;
+export const HATCHERY_CLI = process.env.HATCHERY_CLI;
+if (!HATCHERYD || !HATCHERY_CLI) throw new Error('HATCHERYD and HATCHERY_CLI must be set (ctest does)');
+
+export async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+export function tempDir(prefix = 'hatchery-it-') {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+export const DEFAULT_POOLS = `pools:
+  - name: linux.ppc64le
+    labels: [linux.ppc64le]
+    arch: ppc64le
+    image: /var/lib/hatchery/images/ppc64le.qcow2
+    max_runners: 2
+  - name: linux.s390x
+    labels: [linux.s390x]
+    arch: s390x
+    image: /var/lib/hatchery/images/s390x.qcow2
+    max_runners: 1
+  - name: k8s
+    labels: [k8s]
+    arch: x86_64
+    image: /var/lib/hatchery/images/x86_64.qcow2
+    max_runners: 1
+`;
+
+export function writeConfig(dir, { port, secret = 'test-webhook-secret', http = '', extra = '', pools = DEFAULT_POOLS } = {}) {
+  const secretFile = join(dir, 'webhook-secret');
+  writeFileSync(secretFile, secret + '\n', { mode: 0o600 });
+  chmodSync(secretFile, 0o600);
+  const configFile = join(dir, 'hatchery.yaml');
+  writeFileSync(configFile, `controller_id: it
+listen: 127.0.0.1:${port}
+state_dir: ${join(dir, 'state')}
+admin_socket: ${join(dir, 'admin.sock')}
+webhook_secret_file: ${secretFile}
+${http ? 'http:\n' + http : ''}
+hosts:
+  - name: host-a
+    uri: test:///default
+    vcpus: 16
+    memory_mib: 32768
+    max_guests: 8
+${pools}${extra}`);
+  return configFile;
+}
+
+export class Daemon {
+  constructor(opts = {}) {
+    this.opts = opts;
+    this.dir = opts.dir ?? tempDir();
+    this.secret = opts.secret ?? 'test-webhook-secret';
+    this.logs = '';
+  }
+
+  get socket() { return join(this.dir, 'admin.sock'); }
+  get db() { return join(this.dir, 'state', 'hatchery.db'); }
+
+  async start() {
+    if (!this.port) this.port = await freePort();
+    this.config = writeConfig(this.dir, { ...this.opts, port: this.port, secret: this.secret });
+    this.proc = spawn(HATCHERYD, ['--config', this.config], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, ...(this.opts.env ?? {}) },
+    });
+    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
+    await new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error('hatcheryd did not become ready:\n' + this.logs)), 15000);
+      this.proc.stderr.on('data', (d) => {
+        this.logs += d.toString();
+        if (this.logs.includes('event=daemon.ready')) { clearTimeout(timer); resolve(); }
+      });
+      this.exited.then(({ code, signal }) => { clearTimeout(timer); reject(new Error(`hatcheryd exited ${code ?? signal}:\n${this.logs}`)); });
+    });
+    return this;
+  }
+
+  // Graceful stop; resolves with the exit status (0 expected, and ASan reports leaks as non-zero).
+  async stop() {
+    if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode) return this.exited;
+    this.proc.kill('SIGTERM');
+    return this.exited;
+  }
+
+  async kill9() {
+    this.proc.kill('SIGKILL');
+    return this.exited;
+  }
+
+  cleanup() { rmSync(this.dir, { recursive: true, force: true }); }
+
+  cli(...args) {
+    const r = spawnSync(HATCHERY_CLI, ['--socket', this.socket, ...args], { encoding: 'utf8' });
+    return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+  }
+
+  cliJson(...args) {
+    const r = this.cli('--json', ...args);
+    if (r.code !== 0) throw new Error(`hatchery ${args.join(' ')} exited ${r.code}: ${r.stderr}`);
+    return JSON.parse(r.stdout);
+  }
+
+  jobs() { return this.cliJson('jobs', '--limit', '10000').jobs; }
+
+  async post(event, payload, { secret = this.secret, delivery = randomDelivery(), headers = {}, tamper = null, path = '/webhook' } = {}) {
+    const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
+    const signature = await sign(secret, body);
+    const sent = tamper ? tamper(body) : body;
+    return request(this.port, {
+      method: 'POST', path, body: sent,
+      headers: {
+        'Content-Type': 'application/json',
+        'User-Agent': 'GitHub-Hookshot/044aadd',
+        'X-GitHub-Event': event,
+        'X-GitHub-Delivery': delivery,
+        'X-GitHub-Hook-ID': '292430182',
+        'X-Hub-Signature-256': signature,
+        ...headers,
+      },
+    });
+  }
+}
+
+let deliveryCounter = 0;
+export function randomDelivery() {
+  deliveryCounter++;
+  const hex = (n, w) => n.toString(16).padStart(w, '0');
+  return `${hex(Date.now() & 0xffffffff, 8)}-${hex(process.pid & 0xffff, 4)}-11ef-8000-${hex(deliveryCounter, 12)}`;
+}
+
+export function request(port, { method = 'GET', path = '/', headers = {}, body = null, tls = null } = {}) {
+  // A header set to undefined is left out (to test missing headers).
+  headers = Object.fromEntries(Object.entries(headers).filter(([, v]) => v !== undefined));
+  return new Promise((resolve, reject) => {
+    const fn = tls ? httpsRequest : httpRequest;
+    const req = fn({ host: '127.0.0.1', port, method, path, headers, agent: false, ...(tls ?? {}) }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+    });
+    req.on('error', reject);
+    if (body !== null) req.write(body);
+    req.end();
+  });
+}
+
+// Sends raw bytes on a fresh TCP connection and collects everything until the server closes
+// (or `waitMs` passes).
+export function rawExchange(port, chunks, { waitMs = 5000, gapMs = 0 } = {}) {
+  return new Promise((resolve) => {
+    const sock = connect(port, '127.0.0.1');
+    let data = '';
+    let closed = false;
+    const started = Date.now();
+    const timer = setTimeout(() => { sock.destroy(); resolve({ data, closed, ms: Date.now() - started }); }, waitMs);
+    sock.on('data', (d) => { data += d.toString(); });
+    sock.on('close', () => { closed = true; clearTimeout(timer); resolve({ data, closed, ms: Date.now() - started }); });
+    sock.on('error', () => {});
+    sock.on('connect', async () => {
+      for (const c of chunks) {
+        if (sock.destroyed) break;
+        sock.write(c);
+        if (gapMs) await new Promise((r) => setTimeout(r, gapMs));
+      }
+    });
+  });
+}
+
+export function examples(name) {
+  // createRequire keeps the JSON import simple across node versions.
+  return JSON.parse(readFileSync(new URL(import.meta.resolve('@octokit/webhooks-examples')), 'utf8'))
+    .find((e) => e.name === name).examples;
+}

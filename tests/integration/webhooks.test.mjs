@@ -1,0 +1,136 @@
+// Webhook intake against the real daemon: every example GitHub delivery (octokit's
+// collection) signed with octokit's sign(), tampering, bad requests, duplicates, and that
+// the secret never shows up anywhere the daemon writes.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Daemon, examples, rawExchange } from './lib/daemon.mjs';
+
+describe('webhooks', () => {
+  const d = new Daemon({ secret: 'It is a Secret to Everybody 7f3a' });
+  before(() => d.start());
+  after(async () => {
+    const { code } = await d.stop();
+    d.cleanup();
+    assert.equal(code, 0, 'hatcheryd exits 0 on SIGTERM (and ASan found no leak)');
+  });
+
+  test('every workflow_job example is accepted and stored', async () => {
+    const jobs = examples('workflow_job');
+    assert.equal(jobs.length, 8);
+    for (const [i, payload] of jobs.entries()) {
+      const res = await d.post('workflow_job', payload);
+      assert.equal(res.status, 202, `example ${i} (${payload.action}): ${res.body}`);
+    }
+    const stored = d.jobs();
+    const ids = new Set(jobs.map((p) => p.workflow_job.id));
+    for (const id of ids) {
+      const row = stored.find((j) => j.id === id);
+      assert.ok(row, `job ${id} stored`);
+      // 64-bit ids survive the round trip exactly.
+      assert.equal(row.id, id);
+    }
+    // Job 289782451 had queued, in_progress and completed deliveries: it ends completed.
+    assert.equal(stored.find((j) => j.id === 289782451).status, 'completed');
+    // The k8s job (labels self-hosted, k8s) matches pool k8s; ubuntu-latest matches none.
+    assert.equal(stored.find((j) => j.id === 12877621891).pool, 'k8s');
+    assert.equal(stored.find((j) => j.id === 289782451).pool, null);
+  });
+
+  test('ping examples get 200', async () => {
+    for (const payload of examples('ping')) {
+      const res = await d.post('ping', payload);
+      assert.equal(res.status, 200, res.body);
+    }
+  });
+
+  test('events Hatchery does not act on get 204', async () => {
+    for (const name of ['push', 'pull_request', 'workflow_run', 'check_run', 'installation']) {
+      const res = await d.post(name, examples(name)[0]);
+      assert.equal(res.status, 204, `${name}: ${res.body}`);
+    }
+  });
+
+  test('a changed byte, a wrong secret or no signature is 401 and stores nothing', async () => {
+    const before = d.jobs().length;
+    const payload = structuredClone(examples('workflow_job')[5]);
+    payload.workflow_job.id = 7000000001;
+    let res = await d.post('workflow_job', payload, {
+      tamper: (body) => body.replace('7000000001', '7000000002'),
+    });
+    assert.equal(res.status, 401);
+    assert.match(res.body, /signature does not match/);
+    res = await d.post('workflow_job', payload, { secret: 'not the secret' });
+    assert.equal(res.status, 401);
+    res = await d.post('workflow_job', payload, { headers: { 'X-Hub-Signature-256': undefined } });
+    assert.equal(res.status, 401);
+    assert.match(res.body, /missing X-Hub-Signature-256/);
+    res = await d.post('workflow_job', payload, { headers: { 'X-Hub-Signature-256': 'sha256=zz' } });
+    assert.equal(res.status, 401);
+    assert.equal(d.jobs().length, before);
+    assert.ok(!d.jobs().some((j) => j.id === 7000000001 || j.id === 7000000002));
+  });
+
+  test('malformed JSON and missing fields are 400 with a reason', async () => {
+    let res = await d.post('workflow_job', '{"action": "queued", ');
+    assert.equal(res.status, 400);
+    assert.match(JSON.parse(res.body).error, /malformed JSON/);
+    res = await d.post('workflow_job', { action: 'queued', workflow_job: { id: 5, run_id: 6 } });
+    assert.equal(res.status, 400);
+    assert.match(JSON.parse(res.body).error, /missing field/);
+    res = await d.post('workflow_job', examples('workflow_job')[5], { headers: { 'X-GitHub-Delivery': undefined } });
+    assert.equal(res.status, 400);
+    assert.match(res.body, /X-GitHub-Delivery/);
+  });
+
+  test('a redelivery has a single effect', async () => {
+    const payload = structuredClone(examples('workflow_job')[5]);
+    payload.workflow_job.id = 8000000001;
+    const delivery = '11111111-2222-11ef-8000-000000000001';
+    const first = await d.post('workflow_job', payload, { delivery });
+    assert.equal(first.status, 202);
+    const deliveriesMetric = async () => {
+      const res = await fetch(`http://127.0.0.1:${d.port}/metrics`);
+      const text = await res.text();
+      return Number(text.match(/hatchery_webhook_deliveries_total\{result="stored"\} (\d+)/)[1]);
+    };
+    const stored = await deliveriesMetric();
+    for (let i = 0; i < 3; i++) {
+      const again = await d.post('workflow_job', payload, { delivery });
+      assert.equal(again.status, 200);
+      assert.match(again.body, /"duplicate":true/);
+    }
+    assert.equal(await deliveriesMetric(), stored, 'no second store effect');
+    assert.equal(d.jobs().filter((j) => j.id === 8000000001).length, 1);
+  });
+
+  test('oversized body gets 413 before it is read', async () => {
+    const big = JSON.stringify({ pad: 'x'.repeat(1024 * 1024 + 10) });
+    const res = await rawExchange(d.port, [
+      `POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: workflow_job\r\nContent-Length: ${big.length}\r\n\r\n`,
+    ]);
+    assert.match(res.data, /^HTTP\/1\.1 413 /);
+    assert.ok(res.closed);
+  });
+
+  test('a truncated request stores nothing', async () => {
+    const before = d.jobs().length;
+    const payload = structuredClone(examples('workflow_job')[5]);
+    payload.workflow_job.id = 9000000001;
+    const body = JSON.stringify(payload);
+    const sock = await rawExchange(d.port, [
+      `POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: workflow_job\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 100)}`,
+    ], { waitMs: 300 });
+    assert.equal(sock.data, '');
+    assert.equal(d.jobs().length, before);
+  });
+
+  test('the secret appears in no log line, metric or CLI answer', async () => {
+    const leaks = [d.logs, await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text(),
+      d.cli('jobs').stdout, d.cli('pools', '--json').stdout, d.cli('capacity', '--json').stdout];
+    for (const text of leaks) {
+      assert.ok(!text.includes(d.secret), 'secret leaked');
+      assert.ok(!text.includes('Secret to Everybody'), 'part of the secret leaked');
+    }
+    assert.match(d.logs, /event=webhook.rejected .*status=401/, 'the log does show the rejections');
+  });
+});
