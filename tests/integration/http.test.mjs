@@ -1,0 +1,145 @@
+// The HTTP listener's limits and protocol behaviour, over real sockets: timeouts, the
+// connection limit, keep-alive and pipelining, /healthz, /metrics checked by promtool, TLS.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { chmodSync } from 'node:fs';
+import { join } from 'node:path';
+import { connect } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { Daemon, examples, rawExchange, request, tempDir } from './lib/daemon.mjs';
+
+describe('http listener', () => {
+  const d = new Daemon({
+    http: '  read_timeout_ms: 400\n  idle_timeout_ms: 1500\n  max_connections: 8\n  max_headers: 16\n',
+  });
+  before(() => d.start());
+  after(async () => {
+    const { code } = await d.stop();
+    d.cleanup();
+    assert.equal(code, 0);
+  });
+
+  test('/healthz answers', async () => {
+    const res = await request(d.port, { path: '/healthz' });
+    assert.equal(res.status, 200);
+    assert.equal(JSON.parse(res.body).status, 'ok');
+  });
+
+  test('unknown paths are 404 and wrong methods 405', async () => {
+    assert.equal((await request(d.port, { path: '/nope' })).status, 404);
+    assert.equal((await request(d.port, { path: '/webhook' })).status, 405);
+    assert.equal((await request(d.port, { method: 'POST', path: '/metrics', body: '' })).status, 405);
+  });
+
+  test('a stalled request is answered 408 and closed by the read timeout', async () => {
+    const res = await rawExchange(d.port, ['POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{"a'], { waitMs: 5000 });
+    assert.ok(res.closed, 'closed by the server');
+    assert.match(res.data, /^HTTP\/1\.1 408 /);
+    assert.ok(res.ms >= 350 && res.ms < 3000, `closed after ${res.ms} ms`);
+  });
+
+  test('a slow-loris client sending a byte at a time is cut off too', async () => {
+    const head = 'GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ' + 'a'.repeat(40);
+    const res = await rawExchange(d.port, head.split(''), { waitMs: 5000, gapMs: 50 });
+    assert.ok(res.closed);
+    assert.match(res.data, /^HTTP\/1\.1 408 /);
+  });
+
+  test('an idle kept-alive connection is closed after idle_timeout_ms', async () => {
+    const res = await rawExchange(d.port, ['GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'], { waitMs: 6000 });
+    assert.match(res.data, /^HTTP\/1\.1 200 /);
+    assert.ok(res.closed);
+    assert.ok(res.ms >= 1400, `closed after ${res.ms} ms`);
+  });
+
+  test('too many headers is 431', async () => {
+    let head = 'GET /healthz HTTP/1.1\r\n';
+    for (let i = 0; i < 20; i++) head += `X-H${i}: v\r\n`;
+    const res = await rawExchange(d.port, [head + '\r\n']);
+    assert.match(res.data, /^HTTP\/1\.1 431 /);
+    const big = await rawExchange(d.port, [`GET /healthz HTTP/1.1\r\nX-Big: ${'b'.repeat(20000)}\r\n\r\n`]);
+    assert.match(big.data, /^HTTP\/1\.1 431 /);
+  });
+
+  test('garbage is 400', async () => {
+    const res = await rawExchange(d.port, ['\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03 not http\r\n\r\n']);
+    assert.match(res.data, /^HTTP\/1\.1 400 /);
+    assert.ok(res.closed);
+  });
+
+  test('keep-alive and pipelining: answers come back in order on one connection', async () => {
+    const payload = structuredClone(examples('workflow_job')[5]);
+    payload.workflow_job.id = 6100000001;
+    payload.workflow_job.labels = ['self-hosted', 'Linux.PPC64LE'];
+    const body = JSON.stringify(payload);
+    const { sign } = await import('@octokit/webhooks-methods');
+    const sig = await sign(d.secret, body);
+    const webhook = `POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-GitHub-Event: workflow_job\r\nX-GitHub-Delivery: pipe-1\r\nX-Hub-Signature-256: ${sig}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+    const res = await rawExchange(d.port, [
+      'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n' + webhook + 'GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+    ]);
+    const statuses = [...res.data.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+    assert.deepEqual(statuses, [200, 202, 404]);
+    assert.ok(res.closed, 'Connection: close honoured');
+  });
+
+  test('connections beyond max_connections get 503, and the daemon keeps serving', async () => {
+    const held = [];
+    for (let i = 0; i < 8; i++) {
+      held.push(await new Promise((resolve) => { const s = connect(d.port, '127.0.0.1', () => resolve(s)); s.on('error', () => {}); }));
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    const res = await rawExchange(d.port, ['GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n']);
+    assert.match(res.data, /^HTTP\/1\.1 503 /);
+    for (const s of held) s.destroy();
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await request(d.port, { path: '/healthz' })).status, 200);
+  });
+
+  test('/metrics passes promtool check metrics', async () => {
+    const res = await request(d.port, { path: '/metrics' });
+    assert.equal(res.status, 200);
+    assert.match(res.headers['content-type'], /^text\/plain; version=0\.0\.4/);
+    const check = spawnSync('promtool', ['check', 'metrics'], { input: res.body, encoding: 'utf8' });
+    assert.equal(check.status, 0, check.stdout + check.stderr);
+    assert.match(res.body, /hatchery_http_timeouts_total [1-9]/);
+    assert.match(res.body, /hatchery_http_connections_rejected_total [1-9]/);
+    assert.match(res.body, /hatchery_pool_max_runners\{pool="linux.ppc64le"\} 2/);
+    assert.match(res.body, /hatchery_jobs\{pool="linux.ppc64le",status="queued"\} 1/);
+  });
+});
+
+describe('TLS listener', () => {
+  const dir = tempDir();
+  const cert = join(dir, 'cert.pem');
+  const key = join(dir, 'key.pem');
+  const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert,
+    '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'], { encoding: 'utf8' });
+  chmodSync(key, 0o600);
+  const d = new Daemon({ dir, http: `  tls_cert_file: ${cert}\n  tls_key_file: ${key}\n` });
+  before(() => { assert.equal(made.status, 0, made.stderr); return d.start(); });
+  after(async () => {
+    const { code } = await d.stop();
+    d.cleanup();
+    assert.equal(code, 0);
+  });
+
+  test('a signed delivery over TLS is accepted, and the certificate is verified by the client', async () => {
+    const { sign } = await import('@octokit/webhooks-methods');
+    const body = JSON.stringify(examples('workflow_job')[6]);
+    const res = await request(d.port, {
+      method: 'POST', path: '/webhook', body,
+      tls: { ca: (await import('node:fs')).readFileSync(cert), servername: undefined },
+      headers: { 'Content-Type': 'application/json', 'X-GitHub-Event': 'workflow_job', 'X-GitHub-Delivery': 'tls-1', 'X-Hub-Signature-256': await sign(d.secret, body) },
+    });
+    assert.equal(res.status, 202, res.body);
+    assert.equal(d.jobs().length, 1);
+  });
+
+  test('plain HTTP to the TLS port gets no answer and counts a handshake failure', async () => {
+    const res = await rawExchange(d.port, ['GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'], { waitMs: 2000 });
+    assert.ok(!res.data.includes('HTTP/1.1 200'));
+    const metrics = await request(d.port, { path: '/metrics', tls: { ca: (await import('node:fs')).readFileSync(cert) } });
+    assert.match(metrics.body, /hatchery_http_tls_handshake_failures_total [1-9]/);
+  });
+});
