@@ -10,7 +10,7 @@ packages=(
   libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev
   libyaml-dev libcurl4-openssl-dev libvirt-dev libcmocka-dev
   # tests
-  sqlite3 curl openssl ca-certificates nodejs npm prometheus
+  sqlite3 curl openssl ca-certificates nodejs npm prometheus python3
   # benchmarks
   wrk nginx-light
 )

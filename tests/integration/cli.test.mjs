@@ -1,0 +1,103 @@
+// The hatchery CLI against a running daemon (tables and --json), against no daemon, and
+// systemd's notify protocol.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Daemon, HATCHERY_CLI, examples, tempDir } from './lib/daemon.mjs';
+
+describe('hatchery CLI', () => {
+  const d = new Daemon();
+  before(async () => {
+    await d.start();
+    for (const [i, labels] of [['linux.ppc64le'], ['linux.ppc64le'], ['linux.s390x'], ['windows']].entries()) {
+      const payload = structuredClone(examples('workflow_job')[5]);
+      payload.workflow_job.id = 3000000000 + i;
+      payload.workflow_job.labels = labels;
+      assert.equal((await d.post('workflow_job', payload)).status, 202);
+    }
+  });
+  after(async () => {
+    const { code } = await d.stop();
+    d.cleanup();
+    assert.equal(code, 0);
+  });
+
+  test('capacity shows per pool the max, runners and queued jobs, and the unmatched', () => {
+    const r = d.cli('capacity');
+    assert.equal(r.code, 0, r.stderr);
+    const rows = r.stdout.trim().split('\n').map((l) => l.split(/\s+/));
+    assert.deepEqual(rows[0], ['POOL', 'ARCH', 'MAX', 'MIN_IDLE', 'RUNNERS', 'QUEUED', 'IN_PROGRESS', 'WAITING']);
+    assert.deepEqual(rows.find((x) => x[0] === 'linux.ppc64le'), ['linux.ppc64le', 'ppc64le', '2', '0', '0', '2', '0', '0']);
+    assert.deepEqual(rows.find((x) => x[0] === 'linux.s390x'), ['linux.s390x', 's390x', '1', '0', '0', '1', '0', '0']);
+    assert.deepEqual(rows.find((x) => x[0] === '(unmatched)').slice(5), ['1', '0', '0']);
+    const json = d.cliJson('capacity');
+    assert.equal(json.pools.find((p) => p.pool === 'linux.ppc64le').jobs.queued, 2);
+  });
+
+  test('jobs lists them, filters by status, and --json carries 64-bit ids', () => {
+    const r = d.cli('jobs');
+    assert.equal(r.code, 0);
+    assert.match(r.stdout, /^JOB\s+STATUS\s+POOL/);
+    assert.match(r.stdout, /3000000003\s+queued\s+\(unmatched\)/);
+    const queued = d.cliJson('jobs', '--status', 'queued').jobs;
+    assert.equal(queued.length, 4);
+    assert.ok(queued.some((j) => j.id === 3000000002 && j.pool === 'linux.s390x'));
+    assert.equal(d.cliJson('jobs', '--status', 'completed').jobs.length, 0);
+    const bad = d.cli('jobs', '--status', 'sleeping');
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /status must be/);
+  });
+
+  test('pools lists the configuration', () => {
+    const pools = d.cliJson('pools').pools;
+    assert.deepEqual(pools.map((p) => p.name), ['linux.ppc64le', 'linux.s390x', 'k8s']);
+    assert.match(d.cli('pools').stdout, /linux\.s390x\s+s390x\s+vm/);
+  });
+
+  test('usage errors exit 2', () => {
+    assert.equal(d.cli('frobnicate').code, 2);
+    assert.equal(d.cli('jobs', '--limit', 'lots').code, 2);
+    assert.equal(spawnSync(HATCHERY_CLI, [], { encoding: 'utf8' }).status, 2);
+  });
+
+  test('the admin socket is mode 0660', () => {
+    const st = spawnSync('stat', ['-c', '%a', d.socket], { encoding: 'utf8' });
+    assert.equal(st.stdout.trim(), '660');
+  });
+});
+
+test('no daemon: a clear message and exit status 3', () => {
+  const r = spawnSync(HATCHERY_CLI, ['--socket', '/nonexistent/admin.sock', 'capacity'], { encoding: 'utf8' });
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /cannot reach hatcheryd at \/nonexistent\/admin.sock/);
+  assert.match(r.stderr, /is the daemon running\?/);
+});
+
+test('systemd: READY=1 once listening, WATCHDOG=1 pings, STOPPING=1 on SIGTERM', async () => {
+  const dir = tempDir();
+  const sock = join(dir, 'notify.sock');
+  // A datagram listener, as systemd would hold it.
+  const listener = spawn('python3', ['-u', '-c', `
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+print("LISTENING", flush=True)
+while True:
+    print(s.recv(4096).decode(), flush=True)
+`, sock]);
+  let got = '';
+  listener.stdout.on('data', (b) => { got += b.toString(); });
+  await new Promise((resolve) => { const t = setInterval(() => { if (got.includes('LISTENING')) { clearInterval(t); resolve(); } }, 20); });
+  const d = new Daemon({ env: { NOTIFY_SOCKET: sock, WATCHDOG_USEC: '200000' } });
+  await d.start();
+  await new Promise((r) => setTimeout(r, 600));
+  const { code } = await d.stop();
+  await new Promise((r) => setTimeout(r, 100));
+  listener.kill();
+  d.cleanup();
+  assert.equal(code, 0);
+  assert.match(got, /READY=1/);
+  assert.ok((got.match(/WATCHDOG=1/g) ?? []).length >= 3, got);
+  assert.match(got, /STOPPING=1/);
+});

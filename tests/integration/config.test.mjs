@@ -1,0 +1,69 @@
+// hatcheryd --check-config and start-up refusals, through the real binary.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
+import { after, describe, test } from 'node:test';
+import { HATCHERYD, tempDir, writeConfig } from './lib/daemon.mjs';
+
+function check(file) {
+  return spawnSync(HATCHERYD, ['--check-config', file], { encoding: 'utf8' });
+}
+
+describe('config', () => {
+  const dir = tempDir();
+  const good = writeConfig(dir, { port: 18999 });
+  const text = readFileSync(good, 'utf8');
+  after(() => spawnSync('rm', ['-rf', dir]));
+
+  test('a valid config checks out with exit status 0', () => {
+    const r = check(good);
+    assert.equal(r.status, 0, r.stderr);
+    assert.match(r.stdout, /OK \(1 hosts, 3 pools\)/);
+  });
+
+  const cases = [
+    ['unknown key', (t) => t + 'colour: blue\n', /:\d+: colour: unknown key/],
+    ['bad arch', (t) => t.replace('arch: s390x', 'arch: sparc64'), /:\d+: pools\[1\]\.arch: 'sparc64' is not one of/],
+    ['bad number', (t) => t.replace('max_runners: 2', 'max_runners: two'), /:\d+: pools\[0\]\.max_runners: expected an integer/],
+    ['negative memory', (t) => t.replace('memory_mib: 32768', 'memory_mib: -5'), /:\d+: hosts\[0\]\.memory_mib: -5 is out of range/],
+    ['missing key', (t) => t.replace(/^state_dir: .*$/m, ''), /state_dir: missing required key/],
+    ['unknown host', (t) => t.replace('max_runners: 1\n', 'max_runners: 1\n    hosts: [nowhere]\n'), /unknown host 'nowhere'/],
+    ['bad listen', (t) => t.replace(/^listen: .*$/m, 'listen: everywhere'), /listen: 'everywhere' is not/],
+    ['YAML syntax', (t) => t + 'pools: [\n', /\(yaml\)/],
+  ];
+  for (const [name, edit, expected] of cases) {
+    test(`${name}: exit status 1 and a message with the line`, () => {
+      const file = `${dir}/bad.yaml`;
+      writeFileSync(file, edit(text));
+      const r = check(file);
+      assert.equal(r.status, 1, r.stdout + r.stderr);
+      assert.match(r.stderr, expected);
+      assert.match(r.stderr, /bad\.yaml:\d+: /);
+    });
+  }
+
+  test('the line number points at the offending key', () => {
+    const lines = text.split('\n');
+    const at = lines.findIndex((l) => l.includes('arch: ppc64le'));
+    lines[at] = '    arch: power';
+    const file = `${dir}/line.yaml`;
+    writeFileSync(file, lines.join('\n'));
+    const r = check(file);
+    assert.match(r.stderr, new RegExp(`line\\.yaml:${at + 1}: pools\\[0\\]\\.arch`));
+  });
+
+  test('a secret file readable by group or others is refused', () => {
+    const secret = `${dir}/webhook-secret`;
+    chmodSync(secret, 0o644);
+    const r = check(good);
+    chmodSync(secret, 0o600);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /webhook_secret_file: .*must not be accessible to group or others/);
+    assert.ok(!r.stderr.includes('test-webhook-secret'));
+  });
+
+  test('usage errors exit 2', () => {
+    assert.equal(spawnSync(HATCHERYD, [], { encoding: 'utf8' }).status, 2);
+    assert.equal(spawnSync(HATCHERYD, ['--bogus'], { encoding: 'utf8' }).status, 2);
+  });
+});
