@@ -305,6 +305,7 @@ struct write_req {
 
 static void conn_process(struct http_conn *conn);
 static void conn_close(struct http_conn *conn);
+static void start_reading(struct http_conn *conn);
 
 const char *http_conn_peer(const struct http_conn *conn)
 {
@@ -572,15 +573,17 @@ static void conn_process(struct http_conn *conn)
     if (conn->in_off == conn->in_len)
         conn->in_off = conn->in_len = 0;
     if (!conn->closing && !conn->close_after_write) {
+        /* One request at a time: stop reading while the handler has one, and read again
+         * once it is answered (possibly from a store callback, long after on_read). */
         if (conn->busy && conn->reading) {
             uv_read_stop((uv_stream_t *)&conn->tcp);
             conn->reading = false;
+        } else if (!conn->busy && !conn->reading) {
+            start_reading(conn);
         }
     }
     conn->in_process = false;
 }
-
-static void start_reading(struct http_conn *conn);
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
@@ -637,8 +640,6 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (conn->in_len > conn->in_off && !conn->reader.started)
         timer_set(conn, TIMER_READ);
     conn_process(conn);
-    if (!conn->closing && !conn->busy && !conn->reading && !conn->close_after_write)
-        start_reading(conn);
 }
 
 static void start_reading(struct http_conn *conn)
@@ -723,7 +724,7 @@ static void on_connection(uv_stream_t *listener, int status)
         SSL_set_accept_state(conn->ssl);
     }
     timer_set(conn, TIMER_READ);
-    start_reading(conn);
+    conn_process(conn);
 }
 
 static int tls_setup(struct http_server *s, const char *cert, const char *key, char *err,

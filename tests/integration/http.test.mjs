@@ -83,6 +83,31 @@ describe('http listener', () => {
     assert.ok(res.closed, 'Connection: close honoured');
   });
 
+  test('keep-alive: requests sent one after another on one connection are all answered', async () => {
+    const { sign } = await import('@octokit/webhooks-methods');
+    const sock = connect(d.port, '127.0.0.1');
+    let data = '';
+    sock.on('data', (b) => { data += b.toString(); });
+    await new Promise((r) => sock.on('connect', r));
+    const waitFor = (n) => new Promise((resolve, reject) => {
+      const t = setInterval(() => {
+        if ((data.match(/HTTP\/1\.1 /g) ?? []).length >= n) { clearInterval(t); resolve(); }
+      }, 5);
+      setTimeout(() => { clearInterval(t); reject(new Error('no answer: ' + data)); }, 3000);
+    });
+    for (let i = 0; i < 3; i++) {
+      const payload = structuredClone(examples('workflow_job')[5]);
+      payload.workflow_job.id = 6200000000 + i;
+      const body = JSON.stringify(payload);
+      sock.write(`POST /webhook HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: workflow_job\r\nX-GitHub-Delivery: ka-${i}\r\nX-Hub-Signature-256: ${await sign(d.secret, body)}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      await waitFor(i + 1);
+    }
+    sock.write('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n');
+    await waitFor(4);
+    sock.destroy();
+    assert.deepEqual([...data.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1])), [202, 202, 202, 200]);
+  });
+
   test('connections beyond max_connections get 503, and the daemon keeps serving', async () => {
     const held = [];
     for (let i = 0; i < 8; i++) {

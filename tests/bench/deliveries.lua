@@ -1,0 +1,52 @@
+-- wrk script: POSTs pre-signed, unique workflow_job deliveries (see make-deliveries.mjs).
+-- args: DIR [DELAY_MS]. Prints one JSON line of results in done().
+local counter = 0
+local threads = {}
+
+function setup(thread)
+  thread:set("tid", counter)
+  counter = counter + 1
+  table.insert(threads, thread)
+end
+
+local prefix, suffix, ids, sigs, n, i, pause
+
+function init(args)
+  local dir = args[1]
+  pause = tonumber(args[2] or "0")
+  prefix = io.open(dir .. "/prefix"):read("*a")
+  suffix = io.open(dir .. "/suffix"):read("*a")
+  ids, sigs, n, i = {}, {}, 0, 0
+  for line in io.lines(dir .. "/sigs-" .. tid) do
+    local id, sig = line:match("(%d+) (%x+)")
+    n = n + 1
+    ids[n], sigs[n] = id, sig
+  end
+end
+
+function request()
+  i = i + 1
+  if i > n then i = 1 end
+  local body = prefix .. ids[i] .. suffix
+  return wrk.format("POST", "/webhook", {
+    ["Content-Type"] = "application/json",
+    ["User-Agent"] = "GitHub-Hookshot/bench",
+    ["X-GitHub-Event"] = "workflow_job",
+    ["X-GitHub-Delivery"] = "bench-" .. ids[i],
+    ["X-Hub-Signature-256"] = "sha256=" .. sigs[i],
+  }, body)
+end
+
+function delay()
+  return pause
+end
+
+function done(summary, latency, requests)
+  local secs = summary.duration / 1e6
+  local non2xx = summary.errors.status
+  io.write(string.format(
+    '{"requests":%d,"rps":%.1f,"p50_ms":%.3f,"p99_ms":%.3f,"max_ms":%.3f,"non2xx":%d,"socket_errors":%d}\n',
+    summary.requests, summary.requests / secs, latency:percentile(50) / 1000,
+    latency:percentile(99) / 1000, latency.max / 1000, non2xx,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
