@@ -67,11 +67,16 @@ static void record_latency(struct daemon *d, uint64_t started_ns)
     d->webhooks.latency_sum_s += s;
 }
 
-/* A stored delivery waits here for its commit. */
-struct pending_delivery {
+/* One webhook request on its way: checked and parsed on a worker (HMAC and JSON are the
+ * CPU-heavy part, and a 1 MiB body must not stall the loop), then stored, then answered. */
+struct webhook_call {
+    uv_work_t work;
     struct daemon *daemon;
     struct http_conn *conn;
+    const struct http_request *req; /* valid until the answer: the connection waits */
     uint64_t started_ns;
+    int64_t received_ms;
+    struct webhook_result res;
     int64_t job_id;
     enum job_status status;
     bool unmatched;
@@ -79,60 +84,68 @@ struct pending_delivery {
     char delivery[WEBHOOK_MAX_DELIVERY_ID_BYTES + 1];
 };
 
-static void on_delivery_stored(void *data, int result)
+static void webhook_call_done(struct webhook_call *call)
 {
-    struct pending_delivery *p = data;
-    struct daemon *d = p->daemon;
-    if (result == STORE_DUPLICATE) {
-        d->webhooks.by_result[DELIVERY_DUPLICATE]++;
-        log_info("webhook.duplicate", "delivery=%s job=%lld", p->delivery, (long long)p->job_id);
-        respond_json(p->conn, 200, json_pack("{s:b, s:b}", "ok", 1, "duplicate", 1));
-    } else if (result == STORE_APPLIED) {
-        d->webhooks.by_result[DELIVERY_STORED]++;
-        if (p->unmatched)
-            d->webhooks.unmatched_jobs++;
-        log_info("webhook.stored", "delivery=%s job=%lld status=%s pool=%s", p->delivery,
-                 (long long)p->job_id, job_status_names[p->status],
-                 p->unmatched ? "(unmatched)" : p->pool);
-        respond_json(p->conn, 202, json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t)p->job_id));
-    } else {
-        d->webhooks.by_result[DELIVERY_ERROR]++;
-        log_error("webhook.store_failed", "delivery=%s job=%lld error=\"%s\"", p->delivery,
-                  (long long)p->job_id, strerror(-result));
-        respond_json(p->conn, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "store failed"));
-    }
-    record_latency(d, p->started_ns);
-    free(p);
+    record_latency(call->daemon, call->started_ns);
+    free(call);
 }
 
-static void handle_webhook(struct daemon *d, struct http_conn *conn,
-                           const struct http_request *req)
+static void on_delivery_stored(void *data, int result)
 {
-    uint64_t started_ns = uv_hrtime();
-    struct webhook_result res;
-    webhook_handle(d->config, d->webhook_secret, req, now_ms(), &res);
-    switch (res.outcome) {
+    struct webhook_call *call = data;
+    struct daemon *d = call->daemon;
+    if (result == STORE_DUPLICATE) {
+        d->webhooks.by_result[DELIVERY_DUPLICATE]++;
+        log_info("webhook.duplicate", "delivery=%s job=%lld", call->delivery,
+                 (long long)call->job_id);
+        respond_json(call->conn, 200, json_pack("{s:b, s:b}", "ok", 1, "duplicate", 1));
+    } else if (result == STORE_APPLIED) {
+        d->webhooks.by_result[DELIVERY_STORED]++;
+        if (call->unmatched)
+            d->webhooks.unmatched_jobs++;
+        log_info("webhook.stored", "delivery=%s job=%lld status=%s pool=%s", call->delivery,
+                 (long long)call->job_id, job_status_names[call->status],
+                 call->unmatched ? "(unmatched)" : call->pool);
+        respond_json(call->conn, 202,
+                     json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t)call->job_id));
+    } else {
+        d->webhooks.by_result[DELIVERY_ERROR]++;
+        log_error("webhook.store_failed", "delivery=%s job=%lld error=\"%s\"", call->delivery,
+                  (long long)call->job_id, strerror(-result));
+        respond_json(call->conn, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "store failed"));
+    }
+    webhook_call_done(call);
+}
+
+static void webhook_check_work(uv_work_t *work)
+{
+    struct webhook_call *call = work->data;
+    webhook_handle(call->daemon->config, call->daemon->webhook_secret, call->req,
+                   call->received_ms, &call->res);
+}
+
+static void webhook_check_done(uv_work_t *work, int status)
+{
+    struct webhook_call *call = work->data;
+    struct daemon *d = call->daemon;
+    struct http_conn *conn = call->conn;
+    struct webhook_result *res = &call->res;
+    (void)status; /* never cancelled */
+    switch (res->outcome) {
     case WEBHOOK_STORE: {
-        struct pending_delivery *p = calloc(1, sizeof(*p));
-        if (!p) {
-            job_event_free(res.event);
-            respond_json(conn, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory"));
-            return;
-        }
-        p->daemon = d;
-        p->conn = conn;
-        p->started_ns = started_ns;
-        p->job_id = res.event->job_id;
-        p->status = res.event->status;
-        p->unmatched = res.event->pool == NULL;
-        snprintf(p->pool, sizeof(p->pool), "%s", res.event->pool ? res.event->pool : "");
-        snprintf(p->delivery, sizeof(p->delivery), "%s", res.event->delivery_id);
-        int r = store_job_event_submit(d->store, res.event, on_delivery_stored, p);
+        call->job_id = res->event->job_id;
+        call->status = res->event->status;
+        call->unmatched = res->event->pool == NULL;
+        snprintf(call->pool, sizeof(call->pool), "%s", res->event->pool ? res->event->pool : "");
+        snprintf(call->delivery, sizeof(call->delivery), "%s", res->event->delivery_id);
+        int r = store_job_event_submit(d->store, res->event, on_delivery_stored, call);
+        res->event = NULL; /* the store owns it now, even on failure */
         if (r < 0) {
-            free(p);
             d->webhooks.by_result[DELIVERY_ERROR]++;
-            log_warn("webhook.store_busy", "error=\"%s\"", strerror(-r));
+            log_warn("webhook.store_busy", "delivery=%s error=\"%s\"", call->delivery,
+                     strerror(-r));
             respond_json(conn, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "store busy"));
+            webhook_call_done(call);
         }
         return;
     }
@@ -143,18 +156,39 @@ static void handle_webhook(struct daemon *d, struct http_conn *conn,
         break;
     case WEBHOOK_IGNORED:
         d->webhooks.by_result[DELIVERY_IGNORED]++;
-        log_debug("webhook.ignored", "event=%s reason=\"%s\"", res.event_name, res.reason);
+        log_debug("webhook.ignored", "event=%s reason=\"%s\"", res->event_name, res->reason);
         http_conn_respond(conn, 204, NULL, NULL, 0);
         break;
     case WEBHOOK_REJECTED:
     case WEBHOOK_OUTCOME_MAX:
-        d->webhooks.by_result[res.status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
+        d->webhooks.by_result[res->status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
         log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", http_conn_peer(conn),
-                 res.status, res.reason);
-        respond_json(conn, res.status, json_pack("{s:b, s:s}", "ok", 0, "error", res.reason));
+                 res->status, res->reason);
+        respond_json(conn, res->status,
+                     json_pack("{s:b, s:s}", "ok", 0, "error", res->reason));
         break;
     }
-    record_latency(d, started_ns);
+    webhook_call_done(call);
+}
+
+static void handle_webhook(struct daemon *d, struct http_conn *conn,
+                           const struct http_request *req)
+{
+    struct webhook_call *call = calloc(1, sizeof(*call));
+    if (!call) {
+        respond_json(conn, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory"));
+        return;
+    }
+    call->daemon = d;
+    call->conn = conn;
+    call->req = req;
+    call->started_ns = uv_hrtime();
+    call->received_ms = now_ms();
+    call->work.data = call;
+    if (uv_queue_work(d->loop, &call->work, webhook_check_work, webhook_check_done) < 0) {
+        webhook_check_work(&call->work);
+        webhook_check_done(&call->work, 0);
+    }
 }
 
 static void on_http_request(struct http_server *server, struct http_conn *conn,
@@ -428,6 +462,8 @@ int main(int argc, char **argv)
     log_level_parse(d.config->log_level, &level);
     log_level_set(level);
     signal(SIGPIPE, SIG_IGN);
+    /* Seed jansson's hash once, before workers parse JSON in parallel. */
+    json_object_seed(0);
     d.started_at_ms = now_ms();
 
     char err[512];

@@ -358,15 +358,19 @@ static void on_write(uv_write_t *req, int status)
         conn_close(conn);
 }
 
-static int raw_write(struct http_conn *conn, const char *data, size_t len)
+/* One write of up to two parts (an answer's head and body), so an answer is one syscall. */
+static int raw_write(struct http_conn *conn, const char *a, size_t a_len, const char *b,
+                     size_t b_len)
 {
-    struct write_req *w = malloc(sizeof(*w) + len);
+    struct write_req *w = malloc(sizeof(*w) + a_len + b_len);
     if (!w)
         return -ENOMEM;
     w->conn = conn;
-    w->len = len;
-    memcpy(w->data, data, len);
-    uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
+    w->len = a_len + b_len;
+    memcpy(w->data, a, a_len);
+    if (b_len)
+        memcpy(w->data + a_len, b, b_len);
+    uv_buf_t buf = uv_buf_init(w->data, (unsigned)w->len);
     int r = uv_write(&w->req, (uv_stream_t *)&conn->tcp, &buf, 1, on_write);
     if (r < 0) {
         free(w);
@@ -382,17 +386,15 @@ static int tls_flush(struct http_conn *conn)
     char buf[16 * 1024];
     int n;
     while ((n = BIO_read(conn->wbio, buf, sizeof(buf))) > 0) {
-        int r = raw_write(conn, buf, (size_t)n);
+        int r = raw_write(conn, buf, (size_t)n, NULL, 0);
         if (r < 0)
             return r;
     }
     return 0;
 }
 
-static int conn_send(struct http_conn *conn, const char *data, size_t len)
+static int tls_write(struct http_conn *conn, const char *data, size_t len)
 {
-    if (!conn->ssl)
-        return raw_write(conn, data, len);
     while (len > 0) {
         int n = SSL_write(conn->ssl, data, len > INT32_MAX ? INT32_MAX : (int)len);
         if (n <= 0)
@@ -400,7 +402,18 @@ static int conn_send(struct http_conn *conn, const char *data, size_t len)
         data += n;
         len -= (size_t)n;
     }
-    return tls_flush(conn);
+    return 0;
+}
+
+static int conn_send(struct http_conn *conn, const char *head, size_t head_len, const char *body,
+                     size_t body_len)
+{
+    if (!conn->ssl)
+        return raw_write(conn, head, head_len, body, body_len);
+    int r = tls_write(conn, head, head_len);
+    if (r == 0)
+        r = tls_write(conn, body, body_len);
+    return r < 0 ? r : tls_flush(conn);
 }
 
 static void timer_set(struct http_conn *conn, enum timer_mode mode);
@@ -463,9 +476,7 @@ static void respond(struct http_conn *conn, int status, const char *content_type
                      status, http_status_reason(status), content_type, body_len,
                      keep_alive ? "keep-alive" : "close");
     s->stats.responses_by_class[status / 100 < 6 ? status / 100 : 0]++;
-    int r = conn_send(conn, head, (size_t)n);
-    if (r == 0 && !no_body && body_len)
-        r = conn_send(conn, body, body_len);
+    int r = conn_send(conn, head, (size_t)n, body, no_body ? 0 : body_len);
     if (r < 0) {
         conn_close(conn);
         return;

@@ -97,6 +97,9 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     struct store_stats ss;
     store_stats_get(d->store, &ss);
     counter(&b, "hatchery_store_commits_total", "Group commits to the store.", ss.commits);
+    header(&b, "hatchery_store_commit_seconds_total", "counter",
+           "Time spent applying and committing batches (fsync included).");
+    textbuf_printf(&b, "hatchery_store_commit_seconds_total %.6f\n", (double)ss.commit_ns / 1e9);
     counter(&b, "hatchery_store_writes_total", "Writes committed to the store.",
             ss.writes_committed);
     counter(&b, "hatchery_store_write_errors_total", "Writes the store failed.", ss.commit_errors);

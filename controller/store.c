@@ -44,6 +44,7 @@ struct store {
     bool closing;
     uv_idle_t flush_idle;
     uv_work_t work;
+    uint64_t batch_ns; /* written by the worker, read after it in batch_after_cb */
     struct store_stats stats;
 };
 
@@ -345,7 +346,9 @@ static void apply_batch(struct store *s, struct pending_write *batch)
 static void batch_work_cb(uv_work_t *work)
 {
     struct store *s = work->data;
+    uint64_t started = uv_hrtime();
     apply_batch(s, s->batch);
+    s->batch_ns = uv_hrtime() - started;
 }
 
 static void start_batch(struct store *s);
@@ -357,6 +360,7 @@ static void batch_after_cb(uv_work_t *work, int status)
     s->batch = NULL;
     s->in_flight = false;
     s->stats.commits++;
+    s->stats.commit_ns += s->batch_ns;
     for (struct pending_write *w = batch; w;) {
         struct pending_write *next = w->next;
         if (status < 0)

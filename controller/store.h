@@ -56,6 +56,7 @@ int64_t store_deliveries_count(struct store *store);
 
 struct store_stats {
     uint64_t commits;
+    uint64_t commit_ns; /* time spent applying and committing batches */
     uint64_t writes_committed;
     uint64_t commit_errors;
     uint64_t writes_rejected; /* -EAGAIN: queue full */

@@ -1,5 +1,7 @@
 -- wrk script: POSTs pre-signed, unique workflow_job deliveries (see make-deliveries.mjs).
--- args: DIR [DELAY_MS]. Prints one JSON line of results in done().
+-- args: DIR DELAY_MS FIRST_FILE: thread N reads DIR/sigs-(FIRST_FILE+N), so runs that are
+-- given different FIRST_FILE values never send the same delivery twice.
+-- Prints one JSON line of results in done().
 local counter = 0
 local threads = {}
 
@@ -14,10 +16,12 @@ local prefix, suffix, ids, sigs, n, i, pause
 function init(args)
   local dir = args[1]
   pause = tonumber(args[2] or "0")
+  local file = tonumber(tid) + tonumber(args[3] or "0")
   prefix = io.open(dir .. "/prefix"):read("*a")
   suffix = io.open(dir .. "/suffix"):read("*a")
   ids, sigs, n, i = {}, {}, 0, 0
-  for line in io.lines(dir .. "/sigs-" .. tid) do
+  math.randomseed(file)
+  for line in io.lines(dir .. "/sigs-" .. file) do
     local id, sig = line:match("(%d+) (%x+)")
     n = n + 1
     ids[n], sigs[n] = id, sig
@@ -37,8 +41,11 @@ function request()
   }, body)
 end
 
+-- A random pause with the given mean, so that connections do not fire in lockstep (wrk's
+-- timers tick together) and arrivals look like independent deliveries.
 function delay()
-  return pause
+  if pause == 0 then return 0 end
+  return math.random(0, 2 * pause)
 end
 
 function done(summary, latency, requests)
