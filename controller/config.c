@@ -55,27 +55,36 @@ struct key {
 
 /* Row builders: each key's type, place, bounds and default on one line. */
 #define INT_KEY(struct_, field_, lo, hi, dflt)                                                     \
-    {.name = #field_, .type = KEY_INT, .offset = offsetof(struct_, field_), .min = (lo),          \
-     .max = (hi), .default_int = (dflt)}
+    {                                                                                              \
+        .name = #field_, .type = KEY_INT, .offset = offsetof(struct_, field_), .min = (lo),        \
+        .max = (hi), .default_int = (dflt)                                                         \
+    }
 #define INT_KEY_REQUIRED(struct_, field_, lo, hi)                                                  \
-    {.name = #field_, .type = KEY_INT, .offset = offsetof(struct_, field_), .min = (lo),          \
-     .max = (hi), .required = true}
+    {                                                                                              \
+        .name = #field_, .type = KEY_INT, .offset = offsetof(struct_, field_), .min = (lo),        \
+        .max = (hi), .required = true                                                              \
+    }
 #define STRING_KEY(struct_, field_, req, dflt)                                                     \
-    {.name = #field_, .type = KEY_STRING, .offset = offsetof(struct_, field_), .required = (req), \
-     .default_string = (dflt)}
+    {                                                                                              \
+        .name = #field_, .type = KEY_STRING, .offset = offsetof(struct_, field_),                  \
+        .required = (req), .default_string = (dflt)                                                \
+    }
 #define LIST_KEY(struct_, field_, lo, hi, req)                                                     \
-    {.name = #field_, .type = KEY_STRING_LIST, .offset = offsetof(struct_, field_),                \
-     .count_offset = offsetof(struct_, n_##field_), .min = (lo), .max = (hi), .required = (req)}
+    {                                                                                              \
+        .name = #field_, .type = KEY_STRING_LIST, .offset = offsetof(struct_, field_),             \
+        .count_offset = offsetof(struct_, n_##field_), .min = (lo), .max = (hi), .required = (req) \
+    }
 #define ENUM_KEY(struct_, field_, values, req, dflt)                                               \
-    {.name = #field_, .type = KEY_ENUM, .offset = offsetof(struct_, field_), .required = (req),   \
-     .default_int = (dflt), .enum_values = (values),                                             \
-     .n_enum_values = sizeof(values) / sizeof(values[0])}
+    {                                                                                              \
+        .name = #field_, .type = KEY_ENUM, .offset = offsetof(struct_, field_), .required = (req), \
+        .default_int = (dflt), .enum_values = (values),                                            \
+        .n_enum_values = sizeof(values) / sizeof(values[0])                                        \
+    }
 
 static const struct key http_keys[] = {
     INT_KEY(struct config_http, max_body_bytes, 1, HTTP_MAX_BODY_BYTES_MAX,
             HTTP_MAX_BODY_BYTES_DEFAULT),
-    INT_KEY(struct config_http, max_header_bytes, 1024, 1024 * 1024,
-            HTTP_MAX_HEADER_BYTES_DEFAULT),
+    INT_KEY(struct config_http, max_header_bytes, 1024, 1024 * 1024, HTTP_MAX_HEADER_BYTES_DEFAULT),
     INT_KEY(struct config_http, max_headers, 8, HTTP_MAX_HEADERS_MAX, HTTP_MAX_HEADERS_DEFAULT),
     INT_KEY(struct config_http, read_timeout_ms, 10, 600000, HTTP_READ_TIMEOUT_MS_DEFAULT),
     INT_KEY(struct config_http, idle_timeout_ms, 10, 3600000, HTTP_IDLE_TIMEOUT_MS_DEFAULT),
@@ -115,19 +124,32 @@ static const struct key top_keys[] = {
     STRING_KEY(struct config, state_dir, true, NULL),
     STRING_KEY(struct config, admin_socket, true, NULL),
     STRING_KEY(struct config, webhook_secret_file, true, NULL),
-    {.name = "log_level", .type = KEY_STRING, .offset = offsetof(struct config, log_level),
-     .default_string = "info", .enum_values = log_level_names,
+    {.name = "log_level",
+     .type = KEY_STRING,
+     .offset = offsetof(struct config, log_level),
+     .default_string = "info",
+     .enum_values = log_level_names,
      .n_enum_values = sizeof(log_level_names) / sizeof(log_level_names[0])},
     INT_KEY(struct config, delivery_retention_s, 60, INT64_C(365) * 24 * 3600,
             STORE_DELIVERY_RETENTION_S_DEFAULT),
-    {.name = "http", .type = KEY_MAPPING, .offset = offsetof(struct config, http),
+    {.name = "http",
+     .type = KEY_MAPPING,
+     .offset = offsetof(struct config, http),
      .sub = http_keys},
-    {.name = "hosts", .type = KEY_SEQUENCE, .offset = offsetof(struct config, hosts),
-     .count_offset = offsetof(struct config, n_hosts), .max = CONFIG_MAX_HOSTS,
-     .sub = host_keys, .elem_size = sizeof(struct config_host)},
-    {.name = "pools", .type = KEY_SEQUENCE, .offset = offsetof(struct config, pools),
-     .count_offset = offsetof(struct config, n_pools), .max = CONFIG_MAX_POOLS,
-     .sub = pool_keys, .elem_size = sizeof(struct config_pool)},
+    {.name = "hosts",
+     .type = KEY_SEQUENCE,
+     .offset = offsetof(struct config, hosts),
+     .count_offset = offsetof(struct config, n_hosts),
+     .max = CONFIG_MAX_HOSTS,
+     .sub = host_keys,
+     .elem_size = sizeof(struct config_host)},
+    {.name = "pools",
+     .type = KEY_SEQUENCE,
+     .offset = offsetof(struct config, pools),
+     .count_offset = offsetof(struct config, n_pools),
+     .max = CONFIG_MAX_POOLS,
+     .sub = pool_keys,
+     .elem_size = sizeof(struct config_pool)},
     {.name = NULL},
 };
 
@@ -257,8 +279,8 @@ static void parse_value(struct loader *l, yaml_node_t *value, const struct key *
         yaml_node_item_t *start = value->data.sequence.items.start;
         size_t n = (size_t)(value->data.sequence.items.top - start);
         if ((int64_t)n < k->min || (int64_t)n > k->max) {
-            fail(l, value, path, "needs between %lld and %lld entries, has %zu",
-                 (long long)k->min, (long long)k->max, n);
+            fail(l, value, path, "needs between %lld and %lld entries, has %zu", (long long)k->min,
+                 (long long)k->max, n);
             return;
         }
         char **list = calloc(n + 1, sizeof(char *));
@@ -285,8 +307,8 @@ static void parse_value(struct loader *l, yaml_node_t *value, const struct key *
         yaml_node_item_t *start = value->data.sequence.items.start;
         size_t n = (size_t)(value->data.sequence.items.top - start);
         if ((int64_t)n < k->min || (int64_t)n > k->max) {
-            fail(l, value, path, "needs between %lld and %lld entries, has %zu",
-                 (long long)k->min, (long long)k->max, n);
+            fail(l, value, path, "needs between %lld and %lld entries, has %zu", (long long)k->min,
+                 (long long)k->max, n);
             return;
         }
         char *elems = calloc(n ? n : 1, k->elem_size);
@@ -475,8 +497,8 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
         bool fits = p->n_hosts == 0 && c->n_hosts == 0;
         for (size_t k = 0; k < p->n_hosts; k++) {
             size_t j = 0;
-            while (j < c->n_hosts && !(p->hosts[k] && c->hosts[j].name &&
-                                       strcmp(p->hosts[k], c->hosts[j].name) == 0))
+            while (j < c->n_hosts &&
+                   !(p->hosts[k] && c->hosts[j].name && strcmp(p->hosts[k], c->hosts[j].name) == 0))
                 j++;
             if (j == c->n_hosts)
                 fail(l, line_node(p->line, &at), "pools[].hosts", "unknown host '%s'",

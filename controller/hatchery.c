@@ -212,9 +212,9 @@ static void free_cells(char **cells, size_t n)
 
 static void print_jobs(json_t *answer)
 {
-    struct table t = {.n_columns = 8,
-                      .headers = {"JOB", "STATUS", "POOL", "REPOSITORY", "RUN", "LABELS",
-                                  "RUNNER", "UPDATED"}};
+    struct table t = {
+        .n_columns = 8,
+        .headers = {"JOB", "STATUS", "POOL", "REPOSITORY", "RUN", "LABELS", "RUNNER", "UPDATED"}};
     size_t i;
     json_t *job;
     json_array_foreach(json_object_get(answer, "jobs"), i, job)
@@ -288,7 +288,11 @@ static void print_capacity(json_t *answer)
     }
     json_t *unmatched = json_object_get(json_object_get(answer, "unmatched"), "jobs");
     char *cells[8] = {
-        strdup("(unmatched)"), strdup("-"), strdup("-"), strdup("-"), strdup("0"),
+        strdup("(unmatched)"),
+        strdup("-"),
+        strdup("-"),
+        strdup("-"),
+        strdup("0"),
         fmt_value(json_object_get(unmatched, "queued")),
         fmt_value(json_object_get(unmatched, "in_progress")),
         fmt_value(json_object_get(unmatched, "waiting")),

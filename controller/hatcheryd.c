@@ -120,8 +120,8 @@ static void on_delivery_stored(void *data, int result)
 static void webhook_check_work(uv_work_t *work)
 {
     struct webhook_call *call = work->data;
-    webhook_handle(call->daemon->config, call->daemon->webhook_secret, call->req,
-                   call->received_ms, &call->res);
+    webhook_handle(call->daemon->config, call->daemon->webhook_secret, call->req, call->received_ms,
+                   &call->res);
 }
 
 static void webhook_check_done(uv_work_t *work, int status)
@@ -164,15 +164,13 @@ static void webhook_check_done(uv_work_t *work, int status)
         d->webhooks.by_result[res->status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
         log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", http_conn_peer(conn),
                  res->status, res->reason);
-        respond_json(conn, res->status,
-                     json_pack("{s:b, s:s}", "ok", 0, "error", res->reason));
+        respond_json(conn, res->status, json_pack("{s:b, s:s}", "ok", 0, "error", res->reason));
         break;
     }
     webhook_call_done(call);
 }
 
-static void handle_webhook(struct daemon *d, struct http_conn *conn,
-                           const struct http_request *req)
+static void handle_webhook(struct daemon *d, struct http_conn *conn, const struct http_request *req)
 {
     struct webhook_call *call = calloc(1, sizeof(*call));
     if (!call) {
@@ -210,8 +208,8 @@ static void on_http_request(struct http_server *server, struct http_conn *conn,
             respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use GET"));
             return;
         }
-        respond_json(conn, 200, json_pack("{s:s, s:s}", "status", "ok", "version",
-                                          HATCHERY_VERSION));
+        respond_json(conn, 200,
+                     json_pack("{s:s, s:s}", "status", "ok", "version", HATCHERY_VERSION));
     } else if (PATH_IS("/metrics")) {
         if (!is_get) {
             respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use GET"));
@@ -272,10 +270,10 @@ static json_t *admin_capacity(struct daemon *d)
         json_t *jobs = json_object();
         for (int s = 0; s < JOB_STATUS_MAX; s++)
             json_object_set_new(jobs, job_status_names[s], json_integer(0));
-        json_t *row = json_pack("{s:s, s:s, s:I, s:I, s:I, s:o}", "pool", p->name, "arch",
-                                pool_arch_names[p->arch], "max_runners",
-                                (json_int_t)p->max_runners, "min_idle", (json_int_t)p->min_idle,
-                                "runners", (json_int_t)0, "jobs", jobs);
+        json_t *row =
+            json_pack("{s:s, s:s, s:I, s:I, s:I, s:o}", "pool", p->name, "arch",
+                      pool_arch_names[p->arch], "max_runners", (json_int_t)p->max_runners,
+                      "min_idle", (json_int_t)p->min_idle, "runners", (json_int_t)0, "jobs", jobs);
         json_object_set(ctx.pools, p->name, row);
         json_array_append_new(list, row);
     }
@@ -535,7 +533,8 @@ int main(int argc, char **argv)
         uv_timer_start(&d.watchdog_timer, on_watchdog, every_ms, every_ms);
     }
 
-    log_info("daemon.ready", "version=%s controller=%s listen=%s tls=%s admin=%s state=%s "
+    log_info("daemon.ready",
+             "version=%s controller=%s listen=%s tls=%s admin=%s state=%s "
              "pools=%zu hosts=%zu",
              HATCHERY_VERSION, d.config->controller_id, d.config->listen,
              d.config->http.tls_cert_file ? "on" : "off", d.config->admin_socket,

@@ -248,21 +248,36 @@ const char *http_request_header(const struct http_request *req, const char *name
 const char *http_status_reason(int status)
 {
     switch (status) {
-    case 200: return "OK";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 415: return "Unsupported Media Type";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 200:
+        return "OK";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 415:
+        return "Unsupported Media Type";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Unknown";
     }
 }
 
@@ -285,7 +300,7 @@ struct http_conn {
     size_t in_len, in_off, in_cap;
     SSL *ssl;
     BIO *rbio, *wbio;
-    bool busy;    /* a request is with the handler */
+    bool busy; /* a request is with the handler */
     bool reading;
     bool closing;
     bool close_after_write;
@@ -450,8 +465,8 @@ static void timer_set(struct http_conn *conn, enum timer_mode mode)
                        0);
 }
 
-static void respond(struct http_conn *conn, int status, const char *content_type,
-                    const char *body, size_t body_len, bool close)
+static void respond(struct http_conn *conn, int status, const char *content_type, const char *body,
+                    size_t body_len, bool close)
 {
     struct http_server *s = conn->server;
     conn->busy = false;
@@ -561,9 +576,8 @@ static void conn_process(struct http_conn *conn)
         if (!conn->reader.started)
             timer_set(conn, TIMER_READ);
         size_t used = 0;
-        enum http_reader_state st =
-            http_reader_feed(&conn->reader, conn->in + conn->in_off, conn->in_len - conn->in_off,
-                             &used);
+        enum http_reader_state st = http_reader_feed(&conn->reader, conn->in + conn->in_off,
+                                                     conn->in_len - conn->in_off, &used);
         conn->in_off += used;
         if (conn->reader.started)
             timer_set(conn, TIMER_READ);
@@ -766,8 +780,7 @@ static int tls_setup(struct http_server *s, const char *cert, const char *key, c
     }
     if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 ||
         SSL_CTX_check_private_key(ctx) != 1) {
-        snprintf(err, err_size, "cannot load TLS key %s or it does not match the certificate",
-                 key);
+        snprintf(err, err_size, "cannot load TLS key %s or it does not match the certificate", key);
         ERR_clear_error();
         SSL_CTX_free(ctx);
         return -EINVAL;

@@ -28,9 +28,9 @@ struct job_event {
     int64_t run_id;
     int64_t installation_id; /* 0 when the payload has none */
     enum job_status status;
-    char *repository; /* owner/name */
-    char *workflow;   /* may be NULL */
-    char *job_name;   /* may be NULL */
+    char *repository;  /* owner/name */
+    char *workflow;    /* may be NULL */
+    char *job_name;    /* may be NULL */
     char *labels_json; /* JSON array, as received */
     char *runner_name; /* NULL until GitHub names one */
     char *conclusion;  /* NULL until completed */

@@ -100,9 +100,8 @@ static int exec_sql(sqlite3 *db, const char *sql, char *err, size_t err_size)
 static int open_db(const char *path, sqlite3 **ret_db, char *err, size_t err_size)
 {
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                             NULL);
+    int rc = sqlite3_open_v2(
+        path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
     if (rc != SQLITE_OK) {
         snprintf(err, err_size, "cannot open %s: %s", path,
                  db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
@@ -145,7 +144,8 @@ static int migrate(sqlite3 *db, const char *path, char *err, size_t err_size)
         snprintf(sql, sizeof(sql), "PRAGMA user_version=%d;", v + 1);
         if (exec_sql(db, "BEGIN IMMEDIATE;", msg, sizeof(msg)) < 0 ||
             exec_sql(db, migrations[v], msg, sizeof(msg)) < 0 ||
-            exec_sql(db, sql, msg, sizeof(msg)) < 0 || exec_sql(db, "COMMIT;", msg, sizeof(msg)) < 0) {
+            exec_sql(db, sql, msg, sizeof(msg)) < 0 ||
+            exec_sql(db, "COMMIT;", msg, sizeof(msg)) < 0) {
             exec_sql(db, "ROLLBACK;", sql, sizeof(sql));
             snprintf(err, err_size, "%s: migration to schema version %d failed: %s", path, v + 1,
                      msg);
@@ -190,8 +190,8 @@ int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char 
     char msg[256];
     /* FULL: with WAL this fsyncs the log at every commit, so an acknowledged write survives
      * power loss, not only a crash. Group commit pays for it once per batch. */
-    if (exec_sql(s->writer, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", msg,
-                 sizeof(msg)) < 0) {
+    if (exec_sql(s->writer, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", msg, sizeof(msg)) <
+        0) {
         snprintf(err, err_size, "%s: %s", path, msg);
         r = -EIO;
         goto fail;
@@ -512,14 +512,15 @@ int store_jobs_list(struct store *s, const char *status_filter, int limit, json_
     if (sqlite3_prepare_v2(s->reader, sql, -1, &st, NULL) != SQLITE_OK)
         return -EIO;
     bind_text_or_null(st, 1, status_filter);
-    sqlite3_bind_int(st, 2, limit > 0 && limit <= ADMIN_MAX_LIST_ROWS ? limit : ADMIN_MAX_LIST_ROWS);
+    sqlite3_bind_int(st, 2,
+                     limit > 0 && limit <= ADMIN_MAX_LIST_ROWS ? limit : ADMIN_MAX_LIST_ROWS);
     json_t *jobs = json_array();
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         static const char *const names[] = {
-            "id",         "run_id",      "repository", "workflow",    "name",
-            "labels",     "pool",        "status",     "conclusion",  "runner_name",
-            "queued_at",  "started_at",  "completed_at", "updated_at",
+            "id",        "run_id",     "repository",   "workflow",   "name",
+            "labels",    "pool",       "status",       "conclusion", "runner_name",
+            "queued_at", "started_at", "completed_at", "updated_at",
         };
         json_t *job = json_object();
         for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++) {
@@ -551,13 +552,13 @@ int store_job_counts(struct store *s,
 {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(s->reader,
-                           "SELECT pool, status, count(*) FROM jobs GROUP BY pool, status", -1,
-                           &st, NULL) != SQLITE_OK)
+                           "SELECT pool, status, count(*) FROM jobs GROUP BY pool, status", -1, &st,
+                           NULL) != SQLITE_OK)
         return -EIO;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        cb(data, (const char *)sqlite3_column_text(st, 0),
-           (const char *)sqlite3_column_text(st, 1), sqlite3_column_int64(st, 2));
+        cb(data, (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1),
+           sqlite3_column_int64(st, 2));
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -EIO;
 }

@@ -46,8 +46,7 @@ int store_job_event_apply_sync(struct store *store, const struct job_event *even
 void store_deliveries_prune(struct store *store, int64_t max_age_s);
 
 /* Reads (loop thread). */
-int store_jobs_list(struct store *store, const char *status_filter, int limit,
-                    json_t **ret_jobs);
+int store_jobs_list(struct store *store, const char *status_filter, int limit, json_t **ret_jobs);
 /* Calls `cb` once per (pool, status) with its count; pool is NULL for unmatched jobs. */
 int store_job_counts(struct store *store,
                      void (*cb)(void *data, const char *pool, const char *status, int64_t count),

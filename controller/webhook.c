@@ -192,8 +192,7 @@ static bool valid_delivery_id(const char *id)
 }
 
 void webhook_handle(const struct config *config, const struct secret *secret,
-                    const struct http_request *req, int64_t now_ms,
-                    struct webhook_result *res)
+                    const struct http_request *req, int64_t now_ms, struct webhook_result *res)
 {
     memset(res, 0, sizeof(*res));
     res->event_name = "none";

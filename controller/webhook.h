@@ -9,10 +9,10 @@
 #include "secret.h"
 
 enum webhook_outcome {
-    WEBHOOK_STORE,       /* a job event to store; answer 202 once it is durable */
-    WEBHOOK_PING,        /* 200 */
-    WEBHOOK_IGNORED,     /* 204: an event or action Hatchery does not act on */
-    WEBHOOK_REJECTED,    /* 4xx with a reason */
+    WEBHOOK_STORE,    /* a job event to store; answer 202 once it is durable */
+    WEBHOOK_PING,     /* 200 */
+    WEBHOOK_IGNORED,  /* 204: an event or action Hatchery does not act on */
+    WEBHOOK_REJECTED, /* 4xx with a reason */
     WEBHOOK_OUTCOME_MAX,
 };
 
@@ -20,7 +20,7 @@ struct webhook_result {
     enum webhook_outcome outcome;
     int status;
     char reason[160];
-    const char *event_name; /* points into the request, or a constant */
+    const char *event_name;  /* points into the request, or a constant */
     struct job_event *event; /* WEBHOOK_STORE only; the caller owns it */
 };
 

@@ -4,47 +4,47 @@
 #define HATCHERY_LIMITS_H
 
 /* HTTP listener defaults; each is a config key under `http:`. */
-#define HTTP_MAX_BODY_BYTES_DEFAULT    (1024 * 1024)
-#define HTTP_MAX_BODY_BYTES_MAX        (64 * 1024 * 1024)
-#define HTTP_MAX_HEADER_BYTES_DEFAULT  (16 * 1024)
-#define HTTP_MAX_HEADERS_DEFAULT       64
-#define HTTP_MAX_HEADERS_MAX           512
-#define HTTP_READ_TIMEOUT_MS_DEFAULT   10000
-#define HTTP_IDLE_TIMEOUT_MS_DEFAULT   60000
-#define HTTP_MAX_CONNECTIONS_DEFAULT   256
-#define HTTP_MAX_CONNECTIONS_MAX       65536
+#define HTTP_MAX_BODY_BYTES_DEFAULT   (1024 * 1024)
+#define HTTP_MAX_BODY_BYTES_MAX       (64 * 1024 * 1024)
+#define HTTP_MAX_HEADER_BYTES_DEFAULT (16 * 1024)
+#define HTTP_MAX_HEADERS_DEFAULT      64
+#define HTTP_MAX_HEADERS_MAX          512
+#define HTTP_READ_TIMEOUT_MS_DEFAULT  10000
+#define HTTP_IDLE_TIMEOUT_MS_DEFAULT  60000
+#define HTTP_MAX_CONNECTIONS_DEFAULT  256
+#define HTTP_MAX_CONNECTIONS_MAX      65536
 /* Bytes read past a complete request while its answer is pending (pipelining). */
-#define HTTP_MAX_PIPELINE_BYTES        (64 * 1024)
-#define HTTP_MAX_URL_BYTES             2048
+#define HTTP_MAX_PIPELINE_BYTES (64 * 1024)
+#define HTTP_MAX_URL_BYTES      2048
 
 /* Webhooks. */
-#define WEBHOOK_MAX_LABELS             32
-#define WEBHOOK_MAX_LABEL_BYTES        256
-#define WEBHOOK_MAX_NAME_BYTES         512
-#define WEBHOOK_MAX_DELIVERY_ID_BYTES  128
+#define WEBHOOK_MAX_LABELS            32
+#define WEBHOOK_MAX_LABEL_BYTES       256
+#define WEBHOOK_MAX_NAME_BYTES        512
+#define WEBHOOK_MAX_DELIVERY_ID_BYTES 128
 
 /* Store: deliveries are kept this long for deduplication, then pruned. */
 #define STORE_DELIVERY_RETENTION_S_DEFAULT (7 * 24 * 3600)
 /* Requests waiting for the next group commit before new ones get 503. */
-#define STORE_MAX_PENDING_WRITES       65536
+#define STORE_MAX_PENDING_WRITES 65536
 
 /* Admin socket. */
-#define ADMIN_MAX_REQUEST_BYTES        (64 * 1024)
-#define ADMIN_MAX_CONNECTIONS          64
-#define ADMIN_TIMEOUT_MS               5000
+#define ADMIN_MAX_REQUEST_BYTES (64 * 1024)
+#define ADMIN_MAX_CONNECTIONS   64
+#define ADMIN_TIMEOUT_MS        5000
 /* The CLI's limit on one answer from the daemon. */
-#define ADMIN_MAX_RESPONSE_BYTES       (64 * 1024 * 1024)
-#define ADMIN_MAX_LIST_ROWS            10000
+#define ADMIN_MAX_RESPONSE_BYTES (64 * 1024 * 1024)
+#define ADMIN_MAX_LIST_ROWS      10000
 
 /* Config. */
-#define CONFIG_MAX_FILE_BYTES          (1024 * 1024)
-#define CONFIG_MAX_HOSTS               256
-#define CONFIG_MAX_POOLS               256
-#define CONFIG_MAX_POOL_LABELS         WEBHOOK_MAX_LABELS
-#define CONFIG_MAX_NAME_BYTES          128
-#define SECRET_MAX_BYTES               (64 * 1024)
+#define CONFIG_MAX_FILE_BYTES  (1024 * 1024)
+#define CONFIG_MAX_HOSTS       256
+#define CONFIG_MAX_POOLS       256
+#define CONFIG_MAX_POOL_LABELS WEBHOOK_MAX_LABELS
+#define CONFIG_MAX_NAME_BYTES  128
+#define SECRET_MAX_BYTES       (64 * 1024)
 
 /* Logging: a longer line is cut and marked. */
-#define LOG_MAX_LINE_BYTES             4096
+#define LOG_MAX_LINE_BYTES 4096
 
 #endif

@@ -126,9 +126,12 @@ static void test_group_commit_on_loop(void **state)
     char err[256];
     assert_int_equal(store_open(&loop, dir, &s, err, sizeof(err)), 0);
     struct cb_log log = {.n = 0};
-    assert_int_equal(store_job_event_submit(s, event("g1", 100, JOB_QUEUED, NULL), record, &log), 0);
-    assert_int_equal(store_job_event_submit(s, event("g2", 101, JOB_QUEUED, NULL), record, &log), 0);
-    assert_int_equal(store_job_event_submit(s, event("g1", 100, JOB_QUEUED, NULL), record, &log), 0);
+    assert_int_equal(store_job_event_submit(s, event("g1", 100, JOB_QUEUED, NULL), record, &log),
+                     0);
+    assert_int_equal(store_job_event_submit(s, event("g2", 101, JOB_QUEUED, NULL), record, &log),
+                     0);
+    assert_int_equal(store_job_event_submit(s, event("g1", 100, JOB_QUEUED, NULL), record, &log),
+                     0);
     /* Nothing is acknowledged before the commit. */
     assert_int_equal(log.n, 0);
     uv_run(&loop, UV_RUN_DEFAULT);

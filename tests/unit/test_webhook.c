@@ -58,17 +58,17 @@ static void test_github_documented_vector(void **state)
 {
     (void)state;
     const char *body = "Hello, World!";
-    assert_int_equal(
-        webhook_signature_verify(
-            secret, "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
-            body, strlen(body)),
-        0);
+    assert_int_equal(webhook_signature_verify(
+                         secret,
+                         "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+                         body, strlen(body)),
+                     0);
     /* Upper-case hex is the same MAC. */
-    assert_int_equal(
-        webhook_signature_verify(
-            secret, "sha256=757107EA0EB2509FC211221CCE984B8A37570B6D7586C22C46F4379C8B043E17",
-            body, strlen(body)),
-        0);
+    assert_int_equal(webhook_signature_verify(
+                         secret,
+                         "sha256=757107EA0EB2509FC211221CCE984B8A37570B6D7586C22C46F4379C8B043E17",
+                         body, strlen(body)),
+                     0);
     /* One changed byte of body or MAC, a truncated MAC, a wrong scheme: all refused. */
     assert_true(webhook_signature_verify(
                     secret,
@@ -76,8 +76,8 @@ static void test_github_documented_vector(void **state)
                     "Hello, World?", 13) < 0);
     assert_true(webhook_signature_verify(
                     secret,
-                    "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e18",
-                    body, strlen(body)) < 0);
+                    "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e18", body,
+                    strlen(body)) < 0);
     assert_true(webhook_signature_verify(secret, "sha256=757107ea", body, strlen(body)) < 0);
     assert_true(webhook_signature_verify(
                     secret, "sha1=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
@@ -91,8 +91,8 @@ struct fake_request {
     char signature[80];
 };
 
-static void build(struct fake_request *f, const char *event, const char *delivery,
-                  const char *body, bool sign)
+static void build(struct fake_request *f, const char *event, const char *delivery, const char *body,
+                  bool sign)
 {
     memset(f, 0, sizeof(*f));
     f->req.method = "POST";
@@ -177,8 +177,8 @@ static void test_rejections(void **state)
     assert_int_equal(res.status, 400);
     assert_non_null(strstr(res.reason, "labels[0]"));
 
-    handle("workflow_job", "{\"action\":\"queued\",\"workflow_job\":{\"id\":3,\"run_id\":1}}",
-           true, &res);
+    handle("workflow_job", "{\"action\":\"queued\",\"workflow_job\":{\"id\":3,\"run_id\":1}}", true,
+           &res);
     assert_int_equal(res.status, 400);
     assert_non_null(strstr(res.reason, "missing field"));
 
