@@ -67,3 +67,16 @@ describe('config', () => {
     assert.equal(spawnSync(HATCHERYD, ['--bogus'], { encoding: 'utf8' }).status, 2);
   });
 });
+
+test('deploy/hatchery.example.yaml checks out', () => {
+  const dir = tempDir();
+  const secret = `${dir}/secret`;
+  writeFileSync(secret, 'x\n', { mode: 0o600 });
+  const example = readFileSync(new URL('../../deploy/hatchery.example.yaml', import.meta.url), 'utf8')
+    .replace('/etc/hatchery/webhook-secret', secret);
+  writeFileSync(`${dir}/example.yaml`, example);
+  const r = check(`${dir}/example.yaml`);
+  spawnSync('rm', ['-rf', dir]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /OK \(2 hosts, 2 pools\)/);
+});
