@@ -6,6 +6,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ void secret_free(struct secret *secret)
     free(secret);
 }
 
-int secret_load_file(const char *path, struct secret **ret_secret, char *err, size_t err_size)
+int secret_file_open(const char *path, size_t max_bytes, char *err, size_t err_size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
@@ -51,39 +52,39 @@ int secret_load_file(const char *path, struct secret **ret_secret, char *err, si
     }
     struct stat st;
     int r = 0;
-    unsigned char *buf = NULL;
     if (fstat(fd, &st) < 0) {
         r = -errno;
         snprintf(err, err_size, "cannot stat secret file %s: %s", path, strerror(-r));
-        goto cleanup;
-    }
-    if (!S_ISREG(st.st_mode)) {
+    } else if (!S_ISREG(st.st_mode)) {
         r = -EINVAL;
         snprintf(err, err_size, "secret file %s is not a regular file", path);
-        goto cleanup;
-    }
-    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    } else if (st.st_mode & (S_IRWXG | S_IRWXO)) {
         r = -EPERM;
         snprintf(err, err_size,
                  "secret file %s has mode %03o: it must not be accessible to group or others "
                  "(chmod 600)",
                  path, (unsigned)(st.st_mode & 0777));
-        goto cleanup;
-    }
-    if (st.st_size > SECRET_MAX_BYTES) {
+    } else if ((uint64_t)st.st_size > max_bytes) {
         r = -EFBIG;
-        snprintf(err, err_size, "secret file %s is larger than %d bytes", path, SECRET_MAX_BYTES);
-        goto cleanup;
+        snprintf(err, err_size, "secret file %s is larger than %zu bytes", path, max_bytes);
     }
-    buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        r = -ENOMEM;
-        snprintf(err, err_size, "out of memory reading %s", path);
-        goto cleanup;
+    if (r < 0) {
+        close(fd);
+        return r;
     }
+    return fd;
+}
+
+int secret_load_file(const char *path, struct secret **ret_secret, char *err, size_t err_size)
+{
+    int fd = secret_file_open(path, SECRET_MAX_BYTES, err, err_size);
+    if (fd < 0)
+        return fd;
+    unsigned char buf[SECRET_MAX_BYTES + 1];
     size_t len = 0;
-    while (len < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + len, (size_t)st.st_size - len);
+    int r = 0;
+    while (len < sizeof(buf)) {
+        ssize_t n = read(fd, buf + len, sizeof(buf) - len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -95,25 +96,54 @@ int secret_load_file(const char *path, struct secret **ret_secret, char *err, si
             break;
         len += (size_t)n;
     }
-    if (len > 0 && buf[len - 1] == '\n')
-        len--;
-    if (len > 0 && buf[len - 1] == '\r')
-        len--;
-    if (len == 0) {
+    if (len > SECRET_MAX_BYTES) {
+        r = -EFBIG;
+        snprintf(err, err_size, "secret file %s is larger than %d bytes", path, SECRET_MAX_BYTES);
+        goto cleanup;
+    }
+    size_t used = len;
+    if (used > 0 && buf[used - 1] == '\n')
+        used--;
+    if (used > 0 && buf[used - 1] == '\r')
+        used--;
+    if (used == 0) {
         r = -EINVAL;
         snprintf(err, err_size, "secret file %s is empty", path);
         goto cleanup;
     }
-    r = secret_from_bytes(buf, len, ret_secret);
+    r = secret_from_bytes(buf, used, ret_secret);
     if (r < 0)
         snprintf(err, err_size, "cannot hold secret from %s: %s", path, strerror(-r));
 cleanup:
-    if (buf) {
-        OPENSSL_cleanse(buf, (size_t)st.st_size);
-        free(buf);
-    }
+    OPENSSL_cleanse(buf, len);
     close(fd);
     return r;
+}
+
+size_t secret_size(const struct secret *secret)
+{
+    return secret->len;
+}
+
+int secret_reveal(const struct secret *secret, const char *prefix, char **ret_text)
+{
+    size_t plen = strlen(prefix);
+    char *text = malloc(plen + secret->len + 1);
+    if (!text)
+        return -ENOMEM;
+    memcpy(text, prefix, plen);
+    memcpy(text + plen, secret->bytes, secret->len);
+    text[plen + secret->len] = 0;
+    *ret_text = text;
+    return 0;
+}
+
+void secret_reveal_free(char *text)
+{
+    if (!text)
+        return;
+    OPENSSL_cleanse(text, strlen(text));
+    free(text);
 }
 
 int secret_hmac_sha256(const struct secret *secret, const void *data, size_t len,

@@ -16,6 +16,19 @@ int secret_load_file(const char *path, struct secret **ret_secret, char *err, si
 int secret_from_bytes(const void *bytes, size_t len, struct secret **ret_secret);
 void secret_free(struct secret *secret);
 
+/* Checks that `path` is a regular file of at most `max_bytes`, not accessible to group or
+ * others; opens it and returns the descriptor. */
+int secret_file_open(const char *path, size_t max_bytes, char *err, size_t err_size);
+
+/* Length in bytes. */
+size_t secret_size(const struct secret *secret);
+
+/* The one way out: `prefix` followed by the secret's bytes, NUL-terminated, for the wire
+ * (an Authorization header, the agent channel). Free it with secret_reveal_free(), which
+ * wipes it. Greppable on purpose: every call site is a place a secret leaves. */
+int secret_reveal(const struct secret *secret, const char *prefix, char **ret_text);
+void secret_reveal_free(char *text);
+
 /* HMAC-SHA256 of `data` keyed by the secret. */
 int secret_hmac_sha256(const struct secret *secret, const void *data, size_t len,
                        unsigned char ret_mac[32]);

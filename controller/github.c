@@ -1,0 +1,961 @@
+/* GitHub REST transport: libcurl multi on libuv, auth, retries, rate limits; see github.h. */
+#define _GNU_SOURCE /* strptime, timegm */
+#include "github.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hatchery/limits.h"
+#include "log.h"
+#include "textbuf.h"
+
+const char *const github_auth_mode_names[GITHUB_AUTH_MODE_MAX] = {
+    [GITHUB_AUTH_APP] = "app",
+    [GITHUB_AUTH_TOKEN] = "token",
+};
+
+/* Refresh an installation token this long before GitHub says it expires. */
+#define TOKEN_REFRESH_MARGIN_S 300
+#define BACKOFF_BASE_MS        250
+
+enum call_auth {
+    CALL_AUTH_TOKEN, /* installation token or configured token */
+    CALL_AUTH_JWT,   /* App JWT: /app/... endpoints and the installation lookup */
+    CALL_AUTH_MAX,
+};
+
+struct call {
+    struct github_client *client;
+    char method[8];
+    char *url;
+    char *body;
+    enum call_auth auth;
+    int attempt;
+    bool refreshed_after_401;
+    CURL *easy;
+    struct curl_slist *headers;
+    char *auth_header; /* revealed secret: wiped on free */
+    struct textbuf response;
+    bool too_large;
+    uv_timer_t timer; /* backoff and rate-limit waits */
+    bool timer_open;
+    github_json_cb cb;
+    void *data;
+    struct call *prev, *next;  /* client->calls: everything alive */
+    struct call *next_waiting; /* client->token_waiters */
+};
+
+struct poll_ctx {
+    uv_poll_t poll;
+    curl_socket_t fd;
+    struct github_client *client;
+};
+
+struct github_client {
+    uv_loop_t *loop;
+    CURLM *multi;
+    uv_timer_t curl_timer;
+    char *api_url;
+    char api_origin[256]; /* scheme://host[:port] of api_url, for pagination links */
+    char *user_agent;
+    char *ca_file;
+    enum github_auth_mode auth;
+    int64_t app_id;
+    EVP_PKEY *app_key;
+    int64_t installation_id;
+    struct secret *token; /* installation token, or the configured token */
+    int64_t token_expires_at;
+    bool token_fetching;
+    struct call *token_waiters;
+    char *lookup_repo, *lookup_org;
+    long timeout_ms;
+    int max_retries;
+    size_t max_response_bytes;
+    long max_backoff_ms;
+    int64_t paused_until_ms; /* rate limited: nothing new goes out before this */
+    struct call *calls;
+    struct github_stats stats;
+    char last_error[256];
+    int64_t last_error_at;
+    bool closing;
+    int handles_open;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_last_error(struct github_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void set_last_error(struct github_client *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
+    va_end(ap);
+    c->last_error_at = now_ms() / 1000;
+}
+
+/* ---- JWT ---------------------------------------------------------------------------- */
+
+static int base64url(const unsigned char *in, size_t len, struct textbuf *out)
+{
+    static const char alphabet[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)in[i + 1] << 8;
+        if (i + 2 < len)
+            v |= in[i + 2];
+        char chunk[4] = {alphabet[v >> 18 & 63], alphabet[v >> 12 & 63], alphabet[v >> 6 & 63],
+                         alphabet[v & 63]};
+        size_t n = len - i >= 3 ? 4 : len - i + 1;
+        textbuf_append(out, chunk, n);
+    }
+    return out->error;
+}
+
+int github_app_jwt(const struct github_client *c, int64_t now, struct secret **ret_jwt)
+{
+    if (c->auth != GITHUB_AUTH_APP || !c->app_key)
+        return -EINVAL;
+    static const char header[] = "{\"alg\":\"RS256\",\"typ\":\"JWT\"}";
+    char claims[128];
+    /* GitHub's advice: iat 60 s in the past against clock drift; exp at most 10 min on. */
+    int n = snprintf(claims, sizeof(claims), "{\"iat\":%lld,\"exp\":%lld,\"iss\":%lld}",
+                     (long long)(now - 60), (long long)(now - 60 + 600), (long long)c->app_id);
+    struct textbuf buf;
+    textbuf_init(&buf, 4096);
+    base64url((const unsigned char *)header, sizeof(header) - 1, &buf);
+    textbuf_append(&buf, ".", 1);
+    base64url((const unsigned char *)claims, (size_t)n, &buf);
+    unsigned char sig[1024];
+    size_t sig_len = sizeof(sig);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    int ok = md && buf.error == 0 &&
+             EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, c->app_key) == 1 &&
+             EVP_DigestSign(md, sig, &sig_len, (unsigned char *)buf.data, buf.len) == 1;
+    EVP_MD_CTX_free(md);
+    int r = -EIO;
+    if (ok) {
+        textbuf_append(&buf, ".", 1);
+        base64url(sig, sig_len, &buf);
+        if (buf.error == 0)
+            r = secret_from_bytes(buf.data, buf.len, ret_jwt);
+    }
+    textbuf_free(&buf);
+    return r;
+}
+
+static int load_app_key(const char *path, EVP_PKEY **ret, char *err, size_t err_size)
+{
+    int fd = secret_file_open(path, 64 * 1024, err, err_size);
+    if (fd < 0)
+        return fd;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
+        close(fd);
+        snprintf(err, err_size, "cannot read %s", path);
+        return -EIO;
+    }
+    EVP_PKEY *key = PEM_read_PrivateKey(f, NULL, NULL, NULL);
+    fclose(f);
+    if (!key || EVP_PKEY_get_base_id(key) != EVP_PKEY_RSA) {
+        EVP_PKEY_free(key);
+        snprintf(err, err_size, "%s is not a PEM RSA private key (the App's .pem)", path);
+        return -EINVAL;
+    }
+    *ret = key;
+    return 0;
+}
+
+/* ---- curl on libuv -------------------------------------------------------------------- */
+
+static void check_multi_info(struct github_client *c);
+
+static void on_poll(uv_poll_t *handle, int status, int events)
+{
+    struct poll_ctx *p = handle->data;
+    int flags = 0;
+    if (status < 0)
+        flags = CURL_CSELECT_ERR;
+    if (events & UV_READABLE)
+        flags |= CURL_CSELECT_IN;
+    if (events & UV_WRITABLE)
+        flags |= CURL_CSELECT_OUT;
+    int running = 0;
+    curl_multi_socket_action(p->client->multi, p->fd, flags, &running);
+    check_multi_info(p->client);
+}
+
+static void on_poll_closed(uv_handle_t *handle)
+{
+    free(handle->data);
+}
+
+static int socket_cb(CURL *easy, curl_socket_t fd, int action, void *userp, void *socketp)
+{
+    (void)easy;
+    struct github_client *c = userp;
+    struct poll_ctx *p = socketp;
+    if (action == CURL_POLL_REMOVE) {
+        if (p) {
+            uv_poll_stop(&p->poll);
+            uv_close((uv_handle_t *)&p->poll, on_poll_closed);
+            curl_multi_assign(c->multi, fd, NULL);
+        }
+        return 0;
+    }
+    if (!p) {
+        p = calloc(1, sizeof(*p));
+        if (!p)
+            return -1;
+        p->fd = fd;
+        p->client = c;
+        p->poll.data = p;
+        if (uv_poll_init_socket(c->loop, &p->poll, fd) < 0) {
+            free(p);
+            return -1;
+        }
+        curl_multi_assign(c->multi, fd, p);
+    }
+    int events = 0;
+    if (action & CURL_POLL_IN)
+        events |= UV_READABLE;
+    if (action & CURL_POLL_OUT)
+        events |= UV_WRITABLE;
+    uv_poll_start(&p->poll, events, on_poll);
+    return 0;
+}
+
+static void on_curl_timer(uv_timer_t *timer)
+{
+    struct github_client *c = timer->data;
+    int running = 0;
+    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_multi_info(c);
+}
+
+static int timer_cb(CURLM *multi, long timeout_ms, void *userp)
+{
+    (void)multi;
+    struct github_client *c = userp;
+    if (timeout_ms < 0)
+        uv_timer_stop(&c->curl_timer);
+    else
+        uv_timer_start(&c->curl_timer, on_curl_timer, (uint64_t)timeout_ms, 0);
+    return 0;
+}
+
+/* ---- calls ---------------------------------------------------------------------------- */
+
+static void call_send(struct call *call);
+
+static void on_call_timer_closed(uv_handle_t *handle)
+{
+    struct call *call = handle->data;
+    free(call);
+}
+
+static void call_free(struct call *call)
+{
+    struct github_client *c = call->client;
+    if (call->prev)
+        call->prev->next = call->next;
+    else if (c->calls == call)
+        c->calls = call->next;
+    if (call->next)
+        call->next->prev = call->prev;
+    if (call->easy) {
+        curl_multi_remove_handle(c->multi, call->easy);
+        curl_easy_cleanup(call->easy);
+    }
+    curl_slist_free_all(call->headers);
+    secret_reveal_free(call->auth_header);
+    /* A response may hold a token or a JIT config: wipe it. */
+    if (call->response.data)
+        memset(call->response.data, 0, call->response.len);
+    textbuf_free(&call->response);
+    free(call->url);
+    free(call->body);
+    if (call->timer_open)
+        uv_close((uv_handle_t *)&call->timer, on_call_timer_closed);
+    else
+        free(call);
+}
+
+static const char *header_value(CURL *easy, const char *name)
+{
+    struct curl_header *h = NULL;
+    if (curl_easy_header(easy, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK)
+        return NULL;
+    return h->value;
+}
+
+static void call_finish(struct call *call, int err, long status, json_t *body, const char *message)
+{
+    const char *link = NULL;
+    if (err == 0 && call->easy)
+        link = header_value(call->easy, "Link");
+    struct github_client *c = call->client;
+    if (err < 0) {
+        c->stats.failures++;
+        set_last_error(c, "%s %s: %s", call->method, call->url, message ? message : "failed");
+        log_warn("github.request_failed", "method=%s url=%s status=%ld error=\"%s\"", call->method,
+                 call->url, status, message ? message : strerror(-err));
+    }
+    struct github_response res = {err, status, body, message, link};
+    if (call->cb)
+        call->cb(call->data, &res);
+    call_free(call);
+}
+
+static void on_call_timer(uv_timer_t *timer)
+{
+    call_send(timer->data);
+}
+
+static void call_wait(struct call *call, long ms)
+{
+    if (!call->timer_open) {
+        uv_timer_init(call->client->loop, &call->timer);
+        call->timer.data = call;
+        call->timer_open = true;
+    }
+    uv_timer_start(&call->timer, on_call_timer, (uint64_t)(ms > 0 ? ms : 0), 0);
+}
+
+/* Jittered exponential backoff: base * 2^attempt, a random half of it added, capped. */
+static long backoff_ms(const struct github_client *c, int attempt)
+{
+    long ms = BACKOFF_BASE_MS;
+    for (int i = 1; i < attempt && ms < c->max_backoff_ms; i++)
+        ms *= 2;
+    ms += (long)(random() % (ms / 2 + 1));
+    return ms < c->max_backoff_ms ? ms : c->max_backoff_ms;
+}
+
+static void fetch_token(struct github_client *c);
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    struct call *call = userdata;
+    size_t n = size * nmemb;
+    if (textbuf_append(&call->response, ptr, n) < 0) {
+        call->too_large = true;
+        return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
+    }
+    return n;
+}
+
+static int build_easy(struct call *call)
+{
+    struct github_client *c = call->client;
+    CURL *e = curl_easy_init();
+    if (!e)
+        return -ENOMEM;
+    call->easy = e;
+    curl_easy_setopt(e, CURLOPT_URL, call->url);
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, call->method);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, call);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->timeout_ms < 10000 ? c->timeout_ms : 10000);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    curl_easy_setopt(e, CURLOPT_USERAGENT, c->user_agent);
+    if (c->ca_file)
+        curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
+    if (c->max_response_bytes)
+        curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)c->max_response_bytes);
+
+    struct curl_slist *h = NULL;
+    h = curl_slist_append(h, "Accept: application/vnd.github+json");
+    h = curl_slist_append(h, "X-GitHub-Api-Version: 2022-11-28");
+    if (call->body) {
+        h = curl_slist_append(h, "Content-Type: application/json");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, call->body);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, (long)strlen(call->body));
+    }
+    secret_reveal_free(call->auth_header);
+    call->auth_header = NULL;
+    int r = 0;
+    if (call->auth == CALL_AUTH_JWT) {
+        struct secret *jwt = NULL;
+        r = github_app_jwt(c, now_ms() / 1000, &jwt);
+        if (r == 0)
+            r = secret_reveal(jwt, "Authorization: Bearer ", &call->auth_header);
+        secret_free(jwt);
+    } else if (c->token) {
+        r = secret_reveal(c->token, "Authorization: Bearer ", &call->auth_header);
+    }
+    if (r == 0 && call->auth_header)
+        h = curl_slist_append(h, call->auth_header);
+    call->headers = h;
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    return r;
+}
+
+static bool token_fresh(const struct github_client *c)
+{
+    if (!c->token)
+        return false;
+    if (c->auth == GITHUB_AUTH_TOKEN)
+        return true;
+    return c->token_expires_at - TOKEN_REFRESH_MARGIN_S > now_ms() / 1000;
+}
+
+static void call_send(struct call *call)
+{
+    struct github_client *c = call->client;
+    if (c->closing)
+        return;
+    int64_t now = now_ms();
+    if (c->paused_until_ms > now) {
+        call_wait(call, (long)(c->paused_until_ms - now));
+        return;
+    }
+    if (call->auth == CALL_AUTH_TOKEN && !token_fresh(c)) {
+        call->next_waiting = c->token_waiters;
+        c->token_waiters = call;
+        fetch_token(c);
+        return;
+    }
+    if (call->easy) {
+        curl_multi_remove_handle(c->multi, call->easy);
+        curl_easy_cleanup(call->easy);
+        call->easy = NULL;
+        curl_slist_free_all(call->headers);
+        call->headers = NULL;
+    }
+    textbuf_free(&call->response);
+    call->too_large = false;
+    int r = build_easy(call);
+    if (r == 0)
+        r = curl_multi_add_handle(c->multi, call->easy) == CURLM_OK ? 0 : -EIO;
+    if (r < 0) {
+        call_finish(call, r, 0, NULL, "cannot prepare the request");
+        return;
+    }
+    c->stats.requests++;
+}
+
+static bool parse_int64(const char *s, int64_t *ret)
+{
+    if (!s)
+        return false;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || errno)
+        return false;
+    *ret = v;
+    return true;
+}
+
+/* Records the rate-limit budget; returns how long to wait when GitHub says to, else -1. */
+static long rate_limit_wait_ms(struct github_client *c, struct call *call, long status)
+{
+    int64_t remaining = -1, reset = 0, retry_after = -1;
+    if (parse_int64(header_value(call->easy, "X-RateLimit-Remaining"), &remaining))
+        c->stats.ratelimit_remaining = remaining;
+    if (parse_int64(header_value(call->easy, "X-RateLimit-Reset"), &reset))
+        c->stats.ratelimit_reset = reset;
+    if (status != 403 && status != 429)
+        return -1;
+    if (parse_int64(header_value(call->easy, "Retry-After"), &retry_after) && retry_after >= 0)
+        return (long)(retry_after * 1000);
+    if (remaining == 0 && reset > 0) {
+        int64_t wait = reset * 1000 - now_ms();
+        return (long)(wait > 0 ? wait + 1000 : 1000);
+    }
+    if (status == 429)
+        return backoff_ms(c, call->attempt + 1);
+    return -1; /* a plain 403: permissions, not a limit */
+}
+
+static void fail_with_body(struct call *call, long status, json_t *body)
+{
+    char msg[256];
+    const char *gh = json_string_value(json_object_get(body, "message"));
+    snprintf(msg, sizeof(msg), "GitHub answered %ld%s%s", status, gh ? ": " : "", gh ? gh : "");
+    int err = status == 404                    ? -ENOENT
+              : status == 401                  ? -EACCES
+              : status == 403                  ? -EPERM
+              : status == 409 || status == 422 ? -EEXIST
+                                               : -EPROTO;
+    call_finish(call, err, status, body, msg);
+}
+
+static void call_done(struct call *call, CURLcode result)
+{
+    struct github_client *c = call->client;
+    long status = 0;
+    curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
+    char msg[256];
+
+    if (result != CURLE_OK) {
+        if (call->too_large || result == CURLE_FILESIZE_EXCEEDED) {
+            snprintf(msg, sizeof(msg), "response larger than %zu bytes", c->max_response_bytes);
+            call_finish(call, -EMSGSIZE, status, NULL, msg);
+            return;
+        }
+        if (call->attempt < c->max_retries) {
+            call->attempt++;
+            c->stats.retries++;
+            long wait = backoff_ms(c, call->attempt);
+            log_info("github.retry", "method=%s url=%s attempt=%d wait_ms=%ld error=\"%s\"",
+                     call->method, call->url, call->attempt, wait, curl_easy_strerror(result));
+            call_wait(call, wait);
+            return;
+        }
+        snprintf(msg, sizeof(msg), "%s (after %d attempts)", curl_easy_strerror(result),
+                 call->attempt + 1);
+        call_finish(call, result == CURLE_OPERATION_TIMEDOUT ? -ETIMEDOUT : -ECONNREFUSED, 0, NULL,
+                    msg);
+        return;
+    }
+
+    long wait = rate_limit_wait_ms(c, call, status);
+    if (wait >= 0) {
+        c->stats.rate_limited++;
+        int64_t until = now_ms() + wait;
+        if (until > c->paused_until_ms)
+            c->paused_until_ms = until;
+        if (call->attempt < c->max_retries) {
+            call->attempt++;
+            log_warn("github.rate_limited", "method=%s url=%s status=%ld wait_ms=%ld", call->method,
+                     call->url, status, wait);
+            call_send(call);
+            return;
+        }
+        snprintf(msg, sizeof(msg), "rate limited (%ld) after %d attempts", status,
+                 call->attempt + 1);
+        call_finish(call, -EBUSY, status, NULL, msg);
+        return;
+    }
+    if (status >= 500 && call->attempt < c->max_retries) {
+        call->attempt++;
+        c->stats.retries++;
+        long ms = backoff_ms(c, call->attempt);
+        log_info("github.retry", "method=%s url=%s attempt=%d wait_ms=%ld status=%ld", call->method,
+                 call->url, call->attempt, ms, status);
+        call_wait(call, ms);
+        return;
+    }
+    if (status == 401 && call->auth == CALL_AUTH_TOKEN && c->auth == GITHUB_AUTH_APP &&
+        !call->refreshed_after_401) {
+        /* The installation token was revoked or expired early: get a new one, once. */
+        call->refreshed_after_401 = true;
+        secret_free(c->token);
+        c->token = NULL;
+        log_warn("github.token_rejected", "method=%s url=%s action=refresh", call->method,
+                 call->url);
+        call_send(call);
+        return;
+    }
+
+    json_t *body = NULL;
+    if (call->response.len > 0) {
+        json_error_t jerr;
+        body = json_loadb(call->response.data, call->response.len, 0, &jerr);
+        if (!body && status >= 200 && status < 300) {
+            snprintf(msg, sizeof(msg), "malformed JSON from GitHub (status %ld): %s", status,
+                     jerr.text);
+            call_finish(call, -EBADMSG, status, NULL, msg);
+            return;
+        }
+    }
+    if (status >= 200 && status < 300)
+        call_finish(call, 0, status, body, NULL);
+    else if (status == 401)
+        call_finish(call, -EACCES, status, body,
+                    c->auth == GITHUB_AUTH_APP
+                        ? "GitHub refused the App's credentials (401) even after a token refresh"
+                        : "GitHub refused the token (401): check github.token_file");
+    else
+        fail_with_body(call, status, body);
+    json_decref(body);
+}
+
+static void check_multi_info(struct github_client *c)
+{
+    CURLMsg *msg;
+    int pending;
+    while ((msg = curl_multi_info_read(c->multi, &pending))) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        struct call *call = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&call);
+        call_done(call, msg->data.result);
+    }
+}
+
+static struct call *call_new(struct github_client *c, const char *method, const char *path,
+                             json_t *body, enum call_auth auth, github_json_cb cb, void *data)
+{
+    struct call *call = calloc(1, sizeof(*call));
+    if (!call)
+        return NULL;
+    call->client = c;
+    snprintf(call->method, sizeof(call->method), "%s", method);
+    call->auth = auth;
+    call->cb = cb;
+    call->data = data;
+    textbuf_init(&call->response, c->max_response_bytes);
+    if (strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0) {
+        call->url = strdup(path);
+    } else {
+        size_t n = strlen(c->api_url) + strlen(path) + 1;
+        call->url = malloc(n);
+        if (call->url)
+            snprintf(call->url, n, "%s%s", c->api_url, path);
+    }
+    if (body)
+        call->body = json_dumps(body, JSON_COMPACT);
+    if (!call->url || (body && !call->body)) {
+        free(call->url);
+        free(call->body);
+        free(call);
+        return NULL;
+    }
+    call->next = c->calls;
+    if (c->calls)
+        c->calls->prev = call;
+    c->calls = call;
+    return call;
+}
+
+/* The origin (scheme://host:port) of a URL, through libcurl's URL parser. */
+static int url_origin(const char *url, char *out, size_t size)
+{
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL;
+    int r = -EINVAL;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+        snprintf(out, size, "%s://%s:%s", scheme, host, port);
+        for (char *p = out; *p; p++)
+            *p = (char)tolower((unsigned char)*p);
+        r = 0;
+    }
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(u);
+    return r;
+}
+
+int github_request(struct github_client *c, const char *method, const char *path, json_t *body,
+                   github_json_cb cb, void *data)
+{
+    if (c->closing)
+        return -ECANCELED;
+    if (strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0) {
+        /* A link from a response: only ever to the API we were configured with. */
+        char origin[256];
+        if (url_origin(path, origin, sizeof(origin)) < 0 || strcmp(origin, c->api_origin) != 0 ||
+            strncmp(path, c->api_url, strlen(c->api_url)) != 0) {
+            set_last_error(c, "refused to follow a link off the API host");
+            log_warn("github.link_refused", "reason=\"not on the configured API host\"");
+            return -EPERM;
+        }
+    } else if (path[0] != '/') {
+        return -EINVAL;
+    }
+    /* The App's own endpoints and the installation lookups take the JWT; the rest the
+     * installation token. */
+    size_t len = strlen(path);
+    bool jwt =
+        c->auth == GITHUB_AUTH_APP && (strncmp(path, "/app/", 5) == 0 ||
+                                       (len > 13 && strcmp(path + len - 13, "/installation") == 0));
+    struct call *call =
+        call_new(c, method, path, body, jwt ? CALL_AUTH_JWT : CALL_AUTH_TOKEN, cb, data);
+    if (!call)
+        return -ENOMEM;
+    call_send(call);
+    return 0;
+}
+
+/* ---- installation tokens -------------------------------------------------------------- */
+
+static void release_token_waiters(struct github_client *c, int err, const char *message)
+{
+    struct call *w = c->token_waiters;
+    c->token_waiters = NULL;
+    while (w) {
+        struct call *next = w->next_waiting;
+        w->next_waiting = NULL;
+        if (err < 0)
+            call_finish(w, err, 0, NULL, message);
+        else
+            call_send(w);
+        w = next;
+    }
+}
+
+static int64_t parse_iso8601(const char *s)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    if (!s || !strptime(s, "%Y-%m-%dT%H:%M:%S", &tm))
+        return 0;
+    return (int64_t)timegm(&tm);
+}
+
+static void on_token(void *data, const struct github_response *res)
+{
+    struct github_client *c = data;
+    int err = res->err;
+    const char *message = res->message;
+    json_t *body = res->body;
+    c->token_fetching = false;
+    if (err < 0) {
+        release_token_waiters(c, err, message);
+        return;
+    }
+    const char *token = json_string_value(json_object_get(body, "token"));
+    int64_t expires = parse_iso8601(json_string_value(json_object_get(body, "expires_at")));
+    if (!token || !*token || expires <= 0) {
+        release_token_waiters(c, -EBADMSG, "installation token answer lacks token or expires_at");
+        return;
+    }
+    if (expires - TOKEN_REFRESH_MARGIN_S <= now_ms() / 1000) {
+        release_token_waiters(c, -EBADMSG, "GitHub issued an installation token already expiring");
+        return;
+    }
+    secret_free(c->token);
+    c->token = NULL;
+    /* Any length, any format: GitHub changes token formats. */
+    if (secret_from_bytes(token, strlen(token), &c->token) < 0) {
+        release_token_waiters(c, -ENOMEM, "out of memory");
+        return;
+    }
+    c->token_expires_at = expires;
+    log_info("github.token_refreshed", "installation=%lld expires_in_s=%lld",
+             (long long)c->installation_id, (long long)(expires - now_ms() / 1000));
+    release_token_waiters(c, 0, NULL);
+}
+
+static void request_token(struct github_client *c)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/app/installations/%lld/access_tokens",
+             (long long)c->installation_id);
+    struct call *call = call_new(c, "POST", path, NULL, CALL_AUTH_JWT, on_token, c);
+    if (!call) {
+        c->token_fetching = false;
+        release_token_waiters(c, -ENOMEM, "out of memory");
+        return;
+    }
+    call_send(call);
+}
+
+static void on_installation(void *data, const struct github_response *res)
+{
+    struct github_client *c = data;
+    int err = res->err;
+    const char *message = res->message;
+    json_t *body = res->body;
+    json_t *id = json_object_get(body, "id");
+    if (err < 0 || !json_is_integer(id) || json_integer_value(id) <= 0) {
+        c->token_fetching = false;
+        release_token_waiters(c, err < 0 ? err : -EBADMSG,
+                              err < 0 ? message : "installation answer lacks an id");
+        return;
+    }
+    c->installation_id = json_integer_value(id);
+    log_info("github.installation_found", "installation=%lld", (long long)c->installation_id);
+    request_token(c);
+}
+
+static void fetch_token(struct github_client *c)
+{
+    if (c->token_fetching)
+        return;
+    if (c->auth == GITHUB_AUTH_TOKEN) {
+        release_token_waiters(c, -EACCES, "no token");
+        return;
+    }
+    c->token_fetching = true;
+    if (c->installation_id > 0) {
+        request_token(c);
+        return;
+    }
+    char path[512];
+    if (c->lookup_repo)
+        snprintf(path, sizeof(path), "/repos/%s/installation", c->lookup_repo);
+    else if (c->lookup_org)
+        snprintf(path, sizeof(path), "/orgs/%s/installation", c->lookup_org);
+    else {
+        c->token_fetching = false;
+        release_token_waiters(c, -EINVAL,
+                              "no installation_id and no runner scope to look it up from");
+        return;
+    }
+    struct call *call = call_new(c, "GET", path, NULL, CALL_AUTH_JWT, on_installation, c);
+    if (!call) {
+        c->token_fetching = false;
+        release_token_waiters(c, -ENOMEM, "out of memory");
+        return;
+    }
+    call_send(call);
+}
+
+/* ---- client ------------------------------------------------------------------------- */
+
+int github_client_new(uv_loop_t *loop, const struct github_options *o,
+                      struct github_client **ret_client, char *err, size_t err_size)
+{
+    static bool curl_ready;
+    if (!curl_ready) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        curl_ready = true;
+    }
+    struct github_client *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->loop = loop;
+    c->auth = o->auth;
+    c->app_id = o->app_id;
+    c->installation_id = o->installation_id;
+    c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 30000;
+    c->max_retries = o->max_retries >= 0 ? o->max_retries : 5;
+    c->max_response_bytes = o->max_response_bytes ? o->max_response_bytes : 8 * 1024 * 1024;
+    c->max_backoff_ms = o->max_backoff_ms > 0 ? o->max_backoff_ms : 30000;
+    c->stats.ratelimit_remaining = -1;
+    size_t n = strlen(o->api_url);
+    while (n > 0 && o->api_url[n - 1] == '/')
+        n--;
+    c->api_url = strndup(o->api_url, n);
+    c->user_agent = strdup(o->user_agent ? o->user_agent : "hatchery");
+    c->ca_file = o->ca_file ? strdup(o->ca_file) : NULL;
+    if (o->lookup_scope) {
+        c->lookup_repo = o->lookup_scope->repo ? strdup(o->lookup_scope->repo) : NULL;
+        c->lookup_org = o->lookup_scope->org ? strdup(o->lookup_scope->org) : NULL;
+    }
+    int r = 0;
+    if (!c->api_url || url_origin(c->api_url, c->api_origin, sizeof(c->api_origin)) < 0) {
+        snprintf(err, err_size, "github.api_url '%s' is not a URL", o->api_url);
+        r = -EINVAL;
+    } else if (o->auth == GITHUB_AUTH_APP) {
+        r = load_app_key(o->app_key_file, &c->app_key, err, err_size);
+    } else {
+        r = secret_load_file(o->token_file, &c->token, err, err_size);
+    }
+    if (r == 0) {
+        c->multi = curl_multi_init();
+        if (!c->multi) {
+            snprintf(err, err_size, "cannot create a curl multi handle");
+            r = -ENOMEM;
+        }
+    }
+    if (r < 0) {
+        EVP_PKEY_free(c->app_key);
+        secret_free(c->token);
+        free(c->api_url);
+        free(c->user_agent);
+        free(c->ca_file);
+        free(c->lookup_repo);
+        free(c->lookup_org);
+        free(c);
+        return r;
+    }
+    curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
+    curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+    curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, timer_cb);
+    curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+    curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 8L);
+    uv_timer_init(loop, &c->curl_timer);
+    c->curl_timer.data = c;
+    *ret_client = c;
+    return 0;
+}
+
+static void on_client_timer_closed(uv_handle_t *handle)
+{
+    struct github_client *c = handle->data;
+    curl_multi_cleanup(c->multi);
+    free(c);
+}
+
+void github_client_free(struct github_client *c)
+{
+    if (!c)
+        return;
+    c->closing = true;
+    c->token_waiters = NULL;
+    while (c->calls) {
+        struct call *call = c->calls;
+        struct github_response res = {-ECANCELED, 0, NULL, "client closed", NULL};
+        if (call->cb)
+            call->cb(call->data, &res);
+        call->cb = NULL;
+        call_free(call);
+    }
+    EVP_PKEY_free(c->app_key);
+    secret_free(c->token);
+    free(c->api_url);
+    free(c->user_agent);
+    free(c->ca_file);
+    free(c->lookup_repo);
+    free(c->lookup_org);
+    uv_close((uv_handle_t *)&c->curl_timer, on_client_timer_closed);
+}
+
+json_t *github_client_status(const struct github_client *c)
+{
+    int64_t now = now_ms() / 1000;
+    json_t *s =
+        json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "auth", github_auth_mode_names[c->auth],
+                  "api_url", c->api_url, "requests", (json_int_t)c->stats.requests, "retries",
+                  (json_int_t)c->stats.retries, "failures", (json_int_t)c->stats.failures,
+                  "rate_limited", (json_int_t)c->stats.rate_limited, "ratelimit_remaining",
+                  (json_int_t)c->stats.ratelimit_remaining);
+    json_object_set_new(
+        s, "ratelimit_reset_in_s",
+        c->stats.ratelimit_reset
+            ? json_integer(c->stats.ratelimit_reset > now ? c->stats.ratelimit_reset - now : 0)
+            : json_null());
+    if (c->auth == GITHUB_AUTH_APP) {
+        json_object_set_new(s, "app_id", json_integer(c->app_id));
+        json_object_set_new(s, "installation_id",
+                            c->installation_id ? json_integer(c->installation_id) : json_null());
+        json_object_set_new(s, "token_expires_in_s",
+                            c->token ? json_integer(c->token_expires_at - now) : json_null());
+    }
+    json_object_set_new(s, "last_error",
+                        c->last_error[0] ? json_string(c->last_error) : json_null());
+    json_object_set_new(s, "last_error_at",
+                        c->last_error_at ? json_integer(c->last_error_at) : json_null());
+    return s;
+}
+
+void github_client_stats(const struct github_client *c, struct github_stats *ret)
+{
+    *ret = c->stats;
+}

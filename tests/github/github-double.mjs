@@ -1,0 +1,137 @@
+// A test double in front of Prism: Prism (serving GitHub's own OpenAPI description) checks
+// every request the client makes and makes every successful answer; this double adds only
+// what no description can give:
+//  - it verifies App JWTs with node's crypto (a verifier Hatchery did not write): RS256
+//    signature, iat/exp window, iss;
+//  - it issues installation tokens of varying length and format, and can revoke them, so
+//    refresh and "never assume a token's shape" are tested;
+//  - it injects faults on request (5xx, resets, timeouts, 429/403 rate limits, 409s,
+//    malformed or oversized bodies, pagination links);
+//  - it logs every request, and every Prism validation failure as a violation.
+// usage: node github-double.mjs PORT PRISM_URL APP_PUBLIC_KEY_PEM APP_ID
+import { createPublicKey, randomBytes, verify } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+
+const [port, prismUrl, publicKeyFile, appId] = process.argv.slice(2);
+const publicKey = createPublicKey(readFileSync(publicKeyFile));
+let faults = [];
+let log = [];
+let violations = [];
+let tokens = new Set();
+let tokenTtl = 3600;
+
+function b64urlJson(part) {
+  return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
+}
+
+function checkJwt(auth) {
+  const m = /^Bearer ([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)\.([A-Za-z0-9_-]+)$/.exec(auth ?? '');
+  if (!m) return 'no JWT in Authorization';
+  const header = b64urlJson(m[1]);
+  const claims = b64urlJson(m[2]);
+  if (header.alg !== 'RS256' || header.typ !== 'JWT') return `bad JWT header ${JSON.stringify(header)}`;
+  const ok = verify('sha256', Buffer.from(`${m[1]}.${m[2]}`), publicKey, Buffer.from(m[3], 'base64url'));
+  if (!ok) return 'JWT signature does not verify';
+  const now = Math.floor(Date.now() / 1000);
+  if (!(claims.iat <= now)) return `iat ${claims.iat} is in the future`;
+  if (!(claims.exp > now)) return `exp ${claims.exp} has passed`;
+  if (claims.exp - claims.iat > 600) return `exp - iat = ${claims.exp - claims.iat} > 600`;
+  if (String(claims.iss) !== String(appId)) return `iss ${claims.iss} is not ${appId}`;
+  return null;
+}
+
+function takeFault(method, url) {
+  const i = faults.findIndex((f) => (!f.method || f.method === method) && new RegExp(f.path).test(url));
+  if (i < 0) return null;
+  const f = faults[i];
+  if (--f.times <= 0) faults.splice(i, 1);
+  return f;
+}
+
+function readBody(req) {
+  return new Promise((resolve) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+  });
+}
+
+function send(res, status, headers, body) {
+  res.writeHead(status, { 'Content-Type': 'application/json', ...headers });
+  res.end(body);
+}
+
+createServer(async (req, res) => {
+  const body = await readBody(req);
+  const url = req.url;
+  if (url.startsWith('/__double/')) {
+    if (url === '/__double/faults' && req.method === 'POST') {
+      faults.push(...JSON.parse(body.toString()).map((f) => ({ times: 1, ...f })));
+      return send(res, 200, {}, '{}');
+    }
+    if (url === '/__double/log') {
+      if (req.method === 'DELETE') { log = []; violations = []; faults = []; return send(res, 200, {}, '{}'); }
+      return send(res, 200, {}, JSON.stringify({ log, violations }));
+    }
+    if (url === '/__double/revoke' && req.method === 'POST') { tokens = new Set(); return send(res, 200, {}, '{}'); }
+    if (url === '/__double/token-ttl' && req.method === 'POST') { tokenTtl = Number(body.toString()); return send(res, 200, {}, '{}'); }
+    return send(res, 404, {}, '{}');
+  }
+
+  // GitHub Enterprise Server serves the API under /api/v3; Prism serves at /.
+  const enterprise = url.startsWith('/api/v3/');
+  const apiUrl = enterprise ? url.slice('/api/v3'.length) : url;
+  const entry = { method: req.method, url, headers: req.headers, body: body.toString() };
+  log.push(entry);
+  const jwtPath = apiUrl.startsWith('/app/') || /\/installation$/.test(apiUrl.split('?')[0]);
+  if (jwtPath) {
+    const problem = checkJwt(req.headers.authorization);
+    if (problem) {
+      violations.push({ url, problem });
+      return send(res, 401, {}, JSON.stringify({ message: `A JSON web token could not be decoded: ${problem}` }));
+    }
+  } else {
+    const token = (req.headers.authorization ?? '').replace(/^Bearer /, '');
+    if (!tokens.has(token) && !req.headers['x-double-static-token']) {
+      entry.rejected_token = true;
+      return send(res, 401, {}, JSON.stringify({ message: 'Bad credentials' }));
+    }
+  }
+
+  const fault = takeFault(req.method, url);
+  if (fault?.reset) return req.socket.destroy();
+  if (fault?.hang) return; // never answer: the client's timeout must fire
+  if (fault?.status) {
+    return send(res, fault.status, fault.headers ?? {}, fault.raw ?? JSON.stringify(fault.body ?? { message: 'injected' }));
+  }
+
+  const headers = { ...req.headers };
+  delete headers.host;
+  delete headers['content-length'];
+  if (fault?.prefer) headers.prefer = `code=${fault.prefer}`;
+  let upstream;
+  try {
+    upstream = await fetch(prismUrl + apiUrl, { method: req.method, headers, body: body.length ? body : undefined });
+  } catch (e) {
+    violations.push({ url, problem: `prism unreachable: ${e.message}` });
+    return send(res, 502, {}, '{}');
+  }
+  let text = await upstream.text();
+  const v = upstream.headers.get('sl-violations');
+  if (v && upstream.status >= 400 && !fault?.prefer) violations.push({ url, method: req.method, problem: v });
+  if (upstream.status === 201 && /\/access_tokens$/.test(url)) {
+    // Prism's example token has a fixed shape and a date in 2016: issue a live one of a
+    // length and format the client cannot have assumed.
+    const parsed = JSON.parse(text);
+    parsed.token = `ghs_${randomBytes(8 + Math.floor(Math.random() * 40)).toString('base64url')}`;
+    parsed.expires_at = new Date(Date.now() + tokenTtl * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+    tokens.add(parsed.token);
+    entry.issued = parsed.token;
+    text = JSON.stringify(parsed);
+  }
+  const out = { 'Content-Type': upstream.headers.get('content-type') ?? 'application/json' };
+  if (fault?.link) out.Link = fault.link.replaceAll('SELF', `http://127.0.0.1:${port}`);
+  if (fault?.ratelimit) Object.assign(out, fault.ratelimit);
+  send(res, upstream.status, out, text);
+}).listen(Number(port), '127.0.0.1', () => console.log(`github-double listening on ${port}`));
