@@ -51,6 +51,7 @@ struct key {
     size_t n_enum_values;
     const struct key *sub; /* KEY_MAPPING, KEY_SEQUENCE: keys of the nested mapping */
     size_t elem_size;      /* KEY_SEQUENCE */
+    size_t line_offset;    /* KEY_SEQUENCE: where each element records its line */
 };
 
 /* Row builders: each key's type, place, bounds and default on one line. */
@@ -118,6 +119,34 @@ static const struct key pool_keys[] = {
     {.name = NULL},
 };
 
+static const struct key scope_keys[] = {
+    STRING_KEY(struct config_scope, repo, false, NULL),
+    STRING_KEY(struct config_scope, org, false, NULL),
+    INT_KEY(struct config_scope, runner_group_id, 1, INT64_MAX, 1),
+    {.name = NULL},
+};
+
+static const struct key github_keys[] = {
+    STRING_KEY(struct config_github, api_url, false, "https://api.github.com"),
+    INT_KEY(struct config_github, app_id, 0, INT64_MAX, 0),
+    STRING_KEY(struct config_github, app_private_key_file, false, NULL),
+    INT_KEY(struct config_github, installation_id, 0, INT64_MAX, 0),
+    STRING_KEY(struct config_github, token_file, false, NULL),
+    STRING_KEY(struct config_github, ca_file, false, NULL),
+    INT_KEY(struct config_github, timeout_ms, 100, 600000, 30000),
+    INT_KEY(struct config_github, max_retries, 0, 20, 5),
+    INT_KEY(struct config_github, max_response_bytes, 4096, 256 * 1024 * 1024, 8 * 1024 * 1024),
+    {.name = "runner_scopes",
+     .type = KEY_SEQUENCE,
+     .offset = offsetof(struct config_github, runner_scopes),
+     .count_offset = offsetof(struct config_github, n_runner_scopes),
+     .max = CONFIG_MAX_SCOPES,
+     .sub = scope_keys,
+     .elem_size = sizeof(struct config_scope),
+     .line_offset = offsetof(struct config_scope, line)},
+    {.name = NULL},
+};
+
 static const struct key top_keys[] = {
     STRING_KEY(struct config, controller_id, true, NULL),
     STRING_KEY(struct config, listen, false, "127.0.0.1:8080"),
@@ -136,20 +165,26 @@ static const struct key top_keys[] = {
      .type = KEY_MAPPING,
      .offset = offsetof(struct config, http),
      .sub = http_keys},
+    {.name = "github",
+     .type = KEY_MAPPING,
+     .offset = offsetof(struct config, github),
+     .sub = github_keys},
     {.name = "hosts",
      .type = KEY_SEQUENCE,
      .offset = offsetof(struct config, hosts),
      .count_offset = offsetof(struct config, n_hosts),
      .max = CONFIG_MAX_HOSTS,
      .sub = host_keys,
-     .elem_size = sizeof(struct config_host)},
+     .elem_size = sizeof(struct config_host),
+     .line_offset = offsetof(struct config_host, line)},
     {.name = "pools",
      .type = KEY_SEQUENCE,
      .offset = offsetof(struct config, pools),
      .count_offset = offsetof(struct config, n_pools),
      .max = CONFIG_MAX_POOLS,
      .sub = pool_keys,
-     .elem_size = sizeof(struct config_pool)},
+     .elem_size = sizeof(struct config_pool),
+     .line_offset = offsetof(struct config_pool, line)},
     {.name = NULL},
 };
 
@@ -321,10 +356,7 @@ static void parse_value(struct loader *l, yaml_node_t *value, const struct key *
             snprintf(item_path, sizeof(item_path), "%s[%zu]", path, i);
             yaml_node_t *item = yaml_document_get_node(l->doc, start[i]);
             /* Remember where each element starts, for cross-field errors later. */
-            if (k->sub == host_keys)
-                ((struct config_host *)elems)[i].line = (int)item->start_mark.line + 1;
-            else if (k->sub == pool_keys)
-                ((struct config_pool *)elems)[i].line = (int)item->start_mark.line + 1;
+            *(int *)(elems + i * k->elem_size + k->line_offset) = (int)item->start_mark.line + 1;
             parse_mapping(l, item, k->sub, elems + i * k->elem_size, item_path);
         }
         return;
@@ -446,6 +478,60 @@ static yaml_node_t *line_node(int line, yaml_node_t *storage)
     return storage;
 }
 
+bool config_github_enabled(const struct config *c)
+{
+    return c->github.app_id > 0 || c->github.token_file || c->github.n_runner_scopes > 0;
+}
+
+static bool valid_scope_name(const char *s, bool repo)
+{
+    size_t slashes = 0, n = strlen(s);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '/')
+            slashes++;
+        else if (!(isalnum(ch) || ch == '-' || ch == '_' || ch == '.'))
+            return false;
+    }
+    return n > 0 && n <= 200 && slashes == (repo ? 1u : 0u) && s[0] != '/' && s[n - 1] != '/';
+}
+
+static void check_github(struct loader *l, struct config *c, yaml_node_t *root)
+{
+    if (!config_github_enabled(c))
+        return;
+    struct config_github *g = &c->github;
+    yaml_node_t at;
+    bool app = g->app_id > 0 || g->app_private_key_file;
+    if (app && g->token_file)
+        fail(l, root, "github",
+             "give either app_id with app_private_key_file (a GitHub App) or token_file, not "
+             "both");
+    else if (app && (!g->app_id || !g->app_private_key_file))
+        fail(l, root, "github", "a GitHub App needs both app_id and app_private_key_file");
+    else if (!app && !g->token_file)
+        fail(l, root, "github", "needs app_id with app_private_key_file, or token_file");
+    if (g->n_runner_scopes == 0)
+        fail(l, root, "github.runner_scopes", "needs at least one repo or org");
+    if (strncmp(g->api_url, "https://", 8) != 0 && strncmp(g->api_url, "http://127.", 11) != 0 &&
+        strncmp(g->api_url, "http://localhost", 16) != 0 &&
+        strncmp(g->api_url, "http://[::1]", 12) != 0)
+        fail(l, root, "github.api_url",
+             "'%s' must be https:// (plain http only on loopback, for tests)", g->api_url);
+    for (size_t i = 0; i < g->n_runner_scopes; i++) {
+        struct config_scope *s = &g->runner_scopes[i];
+        if (!s->repo == !s->org)
+            fail(l, line_node(s->line, &at), "github.runner_scopes[]",
+                 "each scope names exactly one of repo (owner/name) or org");
+        else if (s->repo && !valid_scope_name(s->repo, true))
+            fail(l, line_node(s->line, &at), "github.runner_scopes[].repo",
+                 "'%s' is not owner/name", s->repo);
+        else if (s->org && !valid_scope_name(s->org, false))
+            fail(l, line_node(s->line, &at), "github.runner_scopes[].org",
+                 "'%s' is not an organization name", s->org);
+    }
+}
+
 static void check_semantics(struct loader *l, struct config *c, yaml_node_t *root)
 {
     yaml_node_t at;
@@ -466,6 +552,8 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
         fail(l, root, "listen", "'%s' is not IPV4:PORT or [IPV6]:PORT", c->listen);
     if (!c->http.tls_cert_file != !c->http.tls_key_file)
         fail(l, root, "http", "tls_cert_file and tls_key_file must be given together");
+
+    check_github(l, c, root);
 
     for (size_t i = 0; i < c->n_hosts; i++) {
         struct config_host *h = &c->hosts[i];
@@ -536,6 +624,15 @@ void config_free(struct config *c)
     free(c->log_level);
     free(c->http.tls_cert_file);
     free(c->http.tls_key_file);
+    free(c->github.api_url);
+    free(c->github.app_private_key_file);
+    free(c->github.token_file);
+    free(c->github.ca_file);
+    for (size_t i = 0; c->github.runner_scopes && i < c->github.n_runner_scopes; i++) {
+        free(c->github.runner_scopes[i].repo);
+        free(c->github.runner_scopes[i].org);
+    }
+    free(c->github.runner_scopes);
     for (size_t i = 0; c->hosts && i < c->n_hosts; i++) {
         free(c->hosts[i].name);
         free(c->hosts[i].uri);

@@ -3,6 +3,7 @@
 #ifndef HATCHERY_CONFIG_H
 #define HATCHERY_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -59,6 +60,27 @@ struct config_http {
     char *tls_key_file;
 };
 
+struct config_scope {
+    char *repo; /* owner/name */
+    char *org;
+    int64_t runner_group_id;
+    int line;
+};
+
+struct config_github {
+    char *api_url;
+    int64_t app_id; /* 0: not an App */
+    char *app_private_key_file;
+    int64_t installation_id; /* 0: look it up */
+    char *token_file;
+    char *ca_file;
+    int64_t timeout_ms;
+    int64_t max_retries;
+    int64_t max_response_bytes;
+    struct config_scope *runner_scopes;
+    size_t n_runner_scopes;
+};
+
 struct config {
     char *path;
     char *controller_id;
@@ -69,6 +91,7 @@ struct config {
     char *log_level;
     int64_t delivery_retention_s;
     struct config_http http;
+    struct config_github github;
     struct config_host *hosts;
     size_t n_hosts;
     struct config_pool *pools;
@@ -80,6 +103,9 @@ struct config {
  * the caller frees). */
 int config_load(const char *path, struct config **ret_config, char **ret_errors);
 void config_free(struct config *config);
+
+/* Whether the config has a `github` section with credentials. */
+bool config_github_enabled(const struct config *config);
 
 /* Parses "HOST:PORT" or "[V6]:PORT" without resolving names. */
 int config_listen_parse(const char *listen, struct sockaddr_storage *ret_addr);

@@ -8,6 +8,7 @@
 
 #include "admin.h"
 #include "config.h"
+#include "github.h"
 #include "http_server.h"
 #include "secret.h"
 #include "store.h"
@@ -37,6 +38,9 @@ struct daemon {
     struct config *config;
     struct secret *webhook_secret;
     struct store *store;
+    struct github_client *github; /* NULL without a `github` section */
+    struct github_scope *scopes;  /* from config.github.runner_scopes */
+    size_t n_scopes;
     struct http_server http;
     struct admin_server admin;
     uv_signal_t sigterm, sigint;

@@ -30,20 +30,22 @@ enum exit_code {
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: hatchery [--socket PATH] [--json] COMMAND [ARGS]\n"
-            "\n"
-            "commands:\n"
-            "  jobs [--status S] [--limit N]  jobs GitHub told us about, newest first\n"
-            "  pools                          configured pools\n"
-            "  capacity                       per pool: max runners, runners, jobs by status\n"
-            "  health                         version, controller id and uptime\n"
-            "\n"
-            "options:\n"
-            "  --socket PATH  admin socket (default $HATCHERY_SOCKET or " DEFAULT_SOCKET ")\n"
-            "  --json         print the daemon's answer as JSON\n"
-            "\n"
-            "exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon unreachable, 4 bad answer\n");
+    fprintf(
+        out,
+        "usage: hatchery [--socket PATH] [--json] COMMAND [ARGS]\n"
+        "\n"
+        "commands:\n"
+        "  jobs [--status S] [--limit N]  jobs GitHub told us about, newest first\n"
+        "  pools                          configured pools\n"
+        "  capacity                       per pool: max runners, runners, jobs by status\n"
+        "  github                         auth mode, installation, rate-limit budget, last error\n"
+        "  health                         version, controller id and uptime\n"
+        "\n"
+        "options:\n"
+        "  --socket PATH  admin socket (default $HATCHERY_SOCKET or " DEFAULT_SOCKET ")\n"
+        "  --json         print the daemon's answer as JSON\n"
+        "\n"
+        "exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon unreachable, 4 bad answer\n");
 }
 
 /* Sends one request and reads the whole answer (bounded). */
@@ -302,6 +304,56 @@ static void print_capacity(json_t *answer)
     table_print(&t);
 }
 
+static void print_github(json_t *answer)
+{
+    if (!json_is_true(json_object_get(answer, "configured"))) {
+        printf("GitHub is not configured (no `github` section in the config)\n");
+        return;
+    }
+    char *v;
+    printf("%-14s %s", "auth", json_string_value(json_object_get(answer, "auth")));
+    if (json_object_get(answer, "app_id")) {
+        printf(" (app %s", v = fmt_value(json_object_get(answer, "app_id")));
+        free(v);
+        printf(", installation %s)", v = fmt_value(json_object_get(answer, "installation_id")));
+        free(v);
+    }
+    printf("\n%-14s %s\n", "api", json_string_value(json_object_get(answer, "api_url")));
+    json_t *expires = json_object_get(answer, "token_expires_in_s");
+    if (json_object_get(answer, "app_id")) {
+        if (json_is_integer(expires))
+            printf("%-14s expires in %llds\n", "token", (long long)json_integer_value(expires));
+        else
+            printf("%-14s none yet\n", "token");
+    }
+    json_t *remaining = json_object_get(answer, "ratelimit_remaining");
+    json_t *reset = json_object_get(answer, "ratelimit_reset_in_s");
+    if (json_integer_value(remaining) >= 0) {
+        printf("%-14s %lld requests left", "rate limit", (long long)json_integer_value(remaining));
+        if (json_is_integer(reset))
+            printf(", resets in %llds", (long long)json_integer_value(reset));
+        printf("\n");
+    } else {
+        printf("%-14s not seen yet\n", "rate limit");
+    }
+    printf("%-14s %lld (retries %lld, failures %lld, rate limited %lld)\n", "requests",
+           (long long)json_integer_value(json_object_get(answer, "requests")),
+           (long long)json_integer_value(json_object_get(answer, "retries")),
+           (long long)json_integer_value(json_object_get(answer, "failures")),
+           (long long)json_integer_value(json_object_get(answer, "rate_limited")));
+    printf("%-14s %s\n", "last error", (v = fmt_value(json_object_get(answer, "last_error"))));
+    free(v);
+    size_t i;
+    json_t *scope;
+    json_array_foreach(json_object_get(answer, "scopes"), i, scope)
+    {
+        printf("%-14s %s %s (runner group %lld)\n", i ? "" : "scopes",
+               json_string_value(json_object_get(scope, "kind")),
+               json_string_value(json_object_get(scope, "name")),
+               (long long)json_integer_value(json_object_get(scope, "runner_group_id")));
+    }
+}
+
 static void print_health(json_t *answer)
 {
     printf("hatcheryd %s, controller %s, up %llds\n",
@@ -361,9 +413,10 @@ int main(int argc, char **argv)
             }
         }
     } else if (strcmp(cmd, "pools") == 0 || strcmp(cmd, "capacity") == 0 ||
-               strcmp(cmd, "health") == 0) {
+               strcmp(cmd, "health") == 0 || strcmp(cmd, "github") == 0) {
         print = strcmp(cmd, "pools") == 0      ? print_pools
                 : strcmp(cmd, "capacity") == 0 ? print_capacity
+                : strcmp(cmd, "github") == 0   ? print_github
                                                : print_health;
         for (; i < argc; i++) {
             if (strcmp(argv[i], "--json") == 0) {

@@ -318,11 +318,93 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
     }
     if (strcmp(cmd, "capacity") == 0)
         return admin_capacity(d);
+    if (strcmp(cmd, "github") == 0) {
+        if (!d->github)
+            return json_pack("{s:b, s:b}", "ok", 1, "configured", 0);
+        json_t *status = github_client_status(d->github);
+        json_t *scopes = json_array();
+        for (size_t i = 0; i < d->n_scopes; i++)
+            json_array_append_new(
+                scopes, json_pack("{s:s, s:s, s:I}", "kind", d->scopes[i].repo ? "repo" : "org",
+                                  "name", d->scopes[i].repo ? d->scopes[i].repo : d->scopes[i].org,
+                                  "runner_group_id", (json_int_t)d->scopes[i].runner_group_id));
+        json_object_set_new(status, "scopes", scopes);
+        json_object_set_new(status, "ok", json_true());
+        json_object_set_new(status, "configured", json_true());
+        return status;
+    }
     if (strcmp(cmd, "health") == 0)
         return json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "version", HATCHERY_VERSION,
                          "controller_id", d->config->controller_id, "uptime_s",
                          (json_int_t)((now_ms() - d->started_at_ms) / 1000));
     return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", "cmd", cmd);
+}
+
+/* ---- GitHub ------------------------------------------------------------------------- */
+
+static struct github_scope *scopes_from_config(const struct config *c, size_t *ret_n)
+{
+    struct github_scope *scopes = calloc(c->github.n_runner_scopes + 1, sizeof(*scopes));
+    for (size_t i = 0; scopes && i < c->github.n_runner_scopes; i++)
+        scopes[i] =
+            (struct github_scope){c->github.runner_scopes[i].repo, c->github.runner_scopes[i].org,
+                                  c->github.runner_scopes[i].runner_group_id};
+    *ret_n = scopes ? c->github.n_runner_scopes : 0;
+    return scopes;
+}
+
+static int github_open(uv_loop_t *loop, const struct config *c, const struct github_scope *scopes,
+                       struct github_client **ret, char *err, size_t err_size)
+{
+    const struct config_github *g = &c->github;
+    struct github_options o = {
+        .api_url = g->api_url,
+        .auth = g->app_id > 0 ? GITHUB_AUTH_APP : GITHUB_AUTH_TOKEN,
+        .app_id = g->app_id,
+        .app_key_file = g->app_private_key_file,
+        .installation_id = g->installation_id,
+        .token_file = g->token_file,
+        .ca_file = g->ca_file,
+        .user_agent = "hatchery/" HATCHERY_VERSION,
+        .timeout_ms = (long)g->timeout_ms,
+        .max_retries = (int)g->max_retries,
+        .max_response_bytes = (size_t)g->max_response_bytes,
+        .lookup_scope = &scopes[0],
+    };
+    return github_client_new(loop, &o, ret, err, err_size);
+}
+
+struct scope_probe {
+    struct daemon *daemon;
+    const struct github_scope *scope;
+};
+
+static void on_scope_probed(void *data, int err, const char *message, json_t *runners)
+{
+    struct scope_probe *p = data;
+    const struct github_scope *s = p->scope;
+    if (err < 0)
+        log_error("github.scope_failed", "%s=%s error=\"%s\"", s->repo ? "repo" : "org",
+                  s->repo ? s->repo : s->org, message ? message : strerror(-err));
+    else
+        log_info("github.scope_ok", "%s=%s runners=%zu", s->repo ? "repo" : "org",
+                 s->repo ? s->repo : s->org, json_array_size(runners));
+    free(p);
+}
+
+/* At start-up, list each scope's runners once: it proves the credentials and the
+ * permissions, and says so in the log, before any job depends on them. */
+static void github_probe(struct daemon *d)
+{
+    for (size_t i = 0; i < d->n_scopes; i++) {
+        struct scope_probe *p = calloc(1, sizeof(*p));
+        if (!p)
+            return;
+        p->daemon = d;
+        p->scope = &d->scopes[i];
+        if (github_runners_list(d->github, p->scope, NULL, on_scope_probed, p) < 0)
+            free(p);
+    }
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
@@ -349,6 +431,8 @@ static void on_signal(uv_signal_t *sig, int signum)
     sd_notify_send("STOPPING=1");
     http_server_stop(&d->http);
     admin_server_stop(&d->admin);
+    github_client_free(d->github);
+    d->github = NULL;
     unlink(d->config->admin_socket);
     uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
     uv_close((uv_handle_t *)&d->prune_timer, NULL);
@@ -405,6 +489,29 @@ static int load(const char *path, struct config **ret_config, struct secret **re
         config_free(*ret_config);
         *ret_config = NULL;
         return -EINVAL;
+    }
+    if (config_github_enabled(*ret_config)) {
+        /* Open the App key or token now, so a bad file fails the check, not the first job. */
+        uv_loop_t loop;
+        uv_loop_init(&loop);
+        size_t n = 0;
+        struct github_scope *scopes = scopes_from_config(*ret_config, &n);
+        struct github_client *client = NULL;
+        int r =
+            scopes ? github_open(&loop, *ret_config, scopes, &client, err, sizeof(err)) : -ENOMEM;
+        if (r == 0)
+            github_client_free(client);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        uv_loop_close(&loop);
+        free(scopes);
+        if (r < 0) {
+            fprintf(stderr, "%s: github: %s\n", path, err);
+            secret_free(*ret_secret);
+            *ret_secret = NULL;
+            config_free(*ret_config);
+            *ret_config = NULL;
+            return -EINVAL;
+        }
     }
     return 0;
 }
@@ -483,6 +590,16 @@ int main(int argc, char **argv)
         log_error("daemon.store_failed", "error=\"%s\"", err);
         return 1;
     }
+    if (config_github_enabled(d.config)) {
+        d.scopes = scopes_from_config(d.config, &d.n_scopes);
+        r = d.scopes ? github_open(d.loop, d.config, d.scopes, &d.github, err, sizeof(err))
+                     : -ENOMEM;
+        if (r < 0) {
+            log_error("daemon.github_failed", "error=\"%s\"", err);
+            store_close(d.store);
+            return 1;
+        }
+    }
     struct sockaddr_storage addr;
     config_listen_parse(d.config->listen, &addr);
     struct http_limits limits = {
@@ -535,17 +652,23 @@ int main(int argc, char **argv)
 
     log_info("daemon.ready",
              "version=%s controller=%s listen=%s tls=%s admin=%s state=%s "
-             "pools=%zu hosts=%zu",
+             "pools=%zu hosts=%zu github=%s",
              HATCHERY_VERSION, d.config->controller_id, d.config->listen,
              d.config->http.tls_cert_file ? "on" : "off", d.config->admin_socket,
-             d.config->state_dir, d.config->n_pools, d.config->n_hosts);
+             d.config->state_dir, d.config->n_pools, d.config->n_hosts,
+             d.github ? github_auth_mode_names[d.config->github.app_id > 0 ? GITHUB_AUTH_APP
+                                                                           : GITHUB_AUTH_TOKEN]
+                      : "off");
     sd_notify_send("READY=1");
+    if (d.github)
+        github_probe(&d);
 
     uv_run(d.loop, UV_RUN_DEFAULT);
 
     store_close(d.store);
     uv_loop_close(d.loop);
     secret_free(d.webhook_secret);
+    free(d.scopes);
     log_info("daemon.stopped", "controller=%s", d.config->controller_id);
     config_free(d.config);
     close(d.lock_fd);

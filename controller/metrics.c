@@ -1,6 +1,7 @@
 /* /metrics in the Prometheus text exposition format, checked by `promtool check metrics`. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "daemon.h"
 #include "textbuf.h"
@@ -108,6 +109,26 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     gauge(&b, "hatchery_store_writes_pending", "Writes waiting for the next commit.",
           (double)ss.writes_pending);
 
+    if (d->github) {
+        struct github_stats gs;
+        github_client_stats(d->github, &gs);
+        counter(&b, "hatchery_github_requests_total", "Requests sent to GitHub (retries included).",
+                gs.requests);
+        counter(&b, "hatchery_github_retries_total",
+                "GitHub requests retried after a 5xx, timeout or connection error.", gs.retries);
+        counter(&b, "hatchery_github_errors_total", "GitHub operations that failed.", gs.failures);
+        counter(&b, "hatchery_github_rate_limited_total",
+                "Answers that made the client wait for a rate limit.", gs.rate_limited);
+        if (gs.ratelimit_remaining >= 0)
+            gauge(&b, "hatchery_github_ratelimit_remaining",
+                  "Requests left in GitHub's rate-limit window (X-RateLimit-Remaining).",
+                  (double)gs.ratelimit_remaining);
+        if (gs.ratelimit_reset > 0) {
+            double left = (double)gs.ratelimit_reset - (double)time(NULL);
+            gauge(&b, "hatchery_github_ratelimit_reset_seconds",
+                  "Seconds until GitHub's rate-limit window resets.", left > 0 ? left : 0);
+        }
+    }
     header(&b, "hatchery_pool_max_runners", "gauge", "Configured max_runners of each pool.");
     for (size_t i = 0; i < d->config->n_pools; i++)
         textbuf_printf(&b, "hatchery_pool_max_runners{pool=\"%s\"} %lld\n",

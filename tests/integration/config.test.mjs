@@ -72,8 +72,12 @@ test('deploy/hatchery.example.yaml checks out', () => {
   const dir = tempDir();
   const secret = `${dir}/secret`;
   writeFileSync(secret, 'x\n', { mode: 0o600 });
+  const key = `${dir}/app.pem`;
+  assert.equal(spawnSync('openssl', ['genrsa', '-out', key, '2048']).status, 0);
+  chmodSync(key, 0o600);
   const example = readFileSync(new URL('../../deploy/hatchery.example.yaml', import.meta.url), 'utf8')
-    .replace('/etc/hatchery/webhook-secret', secret);
+    .replace('/etc/hatchery/webhook-secret', secret)
+    .replace('/etc/hatchery/github-app.pem', key);
   writeFileSync(`${dir}/example.yaml`, example);
   const r = check(`${dir}/example.yaml`);
   spawnSync('rm', ['-rf', dir]);

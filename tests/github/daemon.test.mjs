@@ -1,0 +1,114 @@
+// hatcheryd with a `github` section, against Prism behind the GitHub double (run through
+// with-prism.sh): the start-up probe proves the App's credentials, `hatchery github` shows
+// the auth mode, installation and rate-limit budget, /metrics carries them, and neither
+// the installation token nor the key reaches the log.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, readFileSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { Daemon, HATCHERYD, tempDir, writeConfig } from '../integration/lib/daemon.mjs';
+
+const api = process.env.GITHUB_DOUBLE_URL;
+const github = `github:
+  api_url: ${api}
+  app_id: ${process.env.APP_ID}
+  app_private_key_file: ${process.env.APP_KEY_FILE}
+  timeout_ms: 3000
+  runner_scopes:
+    - repo: pytorch/pytorch
+      runner_group_id: 1
+    - org: pytorch
+      runner_group_id: 7
+`;
+
+async function doubleLog() {
+  return (await fetch(`${api}/__double/log`)).json();
+}
+
+describe('hatcheryd with GitHub', () => {
+  const d = new Daemon({ extra: github });
+  before(async () => {
+    await fetch(`${api}/__double/log`, { method: 'DELETE' });
+    await fetch(`${api}/__double/faults`, {
+      method: 'POST',
+      body: JSON.stringify([{ method: 'GET', path: '/orgs/pytorch/actions/runners', ratelimit: { 'X-RateLimit-Remaining': '4999', 'X-RateLimit-Reset': String(Math.floor(Date.now() / 1000) + 3000) } }]),
+    });
+    await d.start();
+    for (let i = 0; i < 100 && (d.logs.match(/event=github.scope_ok/g) ?? []).length < 2; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  });
+  after(async () => {
+    const { code } = await d.stop();
+    d.cleanup();
+    assert.equal(code, 0);
+  });
+
+  test('the start-up probe lists each scope with the installation token', async () => {
+    assert.match(d.logs, /event=github.installation_found installation=\d+/);
+    assert.match(d.logs, /event=github.scope_ok repo=pytorch\/pytorch runners=2/);
+    assert.match(d.logs, /event=github.scope_ok org=pytorch runners=2/);
+    const { log, violations } = await doubleLog();
+    assert.deepEqual(violations, []);
+    assert.ok(log.some((e) => e.url === '/repos/pytorch/pytorch/installation'));
+  });
+
+  test('hatchery github shows auth, installation, budget and scopes', () => {
+    const json = d.cliJson('github');
+    assert.equal(json.auth, 'app');
+    assert.equal(json.app_id, Number(process.env.APP_ID));
+    assert.ok(json.installation_id > 0);
+    assert.ok(json.token_expires_in_s > 3000);
+    assert.equal(json.ratelimit_remaining, 4999);
+    assert.ok(json.ratelimit_reset_in_s > 2900);
+    assert.equal(json.last_error, null);
+    assert.deepEqual(json.scopes.map((s) => `${s.kind}:${s.name}:${s.runner_group_id}`), ['repo:pytorch/pytorch:1', 'org:pytorch:7']);
+    const table = d.cli('github');
+    assert.equal(table.code, 0);
+    assert.match(table.stdout, /^auth +app \(app 424242, installation \d+\)$/m);
+    assert.match(table.stdout, /^rate limit +4999 requests left, resets in \d+s$/m);
+  });
+
+  test('/metrics carries the GitHub budget and passes promtool', async () => {
+    const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+    assert.match(text, /^hatchery_github_ratelimit_remaining 4999$/m);
+    assert.match(text, /^hatchery_github_requests_total [4-9]$/m);
+    const check = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    assert.equal(check.status, 0, check.stdout + check.stderr);
+  });
+
+  test('no token, JWT or key material in the log', async () => {
+    const { log } = await doubleLog();
+    const issued = log.filter((e) => e.issued).map((e) => e.issued);
+    assert.ok(issued.length >= 1);
+    for (const t of issued) assert.ok(!d.logs.includes(t.slice(4)), 'installation token leaked');
+    assert.ok(!/Bearer|eyJhbGci|BEGIN .*PRIVATE KEY/.test(d.logs));
+    const key = readFileSync(process.env.APP_KEY_FILE, 'utf8').split('\n')[1];
+    assert.ok(!d.logs.includes(key));
+  });
+});
+
+describe('GitHub config checks', () => {
+  test('a group-readable App key fails --check-config', () => {
+    const dir = tempDir();
+    const file = writeConfig(dir, { port: 1, extra: github });
+    chmodSync(process.env.APP_KEY_FILE, 0o640);
+    const r = spawnSync(HATCHERYD, ['--check-config', file], { encoding: 'utf8' });
+    chmodSync(process.env.APP_KEY_FILE, 0o600);
+    spawnSync('rm', ['-rf', dir]);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /github: secret file .* must not be accessible to group or others/);
+  });
+
+  test('App and token together, or a scope naming both repo and org, are errors', () => {
+    const dir = tempDir();
+    const bad = github.replace('  timeout_ms: 3000\n', '  timeout_ms: 3000\n  token_file: /etc/passwd\n')
+      .replace('    - org: pytorch\n', '    - org: pytorch\n      repo: a/b\n');
+    const file = writeConfig(dir, { port: 1, extra: bad });
+    const r = spawnSync(HATCHERYD, ['--check-config', file], { encoding: 'utf8' });
+    spawnSync('rm', ['-rf', dir]);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /github: give either app_id with app_private_key_file .* or token_file, not both/);
+    assert.match(r.stderr, /:\d+: github\.runner_scopes\[\]: each scope names exactly one of repo/);
+  });
+});
