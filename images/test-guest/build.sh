@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Builds the Hatchery test guest for ARCH (ppc64le or s390x): Debian's kernel for that
+# architecture, and an initramfs with busybox-static, the virtio modules, the cross-built
+# static hatchery-agent and a stand-in runner. It boots under QEMU TCG in seconds.
+#
+# usage: images/test-guest/build.sh ARCH [CACHE_DIR]
+# Prints the directory holding `kernel`, `initrd` and `hatchery-agent`. The result is
+# cached under CACHE_DIR (default build-images/) by a hash of every input (this script,
+# the init, the stand-in runner, the agent's sources and the Debian package versions),
+# so it is rebuilt exactly when an input changes.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+arch=${1:?usage: build.sh ppc64le|s390x [CACHE_DIR]}
+cache=${2:-$root/build-images}
+case "$arch" in
+  ppc64le) deb_arch=ppc64el; triplet=powerpc64le-linux-gnu; flavour=powerpc64le; kernel_glob='boot/vmlinux-*'
+           modules="virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_console" ;;
+  s390x)   deb_arch=s390x; triplet=s390x-linux-gnu; flavour=s390x; kernel_glob='boot/vmlinuz-*'
+           modules="virtio_console" ;;
+  *) echo "build.sh: unknown arch $arch (ppc64le or s390x)" >&2; exit 2 ;;
+esac
+log() { echo "test-guest($arch): $*" >&2; }
+
+if ! dpkg --print-foreign-architectures | grep -qx "$deb_arch"; then
+  dpkg --add-architecture "$deb_arch"
+  apt-get update -qq >/dev/null 2>&1 || true
+fi
+kernel_pkg=$(apt-cache depends "linux-image-$flavour:$deb_arch" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+if [ -z "$kernel_pkg" ]; then
+  apt-get update -qq >/dev/null 2>&1 || true
+  kernel_pkg=$(apt-cache depends "linux-image-$flavour:$deb_arch" | awk '/Depends: linux-image-/ {print $2; exit}')
+fi
+kernel_pkg=${kernel_pkg%%:*}
+pkgs=("$kernel_pkg:$deb_arch" "busybox-static:$deb_arch" "libjansson-dev:$deb_arch")
+versions=$(for p in "${pkgs[@]}"; do echo "$p=$(apt-cache policy "$p" | awk '/Candidate:/ {print $2}')"; done)
+key=$( { cat "$here/build.sh" "$here/init" "$here/fake-runner" "$root/agent/hatchery-agent.c" \
+         "$root/include/hatchery/agent_protocol.h"; echo "$versions"; echo "$modules"; } | sha256sum | cut -c1-16)
+out="$cache/test-guest-$arch-$key"
+if [ -f "$out/initrd" ] && [ -f "$out/kernel" ]; then
+  echo "$out"; exit 0
+fi
+log "building ($key)"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$cache/debs" "$work/x"
+(cd "$cache/debs" && for p in "${pkgs[@]}"; do
+   name=${p%%:*}; ls "${name}"_*_"$deb_arch".deb >/dev/null 2>&1 || apt-get download -qq "$p" 2>/dev/null; done)
+for p in "${pkgs[@]}"; do
+  name=${p%%:*}
+  dpkg-deb -x "$(ls -t "$cache/debs/${name}"_*_"$deb_arch".deb | head -n 1)" "$work/x"
+done
+
+# The agent, cross-built static against the foreign libjansson.a.
+"$triplet-gcc" -static -Os -s -std=gnu11 -Wall -Wextra -Werror -I"$root/include" -I"$work/x/usr/include" \
+  "$root/agent/hatchery-agent.c" "$work/x/usr/lib/$triplet/libjansson.a" -o "$work/hatchery-agent"
+
+r="$work/root"
+mkdir -p "$r/bin" "$r/usr/bin" "$r/proc" "$r/sys" "$r/dev" "$r/etc" "$r/lib/modules"
+cp "$work/x/bin/busybox" "$r/bin/busybox"
+cp "$here/init" "$r/init"
+cp "$here/fake-runner" "$r/usr/bin/fake-runner"
+cp "$work/hatchery-agent" "$r/usr/bin/hatchery-agent"
+chmod 755 "$r/init" "$r/usr/bin/fake-runner" "$r/usr/bin/hatchery-agent"
+for m in $modules; do
+  f=$(find "$work/x/lib/modules" -name "$m.ko" | head -n 1)
+  [ -n "$f" ] || { log "module $m not found"; exit 1; }
+  cp "$f" "$r/lib/modules/"
+done
+echo "$modules" | tr ' ' '\n' > "$r/etc/hatchery-modules"
+mkdir -p "$out.tmp"
+(cd "$r" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp/initrd"
+cp $work/x/$kernel_glob "$out.tmp/kernel"
+cp "$work/hatchery-agent" "$out.tmp/hatchery-agent"
+qemu-img create -q -f qcow2 "$out.tmp/base.qcow2" 64M
+rm -rf "$out"
+mv "$out.tmp" "$out"
+log "built: agent $(stat -c %s "$out/hatchery-agent") bytes, initrd $(stat -c %s "$out/initrd") bytes"
+echo "$out"

@@ -1,0 +1,121 @@
+/* The agent protocol, shared by hatcheryd and hatchery-agent (DESIGN.md, "Agent protocol").
+ *
+ * A byte stream (a virtio-serial port named AGENT_CHANNEL_NAME for VMs, a unix socket
+ * bind-mounted into LXC containers) carrying newline-delimited JSON: one object per line,
+ * each with "v": AGENT_PROTOCOL_VERSION and a "type". A line longer than
+ * AGENT_MAX_LINE_BYTES, a line that is not a JSON object, a wrong version or an unknown
+ * type is an error that ends the conversation. Text (JSON), never raw structs: ppc64le is
+ * little-endian, s390x big-endian.
+ *
+ *   agent -> controller  hello      {version, arch, boot_id}
+ *   controller -> agent  config     {runner_name, jit_config, job_timeout_s, runner_command[]}
+ *   agent -> controller  started    {pid}
+ *   agent -> controller  heartbeat  {}
+ *   agent -> controller  exited     {code | signal, duration_s, timed_out}
+ *   controller -> agent  shutdown   {reason}
+ *
+ * The runner is started as runner_command followed by one more argument, the JIT config
+ * (the GitHub runner's `run.sh --jitconfig` takes it that way). */
+#ifndef HATCHERY_AGENT_PROTOCOL_H
+#define HATCHERY_AGENT_PROTOCOL_H
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AGENT_PROTOCOL_VERSION    1
+#define AGENT_CHANNEL_NAME        "org.hatchery.agent.0"
+#define AGENT_VERSION             "0.1.0"
+/* A JIT config is a few KB of base64; everything else is small. */
+#define AGENT_MAX_LINE_BYTES      (64 * 1024)
+#define AGENT_HEARTBEAT_S         5
+/* The controller closes a channel that sends more than this many messages a second. */
+#define AGENT_MAX_MESSAGES_PER_S  20
+#define AGENT_MAX_COMMAND_ARGS    64
+/* Inside the container, where the controller's socket appears. */
+#define AGENT_CONTAINER_SOCKET    "/run/hatchery/agent.sock"
+
+enum agent_msg_type {
+    AGENT_MSG_HELLO,
+    AGENT_MSG_CONFIG,
+    AGENT_MSG_STARTED,
+    AGENT_MSG_HEARTBEAT,
+    AGENT_MSG_EXITED,
+    AGENT_MSG_SHUTDOWN,
+    AGENT_MSG_TYPE_MAX,
+};
+
+static const char *const agent_msg_type_names[AGENT_MSG_TYPE_MAX] = {
+    [AGENT_MSG_HELLO] = "hello",       [AGENT_MSG_CONFIG] = "config",
+    [AGENT_MSG_STARTED] = "started",   [AGENT_MSG_HEARTBEAT] = "heartbeat",
+    [AGENT_MSG_EXITED] = "exited",     [AGENT_MSG_SHUTDOWN] = "shutdown",
+};
+
+/* Parses one line (without its newline). On success returns 0, the object (a new
+ * reference) and its type; otherwise a negative errno and a reason in `err`. */
+static inline int agent_msg_parse(const char *line, size_t len, json_t **ret_msg,
+                                  enum agent_msg_type *ret_type, char *err, size_t err_size)
+{
+    if (len > AGENT_MAX_LINE_BYTES) {
+        snprintf(err, err_size, "line longer than %d bytes", AGENT_MAX_LINE_BYTES);
+        return -EMSGSIZE;
+    }
+    json_error_t jerr;
+    json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!json_is_object(msg)) {
+        snprintf(err, err_size, "not a JSON object: %s", msg ? "wrong type" : jerr.text);
+        json_decref(msg);
+        return -EBADMSG;
+    }
+    json_t *v = json_object_get(msg, "v");
+    if (!json_is_integer(v) || json_integer_value(v) != AGENT_PROTOCOL_VERSION) {
+        snprintf(err, err_size, "protocol version is not %d", AGENT_PROTOCOL_VERSION);
+        json_decref(msg);
+        return -EPROTO;
+    }
+    const char *type = json_string_value(json_object_get(msg, "type"));
+    for (int i = 0; type && i < AGENT_MSG_TYPE_MAX; i++) {
+        if (strcmp(type, agent_msg_type_names[i]) == 0) {
+            *ret_msg = msg;
+            *ret_type = (enum agent_msg_type)i;
+            return 0;
+        }
+    }
+    snprintf(err, err_size, "unknown message type");
+    json_decref(msg);
+    return -EBADMSG;
+}
+
+/* A new message object of `type`, with "v" set. */
+static inline json_t *agent_msg_new(enum agent_msg_type type)
+{
+    return json_pack("{s:i, s:s}", "v", AGENT_PROTOCOL_VERSION, "type",
+                     agent_msg_type_names[type]);
+}
+
+/* Encodes `msg` as one line with its newline (caller frees), or NULL when too long. */
+static inline char *agent_msg_encode(json_t *msg, size_t *ret_len)
+{
+    char *text = json_dumps(msg, JSON_COMPACT);
+    if (!text)
+        return NULL;
+    size_t n = strlen(text);
+    if (n > AGENT_MAX_LINE_BYTES) {
+        free(text);
+        return NULL;
+    }
+    char *line = (char *)malloc(n + 2);
+    if (line) {
+        memcpy(line, text, n);
+        line[n] = '\n';
+        line[n + 1] = 0;
+        *ret_len = n + 1;
+    }
+    memset(text, 0, n); /* a config line carries the JIT config */
+    free(text);
+    return line;
+}
+
+#endif

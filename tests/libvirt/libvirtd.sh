@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Starts (or stops) a real libvirtd for the tests, with the workarounds these machines need
+# (see shared/LIBVIRT-HERE.md), without touching the machine's own configuration:
+#  - a private mount namespace, where our own /etc/libvirt (qemu.conf running guests as
+#    root, no security driver) and a passwd/group that have the `libvirt-qemu` user the
+#    QEMU driver insists on are bind-mounted;
+#  - the cgroup v2 mount at /sys/fs/cgroup/unified hidden, so LXC domains start;
+#  - tini -s as a child subreaper, so destroyed guests are reaped at once.
+# The sockets stay in the shared /run/libvirt, so qemu:///system and lxc:/// work from
+# outside the namespace.
+#
+# usage: libvirtd.sh start|stop|status
+set -euo pipefail
+state=/run/hatchery-test-libvirtd
+case "${1:-}" in
+start)
+  if [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null && virsh -c qemu:///system list >/dev/null 2>&1; then
+    echo "libvirtd: already running"; exit 0
+  fi
+  mkdir -p "$state/etc-libvirt" /run/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt
+  cat > "$state/etc-libvirt/libvirtd.conf" <<'CONF'
+unix_sock_group = "root"
+unix_sock_rw_perms = "0770"
+auth_unix_rw = "none"
+auth_unix_ro = "none"
+keepalive_interval = 5
+keepalive_count = 5
+CONF
+  cat > "$state/etc-libvirt/qemu.conf" <<'CONF'
+user = "root"
+group = "root"
+dynamic_ownership = 0
+security_driver = "none"
+remember_owner = 0
+stdio_handler = "file"
+CONF
+  cat > "$state/etc-libvirt/lxc.conf" <<'CONF'
+security_driver = "none"
+CONF
+  cp /etc/libvirt/libvirt.conf "$state/etc-libvirt/" 2>/dev/null || true
+  cp /etc/passwd "$state/passwd"
+  cp /etc/group "$state/group"
+  grep -q '^libvirt-qemu:' "$state/passwd" || echo 'libvirt-qemu:x:64055:64055:Libvirt Qemu,,,:/var/lib/libvirt:/usr/sbin/nologin' >> "$state/passwd"
+  grep -q '^libvirt-qemu:' "$state/group" || echo 'libvirt-qemu:x:64055:' >> "$state/group"
+  grep -q '^kvm:' "$state/group" || echo 'kvm:x:64056:' >> "$state/group"
+  rm -f "$state/pid"
+  unshare --mount --propagation private -- bash -c "
+    mount --bind '$state/etc-libvirt' /etc/libvirt
+    mount --bind '$state/passwd' /etc/passwd
+    mount --bind '$state/group' /etc/group
+    umount -l /sys/fs/cgroup/unified 2>/dev/null || true
+    exec tini -s -- /usr/sbin/libvirtd
+  " >"$state/libvirtd.log" 2>&1 &
+  echo $! > "$state/pid"
+  for _ in $(seq 100); do
+    virsh -c qemu:///system list >/dev/null 2>&1 && virsh -c lxc:/// list >/dev/null 2>&1 && { echo "libvirtd: started"; exit 0; }
+    sleep 0.1
+  done
+  echo "libvirtd did not start:"; tail -n 20 "$state/libvirtd.log"; exit 1
+  ;;
+stop)
+  if [ -f "$state/pid" ]; then kill "$(cat "$state/pid")" 2>/dev/null || true; rm -f "$state/pid"; fi
+  ;;
+status)
+  virsh -c qemu:///system list
+  ;;
+*)
+  echo "usage: $0 start|stop|status" >&2; exit 2
+  ;;
+esac
