@@ -27,8 +27,8 @@
 
 #include "hatchery/agent_protocol.h"
 
-#define PORT_WAIT_S      60 /* modules may load after the agent starts */
-#define KILL_GRACE_S     10
+#define PORT_WAIT_S        60 /* modules may load after the agent starts */
+#define KILL_GRACE_S       10
 #define SHUTDOWN_LINGER_MS 500
 
 static int channel = -1;

@@ -26,6 +26,11 @@ const char *const pool_backend_names[BACKEND_MAX] = {
     [BACKEND_CONTAINER] = "container",
 };
 
+const char *const pool_firmware_names[FIRMWARE_MAX] = {
+    [FIRMWARE_DEFAULT] = "default",
+    [FIRMWARE_VOF] = "vof",
+};
+
 static const char *const log_level_names[] = {"debug", "info", "warn", "error"};
 
 enum key_type {
@@ -102,6 +107,8 @@ static const struct key host_keys[] = {
     INT_KEY_REQUIRED(struct config_host, vcpus, 1, 4096),
     INT_KEY_REQUIRED(struct config_host, memory_mib, 64, INT64_C(1) << 32),
     INT_KEY_REQUIRED(struct config_host, max_guests, 0, 4096),
+    STRING_KEY(struct config_host, storage_pool, false, "hatchery"),
+    STRING_KEY(struct config_host, storage_dir, false, "/var/lib/hatchery/volumes"),
     {.name = NULL},
 };
 
@@ -116,6 +123,15 @@ static const struct key pool_keys[] = {
     INT_KEY(struct config_pool, min_idle, 0, 1024, 0),
     INT_KEY_REQUIRED(struct config_pool, max_runners, 0, 4096),
     LIST_KEY(struct config_pool, hosts, 1, CONFIG_MAX_HOSTS, false),
+    STRING_KEY(struct config_pool, kernel, false, NULL),
+    STRING_KEY(struct config_pool, initrd, false, NULL),
+    STRING_KEY(struct config_pool, cmdline, false, NULL),
+    ENUM_KEY(struct config_pool, firmware, pool_firmware_names, false, FIRMWARE_DEFAULT),
+    STRING_KEY(struct config_pool, network, false, "user"),
+    INT_KEY(struct config_pool, disk_mib, 64, INT64_C(1) << 24, 20480),
+    INT_KEY(struct config_pool, boot_timeout_s, 5, 3600, 300),
+    INT_KEY(struct config_pool, job_timeout_s, 60, 7 * 24 * 3600, 6 * 3600),
+    LIST_KEY(struct config_pool, runner_command, 1, 64, false),
     {.name = NULL},
 };
 
@@ -636,6 +652,8 @@ void config_free(struct config *c)
     for (size_t i = 0; c->hosts && i < c->n_hosts; i++) {
         free(c->hosts[i].name);
         free(c->hosts[i].uri);
+        free(c->hosts[i].storage_pool);
+        free(c->hosts[i].storage_dir);
     }
     free(c->hosts);
     for (size_t i = 0; c->pools && i < c->n_pools; i++) {
@@ -644,6 +662,11 @@ void config_free(struct config *c)
         free_list(p->labels, p->n_labels);
         free(p->image);
         free_list(p->hosts, p->n_hosts);
+        free(p->kernel);
+        free(p->initrd);
+        free(p->cmdline);
+        free(p->network);
+        free_list(p->runner_command, p->n_runner_command);
     }
     free(c->pools);
     free(c);

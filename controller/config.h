@@ -30,8 +30,18 @@ struct config_host {
     int64_t vcpus;
     int64_t memory_mib;
     int64_t max_guests;
+    char *storage_pool; /* libvirt storage pool for overlays; made as a dir pool if missing */
+    char *storage_dir;
     int line;
 };
+
+enum pool_firmware {
+    FIRMWARE_DEFAULT,
+    FIRMWARE_VOF, /* ppc64le: QEMU's Virtual Open Firmware, boots in ~2 s instead of ~8 */
+    FIRMWARE_MAX,
+};
+
+extern const char *const pool_firmware_names[FIRMWARE_MAX];
 
 struct config_pool {
     char *name;
@@ -46,6 +56,16 @@ struct config_pool {
     int64_t max_runners;
     char **hosts;
     size_t n_hosts;
+    char *kernel; /* direct kernel boot (test guests), else the image boots itself */
+    char *initrd;
+    char *cmdline;
+    int64_t firmware; /* enum pool_firmware */
+    char *network;    /* "user", "none" or a libvirt network */
+    int64_t disk_mib;
+    int64_t boot_timeout_s;
+    int64_t job_timeout_s;
+    char **runner_command; /* the JIT config is appended as the last argument */
+    size_t n_runner_command;
     int line;
 };
 

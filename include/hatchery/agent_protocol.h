@@ -25,17 +25,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AGENT_PROTOCOL_VERSION    1
-#define AGENT_CHANNEL_NAME        "org.hatchery.agent.0"
-#define AGENT_VERSION             "0.1.0"
+#define AGENT_PROTOCOL_VERSION 1
+#define AGENT_CHANNEL_NAME     "org.hatchery.agent.0"
+#define AGENT_VERSION          "0.1.0"
 /* A JIT config is a few KB of base64; everything else is small. */
-#define AGENT_MAX_LINE_BYTES      (64 * 1024)
-#define AGENT_HEARTBEAT_S         5
+#define AGENT_MAX_LINE_BYTES (64 * 1024)
+#define AGENT_HEARTBEAT_S    5
 /* The controller closes a channel that sends more than this many messages a second. */
-#define AGENT_MAX_MESSAGES_PER_S  20
-#define AGENT_MAX_COMMAND_ARGS    64
+#define AGENT_MAX_MESSAGES_PER_S 20
+#define AGENT_MAX_COMMAND_ARGS   64
 /* Inside the container, where the controller's socket appears. */
-#define AGENT_CONTAINER_SOCKET    "/run/hatchery/agent.sock"
+#define AGENT_CONTAINER_SOCKET "/run/hatchery/agent.sock"
 
 enum agent_msg_type {
     AGENT_MSG_HELLO,
@@ -48,9 +48,9 @@ enum agent_msg_type {
 };
 
 static const char *const agent_msg_type_names[AGENT_MSG_TYPE_MAX] = {
-    [AGENT_MSG_HELLO] = "hello",       [AGENT_MSG_CONFIG] = "config",
-    [AGENT_MSG_STARTED] = "started",   [AGENT_MSG_HEARTBEAT] = "heartbeat",
-    [AGENT_MSG_EXITED] = "exited",     [AGENT_MSG_SHUTDOWN] = "shutdown",
+    [AGENT_MSG_HELLO] = "hello",     [AGENT_MSG_CONFIG] = "config",
+    [AGENT_MSG_STARTED] = "started", [AGENT_MSG_HEARTBEAT] = "heartbeat",
+    [AGENT_MSG_EXITED] = "exited",   [AGENT_MSG_SHUTDOWN] = "shutdown",
 };
 
 /* Parses one line (without its newline). On success returns 0, the object (a new
@@ -91,8 +91,7 @@ static inline int agent_msg_parse(const char *line, size_t len, json_t **ret_msg
 /* A new message object of `type`, with "v" set. */
 static inline json_t *agent_msg_new(enum agent_msg_type type)
 {
-    return json_pack("{s:i, s:s}", "v", AGENT_PROTOCOL_VERSION, "type",
-                     agent_msg_type_names[type]);
+    return json_pack("{s:i, s:s}", "v", AGENT_PROTOCOL_VERSION, "type", agent_msg_type_names[type]);
 }
 
 /* Encodes `msg` as one line with its newline (caller frees), or NULL when too long. */

@@ -1,0 +1,53 @@
+/* hatcheryd's side of the agent protocol (include/hatchery/agent_protocol.h) on one
+ * connected stream. The guest is hostile: every byte is checked. An overlong line, a line
+ * that is not a protocol message, a message out of order, a field of the wrong type, or
+ * more than AGENT_MAX_MESSAGES_PER_S messages in a second closes the channel and reports
+ * the reason once through on_error. The controller is never affected beyond that. */
+#ifndef HATCHERY_AGENT_CHANNEL_H
+#define HATCHERY_AGENT_CHANNEL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "secret.h"
+
+struct agent_channel;
+
+struct agent_hello {
+    char version[32];
+    char arch[32];
+    char boot_id[64];
+};
+
+struct agent_exit {
+    int code;   /* -1 when the runner died of a signal */
+    int signal; /* 0 when it exited */
+    double duration_s;
+    bool timed_out;
+};
+
+struct agent_channel_events {
+    void (*on_hello)(void *data, const struct agent_hello *hello);
+    void (*on_started)(void *data, int64_t pid);
+    void (*on_heartbeat)(void *data);
+    void (*on_exited)(void *data, const struct agent_exit *exit);
+    /* The channel is closed: a protocol violation, or the guest hung up. Called once. */
+    void (*on_error)(void *data, const char *reason);
+};
+
+/* Takes over a connected stream (a uv_pipe_t allocated with malloc); the channel closes
+ * and frees it. */
+int agent_channel_open(uv_stream_t *stream, const struct agent_channel_events *events, void *data,
+                       struct agent_channel **ret_channel);
+/* Sends `config` once, after hello. The JIT config leaves only here, and the buffers that
+ * carried it are wiped once written. */
+int agent_channel_send_config(struct agent_channel *channel, const char *runner_name,
+                              const struct secret *jit_config, int64_t job_timeout_s,
+                              const char *const *runner_command, size_t n_command);
+int agent_channel_send_shutdown(struct agent_channel *channel, const char *reason);
+/* Closes without further callbacks. */
+void agent_channel_close(struct agent_channel *channel);
+
+#endif

@@ -1,0 +1,275 @@
+/* Domain XML through libxml2's xmlTextWriter; see domain_xml.h. */
+#include "domain_xml.h"
+
+#include <libxml/xmlwriter.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hatchery/agent_protocol.h"
+
+#define W(call)                                                                                    \
+    do {                                                                                           \
+        if ((call) < 0)                                                                            \
+            goto fail;                                                                             \
+    } while (0)
+
+static int element(xmlTextWriterPtr w, const char *name, const char *text)
+{
+    return xmlTextWriterWriteElement(w, BAD_CAST name, BAD_CAST text);
+}
+
+static int attr(xmlTextWriterPtr w, const char *name, const char *value)
+{
+    return xmlTextWriterWriteAttribute(w, BAD_CAST name, BAD_CAST value);
+}
+
+static int start(xmlTextWriterPtr w, const char *name)
+{
+    return xmlTextWriterStartElement(w, BAD_CAST name);
+}
+
+static int end(xmlTextWriterPtr w)
+{
+    return xmlTextWriterEndElement(w);
+}
+
+static const char *machine_of(enum pool_arch arch)
+{
+    switch (arch) {
+    case ARCH_PPC64LE:
+        return "pseries";
+    case ARCH_S390X:
+        return "s390-ccw-virtio";
+    case ARCH_X86_64:
+    case ARCH_MAX:
+        break;
+    }
+    return "q35";
+}
+
+static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
+{
+    W(start(w, "disk"));
+    W(attr(w, "type", "volume"));
+    W(attr(w, "device", "disk"));
+    W(start(w, "driver"));
+    W(attr(w, "name", "qemu"));
+    W(attr(w, "type", "qcow2"));
+    W(attr(w, "discard", "unmap"));
+    W(end(w));
+    W(start(w, "source"));
+    W(attr(w, "pool", s->storage_pool));
+    W(attr(w, "volume", s->volume));
+    W(end(w));
+    W(start(w, "target"));
+    W(attr(w, "dev", "vda"));
+    W(attr(w, "bus", "virtio"));
+    W(end(w));
+    W(end(w)); /* disk */
+
+    if (s->network && strcmp(s->network, "none") != 0) {
+        W(start(w, "interface"));
+        bool user = strcmp(s->network, "user") == 0;
+        W(attr(w, "type", user ? "user" : "network"));
+        if (!user) {
+            W(start(w, "source"));
+            W(attr(w, "network", s->network));
+            W(end(w));
+        }
+        W(start(w, "model"));
+        W(attr(w, "type", "virtio"));
+        W(end(w));
+        /* Without ipxe-qemu there is no option ROM to load. */
+        W(start(w, "rom"));
+        W(attr(w, "enabled", "no"));
+        W(end(w));
+        W(end(w));
+    }
+
+    /* The console goes to a per-runner log file, kept after teardown. */
+    W(start(w, s->arch == ARCH_X86_64 ? "serial" : "console"));
+    W(attr(w, "type", "file"));
+    W(start(w, "source"));
+    W(attr(w, "path", s->console_log));
+    W(end(w));
+    W(start(w, "target"));
+    W(attr(w, "type",
+           s->arch == ARCH_S390X     ? "sclp"
+           : s->arch == ARCH_PPC64LE ? "serial"
+                                     : "isa-serial"));
+    W(end(w));
+    W(end(w));
+
+    W(start(w, "channel"));
+    W(attr(w, "type", "unix"));
+    W(start(w, "source"));
+    W(attr(w, "mode", "bind"));
+    W(attr(w, "path", s->channel_path));
+    W(end(w));
+    W(start(w, "target"));
+    W(attr(w, "type", "virtio"));
+    W(attr(w, "name", AGENT_CHANNEL_NAME));
+    W(end(w));
+    W(end(w));
+
+    W(start(w, "memballoon"));
+    W(attr(w, "model", "none"));
+    W(end(w));
+    return 0;
+fail:
+    return -1;
+}
+
+static int write_lxc_devices(xmlTextWriterPtr w, const struct domain_spec *s)
+{
+    W(start(w, "filesystem"));
+    W(attr(w, "type", "mount"));
+    W(start(w, "source"));
+    W(attr(w, "dir", s->root_dir));
+    W(end(w));
+    W(start(w, "target"));
+    W(attr(w, "dir", "/"));
+    W(end(w));
+    W(start(w, "readonly"));
+    W(end(w));
+    W(end(w));
+    /* Single use: everything the job writes goes to RAM and dies with the container. */
+    static const char *const scratch[] = {"/tmp", "/home", "/var/tmp", "/work"};
+    for (size_t i = 0; i < sizeof(scratch) / sizeof(scratch[0]); i++) {
+        W(start(w, "filesystem"));
+        W(attr(w, "type", "ram"));
+        W(start(w, "source"));
+        W(attr(w, "usage", "1024"));
+        W(attr(w, "units", "MiB"));
+        W(end(w));
+        W(start(w, "target"));
+        W(attr(w, "dir", scratch[i]));
+        W(end(w));
+        W(end(w));
+    }
+    W(start(w, "filesystem"));
+    W(attr(w, "type", "mount"));
+    W(start(w, "source"));
+    W(attr(w, "dir", s->channel_dir));
+    W(end(w));
+    W(start(w, "target"));
+    W(attr(w, "dir", "/run/hatchery"));
+    W(end(w));
+    W(end(w));
+    W(start(w, "console"));
+    W(attr(w, "type", "pty"));
+    W(end(w));
+    return 0;
+fail:
+    return -1;
+}
+
+char *domain_xml_build(const struct domain_spec *s, char *err, size_t err_size)
+{
+    bool lxc = s->backend == BACKEND_CONTAINER;
+    if (!s->name || !s->controller_id ||
+        (lxc ? !s->root_dir || !s->channel_dir || !s->init
+             : !s->storage_pool || !s->volume || !s->channel_path || !s->console_log)) {
+        snprintf(err, err_size, "domain spec is incomplete");
+        return NULL;
+    }
+    xmlBufferPtr buf = xmlBufferCreate();
+    xmlTextWriterPtr w = buf ? xmlNewTextWriterMemory(buf, 0) : NULL;
+    char *out = NULL;
+    char num[32];
+    if (!w)
+        goto fail;
+    xmlTextWriterSetIndent(w, 1);
+    xmlTextWriterSetIndentString(w, BAD_CAST "  ");
+    W(start(w, "domain"));
+    W(attr(w, "type", lxc ? "lxc" : s->kvm ? "kvm" : "qemu"));
+    if (!lxc && s->vof && s->arch == ARCH_PPC64LE)
+        W(attr(w, "xmlns:qemu", "http://libvirt.org/schemas/domain/qemu/1.0"));
+    W(element(w, "name", s->name));
+
+    W(start(w, "metadata"));
+    W(xmlTextWriterStartElementNS(w, BAD_CAST DOMAIN_METADATA_KEY, BAD_CAST "runner",
+                                  BAD_CAST DOMAIN_METADATA_NS));
+    W(element(w, DOMAIN_METADATA_KEY ":controller", s->controller_id));
+    snprintf(num, sizeof(num), "%lld", (long long)s->runner_id);
+    W(element(w, DOMAIN_METADATA_KEY ":runner-id", num));
+    if (s->pool)
+        W(element(w, DOMAIN_METADATA_KEY ":pool", s->pool));
+    W(end(w));
+    W(end(w)); /* metadata */
+
+    W(start(w, "memory"));
+    W(attr(w, "unit", "MiB"));
+    snprintf(num, sizeof(num), "%lld", (long long)s->memory_mib);
+    W(xmlTextWriterWriteString(w, BAD_CAST num));
+    W(end(w));
+    snprintf(num, sizeof(num), "%lld", (long long)s->vcpus);
+    W(element(w, "vcpu", num));
+
+    W(start(w, "os"));
+    if (lxc) {
+        W(element(w, "type", "exe"));
+        W(element(w, "init", s->init));
+        W(element(w, "initarg", "--socket"));
+        W(element(w, "initarg", AGENT_CONTAINER_SOCKET));
+    } else {
+        W(start(w, "type"));
+        W(attr(w, "arch", pool_arch_names[s->arch]));
+        W(attr(w, "machine", machine_of(s->arch)));
+        W(xmlTextWriterWriteString(w, BAD_CAST "hvm"));
+        W(end(w));
+        if (s->kernel) {
+            W(element(w, "kernel", s->kernel));
+            if (s->initrd)
+                W(element(w, "initrd", s->initrd));
+            if (s->cmdline)
+                W(element(w, "cmdline", s->cmdline));
+        } else {
+            W(start(w, "boot"));
+            W(attr(w, "dev", "hd"));
+            W(end(w));
+        }
+    }
+    W(end(w)); /* os */
+    if (!lxc && s->kvm) {
+        W(start(w, "cpu"));
+        W(attr(w, "mode", "host-passthrough"));
+        W(end(w));
+    }
+    /* A guest that powers off or crashes is gone: hatcheryd sees the event and cleans up. */
+    W(element(w, "on_poweroff", "destroy"));
+    W(element(w, "on_reboot", "destroy"));
+    W(element(w, "on_crash", "destroy"));
+
+    W(start(w, "devices"));
+    W(lxc ? write_lxc_devices(w, s) : write_vm_devices(w, s));
+    W(end(w)); /* devices */
+
+    if (!lxc && s->vof && s->arch == ARCH_PPC64LE) {
+        W(start(w, "qemu:commandline"));
+        W(start(w, "qemu:arg"));
+        W(attr(w, "value", "-machine"));
+        W(end(w));
+        W(start(w, "qemu:arg"));
+        W(attr(w, "value", "x-vof=on"));
+        W(end(w));
+        W(end(w));
+    }
+    W(end(w)); /* domain */
+    W(xmlTextWriterEndDocument(w));
+    xmlFreeTextWriter(w);
+    w = NULL;
+    out = strdup((const char *)xmlBufferContent(buf));
+    xmlBufferFree(buf);
+    if (!out)
+        snprintf(err, err_size, "out of memory");
+    return out;
+fail:
+    snprintf(err, err_size, "cannot write domain XML");
+    if (w)
+        xmlFreeTextWriter(w);
+    if (buf)
+        xmlBufferFree(buf);
+    return NULL;
+}

@@ -1,0 +1,45 @@
+/* Domain XML for one guest, written with libxml2's xmlTextWriter so that no string (a
+ * runner name, a path from the config) is ever pasted into markup: the writer escapes.
+ * Variants: ppc64le `pseries` (KVM when the host offers it, else TCG), s390x
+ * `s390-ccw-virtio`, x86_64 (development), and LXC containers. */
+#ifndef HATCHERY_DOMAIN_XML_H
+#define HATCHERY_DOMAIN_XML_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+
+#define DOMAIN_METADATA_NS  "https://hatchery.dev/xmlns/runner/1"
+#define DOMAIN_METADATA_KEY "hatchery"
+
+struct domain_spec {
+    const char *name;          /* the runner name: hatchery-<controller>-<pool>-<id> */
+    const char *controller_id; /* in <metadata>: nothing without our tag is touched */
+    int64_t runner_id;
+    const char *pool;
+    enum pool_arch arch;
+    enum pool_backend backend;
+    bool kvm; /* domain type kvm (host and guest arch match, /dev/kvm) */
+    int64_t vcpus;
+    int64_t memory_mib;
+    /* VMs */
+    const char *storage_pool; /* the overlay volume, through the storage API */
+    const char *volume;
+    const char *kernel; /* direct kernel boot, when set */
+    const char *initrd;
+    const char *cmdline;      /* from the config only: never a secret */
+    bool vof;                 /* ppc64le: QEMU's fast VOF firmware instead of SLOF */
+    const char *network;      /* "user", "none", or a libvirt network name */
+    const char *channel_path; /* the agent's virtio-serial port, bound by QEMU */
+    const char *console_log;
+    /* containers */
+    const char *root_dir;    /* read-only root filesystem */
+    const char *channel_dir; /* holds the controller's socket; mounted at /run/hatchery */
+    const char *init;        /* the agent inside the container */
+};
+
+/* Returns the XML (caller frees) or NULL with a reason in `err`. */
+char *domain_xml_build(const struct domain_spec *spec, char *err, size_t err_size);
+
+#endif

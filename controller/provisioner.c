@@ -1,0 +1,832 @@
+/* libvirt hosts and single-use guests; see provisioner.h. */
+#include "provisioner.h"
+
+#include <errno.h>
+#include <libvirt/virterror.h>
+#include <libxml/xmlwriter.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "domain_xml.h"
+#include "log.h"
+
+#define RECONNECT_MIN_MS      500
+#define RECONNECT_MAX_MS      30000
+#define CHANNEL_CONNECT_TRIES 50 /* 100 ms apart */
+
+const char *const guest_state_names[GUEST_STATE_MAX] = {
+    [GUEST_CREATING] = "creating", [GUEST_BOOTING] = "booting", [GUEST_READY] = "ready",
+    [GUEST_RUNNING] = "running",   [GUEST_EXITED] = "exited",   [GUEST_DELETING] = "deleting",
+    [GUEST_GONE] = "gone",
+};
+
+struct host {
+    struct provisioner *prov;
+    struct config_host cfg; /* strings borrowed from the config */
+    virConnectPtr conn;     /* thread-safe: used from workers too */
+    bool up;
+    bool connecting;
+    bool lxc;
+    bool kvm[ARCH_MAX];
+    int lifecycle_id;
+    int attempt;
+    uv_timer_t reconnect;
+    uv_work_t work;
+    char error[256];
+    struct host_usage used;
+    struct guest *guests;
+    struct host *next;
+};
+
+struct guest {
+    struct provisioner *prov;
+    struct host *host;
+    char *name;
+    int64_t runner_id;
+    const struct config_pool *pool;
+    enum guest_state state;
+    const struct guest_events *events;
+    void *data;
+    char volume[300];
+    char channel_path[PATH_MAX];
+    char channel_dir[PATH_MAX];
+    char console_log[PATH_MAX];
+    char *xml;
+    char error[512];
+    bool failed;
+    bool domain_stopped;
+    bool teardown_queued;
+    bool busy; /* a worker owns this guest's libvirt calls */
+    int connect_tries;
+    uv_work_t work;
+    uv_timer_t timer; /* boot timeout, channel connect retries */
+    uv_pipe_t *pipe;  /* connecting (VM) or listening (container) */
+    struct agent_channel *channel;
+    struct guest *next;
+};
+
+struct provisioner {
+    uv_loop_t *loop;
+    char *controller_id;
+    char *state_dir;
+    int64_t boot_timeout_ms;
+    struct host *hosts;
+};
+
+static void guest_fail(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void teardown_start(struct guest *g);
+
+static const char *virt_error(void)
+{
+    virErrorPtr e = virGetLastError();
+    return e && e->message ? e->message : "unknown libvirt error";
+}
+
+static struct host *host_find(struct provisioner *p, const char *name)
+{
+    for (struct host *h = p->hosts; h; h = h->next)
+        if (strcmp(h->cfg.name, name) == 0)
+            return h;
+    return NULL;
+}
+
+/* ---- hosts ---------------------------------------------------------------------------- */
+
+static void host_connect(struct host *h);
+
+static void on_reconnect_timer(uv_timer_t *t)
+{
+    host_connect(t->data);
+}
+
+static void host_down(struct host *h, const char *why)
+{
+    if (!h->up && !h->connecting && h->conn == NULL)
+        return;
+    bool was_up = h->up;
+    h->up = false;
+    snprintf(h->error, sizeof(h->error), "%s", why);
+    if (was_up)
+        log_error("host.down", "host=%s uri=%s reason=\"%s\"", h->cfg.name, h->cfg.uri, why);
+    long delay = RECONNECT_MIN_MS;
+    for (int i = 0; i < h->attempt && delay < RECONNECT_MAX_MS; i++)
+        delay *= 2;
+    if (delay > RECONNECT_MAX_MS)
+        delay = RECONNECT_MAX_MS;
+    h->attempt++;
+    uv_timer_start(&h->reconnect, on_reconnect_timer, (uint64_t)delay, 0);
+}
+
+static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
+{
+    (void)conn;
+    struct host *h = opaque;
+    static const char *const reasons[] = {"error", "end of file", "keepalive timeout",
+                                          "client closed"};
+    if (h->conn) {
+        virConnectUnregisterCloseCallback(h->conn, on_close_cb);
+        virConnectClose(h->conn);
+        h->conn = NULL;
+    }
+    const char *why = reason >= 0 && reason < 4 ? reasons[reason] : "connection closed";
+    host_down(h, why);
+    /* Guests on a host that dropped are failed: nobody can reach them. Their domains, if
+     * the host comes back, carry our tag and are removed by the reconciler. */
+    for (struct guest *g = h->guests; g; g = g->next)
+        guest_fail(g, "host %s went down (%s)", h->cfg.name, why);
+}
+
+static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
+
+static void connect_work(uv_work_t *w)
+{
+    struct host *h = w->data;
+    h->conn = virConnectOpen(h->cfg.uri);
+    if (!h->conn) {
+        snprintf(h->error, sizeof(h->error), "%s", virt_error());
+        return;
+    }
+    h->lxc = strncmp(h->cfg.uri, "lxc:", 4) == 0;
+    char *caps = virConnectGetCapabilities(h->conn);
+    if (caps) {
+        /* KVM is there when the capabilities offer a kvm domain for the guest's arch. */
+        for (int a = 0; a < ARCH_MAX; a++) {
+            char needle[64];
+            snprintf(needle, sizeof(needle), "<arch>%s</arch>", pool_arch_names[a]);
+            const char *at = strstr(caps, needle);
+            const char *guest_end = at ? strstr(at, "</guest>") : NULL;
+            const char *kvm = at ? strstr(at, "<domain type='kvm'") : NULL;
+            h->kvm[a] = at && kvm && guest_end && kvm < guest_end;
+        }
+        free(caps);
+    }
+}
+
+static void connect_done(uv_work_t *w, int status)
+{
+    struct host *h = w->data;
+    (void)status;
+    h->connecting = false;
+    if (!h->conn) {
+        log_warn("host.connect_failed", "host=%s uri=%s error=\"%s\"", h->cfg.name, h->cfg.uri,
+                 h->error);
+        h->connecting = true; /* so host_down schedules the retry */
+        host_down(h, h->error);
+        h->connecting = false;
+        return;
+    }
+    /* Keepalive makes a dead remote host show as a closed connection (not on test:///). */
+    virConnectSetKeepAlive(h->conn, 5, 3);
+    virConnectRegisterCloseCallback(h->conn, on_close_cb, h, NULL);
+    h->lifecycle_id =
+        virConnectDomainEventRegisterAny(h->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+                                         VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), h, NULL);
+    h->up = true;
+    h->attempt = 0;
+    h->error[0] = 0;
+    log_info("host.up", "host=%s uri=%s", h->cfg.name, h->cfg.uri);
+}
+
+static void host_connect(struct host *h)
+{
+    if (h->connecting || h->up)
+        return;
+    h->connecting = true;
+    h->work.data = h;
+    if (uv_queue_work(h->prov->loop, &h->work, connect_work, connect_done) < 0)
+        h->connecting = false;
+}
+
+int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
+{
+    if (host_find(p, cfg->name))
+        return -EEXIST;
+    struct host *h = calloc(1, sizeof(*h));
+    if (!h)
+        return -ENOMEM;
+    h->prov = p;
+    h->cfg = *cfg;
+    uv_timer_init(p->loop, &h->reconnect);
+    h->reconnect.data = h;
+    h->next = p->hosts;
+    p->hosts = h;
+    host_connect(h);
+    return 0;
+}
+
+bool provisioner_host_up(struct provisioner *p, const char *name)
+{
+    struct host *h = host_find(p, name);
+    return h && h->up;
+}
+
+int provisioner_host_usage(struct provisioner *p, const char *name, struct host_usage *ret)
+{
+    struct host *h = host_find(p, name);
+    if (!h)
+        return -ENOENT;
+    *ret = h->used;
+    return 0;
+}
+
+int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct provisioner **ret)
+{
+    struct provisioner *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    p->loop = loop;
+    p->controller_id = strdup(o->controller_id);
+    p->state_dir = strdup(o->state_dir);
+    p->boot_timeout_ms = o->boot_timeout_ms;
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/channels", o->state_dir);
+    mkdir(path, 0700);
+    snprintf(path, sizeof(path), "%s/logs", o->state_dir);
+    mkdir(path, 0750);
+    *ret = p;
+    return 0;
+}
+
+void provisioner_free(struct provisioner *p)
+{
+    if (!p)
+        return;
+    for (struct host *h = p->hosts; h;) {
+        struct host *next = h->next;
+        if (h->conn) {
+            if (h->lifecycle_id >= 0)
+                virConnectDomainEventDeregisterAny(h->conn, h->lifecycle_id);
+            virConnectUnregisterCloseCallback(h->conn, on_close_cb);
+            virConnectClose(h->conn);
+        }
+        uv_close((uv_handle_t *)&h->reconnect, (uv_close_cb)free);
+        h = next;
+    }
+    free(p->controller_id);
+    free(p->state_dir);
+    free(p);
+}
+
+/* ---- guests: creation ------------------------------------------------------------------ */
+
+static char *volume_xml(const char *name, const char *backing, int64_t capacity_mib)
+{
+    xmlBufferPtr buf = xmlBufferCreate();
+    xmlTextWriterPtr w = buf ? xmlNewTextWriterMemory(buf, 0) : NULL;
+    char *out = NULL;
+    char num[32];
+    snprintf(num, sizeof(num), "%lld", (long long)capacity_mib);
+    if (w && xmlTextWriterStartElement(w, BAD_CAST "volume") >= 0 &&
+        xmlTextWriterWriteElement(w, BAD_CAST "name", BAD_CAST name) >= 0 &&
+        xmlTextWriterStartElement(w, BAD_CAST "capacity") >= 0 &&
+        xmlTextWriterWriteAttribute(w, BAD_CAST "unit", BAD_CAST "MiB") >= 0 &&
+        xmlTextWriterWriteString(w, BAD_CAST num) >= 0 && xmlTextWriterEndElement(w) >= 0 &&
+        xmlTextWriterStartElement(w, BAD_CAST "target") >= 0 &&
+        xmlTextWriterStartElement(w, BAD_CAST "format") >= 0 &&
+        xmlTextWriterWriteAttribute(w, BAD_CAST "type", BAD_CAST "qcow2") >= 0 &&
+        xmlTextWriterEndElement(w) >= 0 && xmlTextWriterEndElement(w) >= 0 &&
+        xmlTextWriterStartElement(w, BAD_CAST "backingStore") >= 0 &&
+        xmlTextWriterWriteElement(w, BAD_CAST "path", BAD_CAST backing) >= 0 &&
+        xmlTextWriterStartElement(w, BAD_CAST "format") >= 0 &&
+        xmlTextWriterWriteAttribute(w, BAD_CAST "type", BAD_CAST "qcow2") >= 0 &&
+        xmlTextWriterEndElement(w) >= 0 && xmlTextWriterEndElement(w) >= 0 &&
+        xmlTextWriterEndElement(w) >= 0 && xmlTextWriterEndDocument(w) >= 0) {
+        xmlFreeTextWriter(w);
+        w = NULL;
+        out = strdup((const char *)xmlBufferContent(buf));
+    }
+    if (w)
+        xmlFreeTextWriter(w);
+    if (buf)
+        xmlBufferFree(buf);
+    return out;
+}
+
+/* The host's storage pool for overlays, made as a transient directory pool when absent. */
+static virStoragePoolPtr storage_pool(struct host *h, char *err, size_t err_size)
+{
+    virStoragePoolPtr pool = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+    if (!pool) {
+        char xml[1024];
+        /* Names and paths come from the config, checked there; still only [-_.a-z0-9/]. */
+        snprintf(xml, sizeof(xml),
+                 "<pool type='dir'><name>%s</name><target><path>%s</path></target></pool>",
+                 h->cfg.storage_pool, h->cfg.storage_dir);
+        mkdir(h->cfg.storage_dir, 0711);
+        pool = virStoragePoolCreateXML(h->conn, xml, VIR_STORAGE_POOL_CREATE_WITH_BUILD);
+    } else if (virStoragePoolIsActive(pool) == 0) {
+        virStoragePoolCreate(pool, 0);
+    }
+    if (!pool)
+        snprintf(err, err_size, "storage pool %s: %s", h->cfg.storage_pool, virt_error());
+    return pool;
+}
+
+static void create_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    struct host *h = g->host;
+    const struct config_pool *pool = g->pool;
+    bool lxc = pool->backend == BACKEND_CONTAINER;
+    char err[256] = "";
+    struct domain_spec spec = {
+        .name = g->name,
+        .controller_id = g->prov->controller_id,
+        .runner_id = g->runner_id,
+        .pool = pool->name,
+        .arch = (enum pool_arch)pool->arch,
+        .backend = (enum pool_backend)pool->backend,
+        .kvm = h->kvm[pool->arch],
+        .vcpus = pool->vcpus,
+        .memory_mib = pool->memory_mib,
+        .storage_pool = h->cfg.storage_pool,
+        .volume = g->volume,
+        .kernel = pool->kernel,
+        .initrd = pool->initrd,
+        .cmdline = pool->cmdline,
+        .vof = pool->firmware == FIRMWARE_VOF,
+        .network = pool->network,
+        .channel_path = g->channel_path,
+        .console_log = g->console_log,
+        .root_dir = pool->image,
+        .channel_dir = g->channel_dir,
+        .init = "/usr/bin/hatchery-agent",
+    };
+    if (!lxc) {
+        virStoragePoolPtr sp = storage_pool(h, err, sizeof(err));
+        if (!sp) {
+            snprintf(g->error, sizeof(g->error), "%s", err);
+            return;
+        }
+        char *vxml = volume_xml(g->volume, pool->image, pool->disk_mib);
+        virStorageVolPtr vol = vxml ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
+        free(vxml);
+        virStoragePoolFree(sp);
+        if (!vol) {
+            snprintf(g->error, sizeof(g->error), "overlay volume on %s: %s", pool->image,
+                     virt_error());
+            return;
+        }
+        virStorageVolFree(vol);
+    }
+    g->xml = domain_xml_build(&spec, err, sizeof(err));
+    if (!g->xml) {
+        snprintf(g->error, sizeof(g->error), "domain XML: %s", err);
+        return;
+    }
+    virDomainPtr dom = virDomainCreateXML(h->conn, g->xml, 0);
+    if (!dom) {
+        snprintf(g->error, sizeof(g->error), "domain: %s", virt_error());
+        return;
+    }
+    virDomainFree(dom);
+}
+
+static void guest_free(struct guest *g)
+{
+    for (struct guest **pp = &g->host->guests; *pp; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    }
+    free(g->xml);
+    free(g->name);
+    free(g);
+}
+
+static void on_guest_timer_closed(uv_handle_t *handle)
+{
+    guest_free(handle->data);
+}
+
+static void guest_gone(struct guest *g)
+{
+    struct host *h = g->host;
+    g->state = GUEST_GONE;
+    h->used.vcpus -= g->pool->vcpus;
+    h->used.memory_mib -= g->pool->memory_mib;
+    h->used.guests--;
+    log_info("guest.gone", "guest=%s host=%s", g->name, h->cfg.name);
+    if (g->events->on_gone)
+        g->events->on_gone(g->data, g);
+    uv_close((uv_handle_t *)&g->timer, on_guest_timer_closed);
+}
+
+static void guest_fail(struct guest *g, const char *fmt, ...)
+{
+    if (g->failed || g->state >= GUEST_DELETING)
+        return;
+    g->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof(g->error), fmt, ap);
+    va_end(ap);
+    log_warn("guest.failed", "guest=%s host=%s state=%s reason=\"%s\"", g->name, g->host->cfg.name,
+             guest_state_names[g->state], g->error);
+    if (g->events->on_failed)
+        g->events->on_failed(g->data, g, g->error);
+    teardown_start(g);
+}
+
+/* -- the agent channel -- */
+
+static void ch_hello(void *data, const struct agent_hello *hello)
+{
+    struct guest *g = data;
+    uv_timer_stop(&g->timer);
+    g->state = GUEST_READY;
+    log_info("guest.hello", "guest=%s arch=%s agent=%s", g->name, hello->arch, hello->version);
+    if (g->events->on_hello)
+        g->events->on_hello(g->data, g, hello);
+}
+
+static void ch_started(void *data, int64_t pid)
+{
+    struct guest *g = data;
+    g->state = GUEST_RUNNING;
+    log_info("guest.runner_started", "guest=%s pid=%lld", g->name, (long long)pid);
+    if (g->events->on_started)
+        g->events->on_started(g->data, g, pid);
+}
+
+static void ch_heartbeat(void *data)
+{
+    (void)data;
+}
+
+static void ch_exited(void *data, const struct agent_exit *exit)
+{
+    struct guest *g = data;
+    g->state = GUEST_EXITED;
+    log_info("guest.runner_exited", "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d",
+             g->name, exit->code, exit->signal, exit->duration_s, exit->timed_out);
+    if (g->events->on_exited)
+        g->events->on_exited(g->data, g, exit);
+}
+
+static void ch_error(void *data, const char *reason)
+{
+    struct guest *g = data;
+    g->channel = NULL; /* the channel closed itself */
+    if (g->state == GUEST_EXITED || g->state >= GUEST_DELETING)
+        return; /* the guest powered off after reporting: expected */
+    guest_fail(g, "agent channel: %s", reason);
+}
+
+static const struct agent_channel_events channel_events = {
+    .on_hello = ch_hello,
+    .on_started = ch_started,
+    .on_heartbeat = ch_heartbeat,
+    .on_exited = ch_exited,
+    .on_error = ch_error,
+};
+
+static void on_boot_timeout(uv_timer_t *t)
+{
+    struct guest *g = t->data;
+    if (g->state == GUEST_BOOTING)
+        guest_fail(g, "no hello from the agent within %lld s", (long long)g->pool->boot_timeout_s);
+}
+
+static void channel_connect(struct guest *g);
+
+static void on_retry_connect(uv_timer_t *t)
+{
+    struct guest *g = t->data;
+    uv_timer_start(&g->timer, on_boot_timeout, (uint64_t)g->pool->boot_timeout_s * 1000, 0);
+    channel_connect(g);
+}
+
+static void on_pipe_closed(uv_handle_t *handle)
+{
+    free(handle);
+}
+
+static void on_channel_connected(uv_connect_t *req, int status)
+{
+    struct guest *g = req->data;
+    uv_pipe_t *pipe = (uv_pipe_t *)req->handle;
+    free(req);
+    if (g->state >= GUEST_DELETING || g->failed) {
+        uv_close((uv_handle_t *)pipe, on_pipe_closed);
+        return;
+    }
+    g->pipe = NULL;
+    if (status < 0) {
+        uv_close((uv_handle_t *)pipe, on_pipe_closed);
+        if (++g->connect_tries >= CHANNEL_CONNECT_TRIES) {
+            guest_fail(g, "cannot connect to the agent channel: %s", uv_strerror(status));
+            return;
+        }
+        uv_timer_start(&g->timer, on_retry_connect, 100, 0);
+        return;
+    }
+    if (agent_channel_open((uv_stream_t *)pipe, &channel_events, g, &g->channel) < 0) {
+        uv_close((uv_handle_t *)pipe, on_pipe_closed);
+        guest_fail(g, "cannot read the agent channel");
+    }
+}
+
+static void channel_connect(struct guest *g)
+{
+    uv_pipe_t *pipe = malloc(sizeof(*pipe));
+    uv_connect_t *req = malloc(sizeof(*req));
+    if (!pipe || !req) {
+        free(pipe);
+        free(req);
+        guest_fail(g, "out of memory");
+        return;
+    }
+    uv_pipe_init(g->prov->loop, pipe, 0);
+    req->data = g;
+    g->pipe = pipe;
+    uv_pipe_connect(req, pipe, g->channel_path, on_channel_connected);
+}
+
+/* Containers: the agent connects to us through the bind-mounted directory. */
+static void on_container_connection(uv_stream_t *server, int status)
+{
+    struct guest *g = server->data;
+    if (status < 0 || g->channel || g->state >= GUEST_DELETING)
+        return;
+    uv_pipe_t *client = malloc(sizeof(*client));
+    if (!client)
+        return;
+    uv_pipe_init(g->prov->loop, client, 0);
+    if (uv_accept(server, (uv_stream_t *)client) < 0 ||
+        agent_channel_open((uv_stream_t *)client, &channel_events, g, &g->channel) < 0) {
+        uv_close((uv_handle_t *)client, on_pipe_closed);
+        return;
+    }
+    /* One agent per container: stop listening. */
+    uv_close((uv_handle_t *)g->pipe, on_pipe_closed);
+    g->pipe = NULL;
+}
+
+static int container_listen(struct guest *g)
+{
+    mkdir(g->channel_dir, 0700);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/agent.sock", g->channel_dir);
+    unlink(path);
+    uv_pipe_t *pipe = malloc(sizeof(*pipe));
+    if (!pipe)
+        return -ENOMEM;
+    uv_pipe_init(g->prov->loop, pipe, 0);
+    pipe->data = g;
+    int r = uv_pipe_bind(pipe, path);
+    if (r == 0)
+        r = uv_listen((uv_stream_t *)pipe, 1, on_container_connection);
+    if (r < 0) {
+        uv_close((uv_handle_t *)pipe, on_pipe_closed);
+        return r;
+    }
+    g->pipe = pipe;
+    return 0;
+}
+
+static void create_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    g->busy = false;
+    if (g->error[0]) {
+        char reason[sizeof(g->error)];
+        snprintf(reason, sizeof(reason), "%s", g->error);
+        guest_fail(g, "create: %s", reason);
+        return;
+    }
+    if (g->teardown_queued) {
+        teardown_start(g);
+        return;
+    }
+    g->state = GUEST_BOOTING;
+    log_info("guest.created", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
+             g->pool->name);
+    uv_timer_start(&g->timer, on_boot_timeout, (uint64_t)g->pool->boot_timeout_s * 1000, 0);
+    if (g->pool->backend == BACKEND_VM)
+        channel_connect(g);
+}
+
+int provisioner_guest_create(struct provisioner *p, const char *host_name,
+                             const struct guest_spec *spec, const struct guest_events *events,
+                             void *data, struct guest **ret_guest)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h || !spec->name || !spec->pool)
+        return -EINVAL;
+    if (!h->up)
+        return -ENODEV;
+    const struct config_pool *pool = spec->pool;
+    if (h->used.guests + 1 > h->cfg.max_guests || h->used.vcpus + pool->vcpus > h->cfg.vcpus ||
+        h->used.memory_mib + pool->memory_mib > h->cfg.memory_mib)
+        return -ENOSPC;
+    struct guest *g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    g->prov = p;
+    g->host = h;
+    g->name = strdup(spec->name);
+    g->runner_id = spec->runner_id;
+    g->pool = pool;
+    g->events = events;
+    g->data = data;
+    g->state = GUEST_CREATING;
+    snprintf(g->volume, sizeof(g->volume), "%s.qcow2", spec->name);
+    snprintf(g->channel_path, sizeof(g->channel_path), "%s/channels/%s.sock", p->state_dir,
+             spec->name);
+    snprintf(g->channel_dir, sizeof(g->channel_dir), "%s/channels/%s", p->state_dir, spec->name);
+    snprintf(g->console_log, sizeof(g->console_log), "%s/logs/%s.console.log", p->state_dir,
+             spec->name);
+    uv_timer_init(p->loop, &g->timer);
+    g->timer.data = g;
+    if (pool->backend == BACKEND_CONTAINER) {
+        int r = container_listen(g);
+        if (r < 0) {
+            uv_close((uv_handle_t *)&g->timer, on_guest_timer_closed);
+            return r;
+        }
+    }
+    h->used.vcpus += pool->vcpus;
+    h->used.memory_mib += pool->memory_mib;
+    h->used.guests++;
+    g->next = h->guests;
+    h->guests = g;
+    g->busy = true;
+    g->work.data = g;
+    int r = uv_queue_work(p->loop, &g->work, create_work, create_done);
+    if (r < 0) {
+        g->busy = false;
+        guest_fail(g, "cannot queue the creation");
+    }
+    *ret_guest = g;
+    return 0;
+}
+
+/* ---- guests: teardown --------------------------------------------------------------------- */
+
+static void teardown_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    struct host *h = g->host;
+    g->error[0] = 0;
+    if (!h->conn)
+        return; /* the host is down: the reconciler finishes this when it returns */
+    virDomainPtr dom = virDomainLookupByName(h->conn, g->name);
+    if (dom) {
+        if (virDomainIsActive(dom) == 1 && virDomainDestroy(dom) < 0 && virDomainIsActive(dom) == 1)
+            snprintf(g->error, sizeof(g->error), "destroy: %s", virt_error());
+        if (virDomainIsPersistent(dom) == 1)
+            virDomainUndefineFlags(dom, VIR_DOMAIN_UNDEFINE_NVRAM);
+        virDomainFree(dom);
+    }
+    if (g->pool->backend == BACKEND_VM) {
+        virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+        virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
+        if (vol && virStorageVolDelete(vol, 0) < 0)
+            snprintf(g->error, sizeof(g->error), "volume delete: %s", virt_error());
+        if (vol)
+            virStorageVolFree(vol);
+        if (sp)
+            virStoragePoolFree(sp);
+    }
+}
+
+static void teardown_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    g->busy = false;
+    if (g->error[0])
+        log_warn("guest.teardown_incomplete", "guest=%s error=\"%s\"", g->name, g->error);
+    if (g->pool->backend == BACKEND_CONTAINER) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof(path), "%s/agent.sock", g->channel_dir);
+        unlink(path);
+        rmdir(g->channel_dir);
+    } else {
+        unlink(g->channel_path);
+    }
+    guest_gone(g);
+}
+
+static void teardown_start(struct guest *g)
+{
+    if (g->busy) {
+        g->teardown_queued = true; /* after the create in flight */
+        return;
+    }
+    if (g->state >= GUEST_DELETING)
+        return;
+    g->state = GUEST_DELETING;
+    uv_timer_stop(&g->timer);
+    if (g->channel) {
+        agent_channel_close(g->channel);
+        g->channel = NULL;
+    }
+    if (g->pipe) {
+        uv_close((uv_handle_t *)g->pipe, on_pipe_closed);
+        g->pipe = NULL;
+    }
+    g->busy = true;
+    g->work.data = g;
+    if (uv_queue_work(g->prov->loop, &g->work, teardown_work, teardown_done) < 0) {
+        g->busy = false;
+        guest_gone(g);
+    }
+}
+
+void guest_teardown(struct guest *g, const char *reason)
+{
+    if (g->state >= GUEST_DELETING)
+        return;
+    log_info("guest.teardown", "guest=%s reason=\"%s\"", g->name, reason);
+    if (g->channel && g->state == GUEST_RUNNING)
+        agent_channel_send_shutdown(g->channel, reason);
+    teardown_start(g);
+}
+
+int guest_send_config(struct guest *g, const struct secret *jit, int64_t job_timeout_s,
+                      const char *const *command, size_t n_command)
+{
+    if (g->state != GUEST_READY || !g->channel)
+        return -EPROTO;
+    return agent_channel_send_config(g->channel, g->name, jit, job_timeout_s, command, n_command);
+}
+
+enum guest_state guest_state_get(const struct guest *g)
+{
+    return g->state;
+}
+
+const char *guest_name(const struct guest *g)
+{
+    return g->name;
+}
+
+const char *guest_console_log(const struct guest *g)
+{
+    return g->console_log;
+}
+
+/* ---- lifecycle events and inventory ----------------------------------------------------- */
+
+static struct guest *guest_by_name(struct host *h, const char *name)
+{
+    for (struct guest *g = h->guests; g; g = g->next)
+        if (name && strcmp(g->name, name) == 0)
+            return g;
+    return NULL;
+}
+
+static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque)
+{
+    (void)conn;
+    (void)detail;
+    struct host *h = opaque;
+    if (event != VIR_DOMAIN_EVENT_STOPPED)
+        return 0;
+    struct guest *g = guest_by_name(h, virDomainGetName(dom));
+    if (!g || g->state >= GUEST_DELETING || g->busy)
+        return 0;
+    g->domain_stopped = true;
+    if (g->state == GUEST_EXITED)
+        guest_teardown(g, "the guest powered off after the job");
+    else
+        guest_fail(g, "the guest stopped (%s) before its runner reported an exit",
+                   detail == VIR_DOMAIN_EVENT_STOPPED_CRASHED ? "crashed" : "powered off");
+    return 0;
+}
+
+int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***ret_names,
+                               size_t *ret_n)
+{
+    struct host *h = host_find(p, host);
+    if (!h || !h->conn)
+        return -ENODEV;
+    virDomainPtr *doms = NULL;
+    int n = virConnectListAllDomains(h->conn, &doms, 0);
+    if (n < 0)
+        return -EIO;
+    char **names = calloc((size_t)n + 1, sizeof(char *));
+    size_t found = 0;
+    for (int i = 0; i < n; i++) {
+        char *md =
+            virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
+        char needle[128];
+        snprintf(needle, sizeof(needle), "controller>%s</", p->controller_id);
+        if (md && strstr(md, needle) && names)
+            names[found++] = strdup(virDomainGetName(doms[i]));
+        free(md);
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    *ret_names = names;
+    *ret_n = found;
+    return names ? 0 : -ENOMEM;
+}

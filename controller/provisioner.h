@@ -1,0 +1,96 @@
+/* The provisioner: libvirt hosts and single-use guests on them.
+ *
+ * Every host is a libvirt connection (qemu:///system, qemu+ssh://…, lxc:///,
+ * test:///default) opened off the loop, kept alive with libvirt keepalive, and reopened
+ * with backoff when it drops; a dropped host is down and its guests fail. Slow libvirt
+ * calls (open, volume and domain creation, destroy) run on libuv's worker pool and come
+ * back as callbacks; lifecycle events arrive on the loop through libvirt_loop.
+ *
+ * A guest is: a qcow2 overlay volume on the pool's base image (through the storage API,
+ * so it works on remote hosts), a transient domain from domain_xml, and the agent channel.
+ * It reports hello, started and exited through its events, fails with a reason (boot
+ * timeout, agent protocol violation, the guest stopping early, host down), and its
+ * teardown (destroy, undefine, delete the volume) is idempotent and ends in on_gone. */
+#ifndef HATCHERY_PROVISIONER_H
+#define HATCHERY_PROVISIONER_H
+
+#include <libvirt/libvirt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "agent_channel.h"
+#include "config.h"
+
+struct provisioner;
+struct guest;
+
+struct provisioner_options {
+    const char *controller_id;
+    const char *state_dir; /* channels/ and logs/ live here */
+    int64_t boot_timeout_ms;
+};
+
+int provisioner_new(uv_loop_t *loop, const struct provisioner_options *options,
+                    struct provisioner **ret);
+/* Tears nothing down: guests stay for the reconciler. Closes the connections. */
+void provisioner_free(struct provisioner *prov);
+
+/* Adds a host and starts connecting to it. */
+int provisioner_host_add(struct provisioner *prov, const struct config_host *host);
+bool provisioner_host_up(struct provisioner *prov, const char *host);
+
+struct host_usage {
+    int64_t vcpus, memory_mib, guests;
+};
+int provisioner_host_usage(struct provisioner *prov, const char *host, struct host_usage *ret);
+
+enum guest_state {
+    GUEST_CREATING,
+    GUEST_BOOTING,
+    GUEST_READY,   /* the agent said hello */
+    GUEST_RUNNING, /* the runner started */
+    GUEST_EXITED,
+    GUEST_DELETING,
+    GUEST_GONE,
+    GUEST_STATE_MAX,
+};
+extern const char *const guest_state_names[GUEST_STATE_MAX];
+
+struct guest_events {
+    void (*on_hello)(void *data, struct guest *guest, const struct agent_hello *hello);
+    void (*on_started)(void *data, struct guest *guest, int64_t pid);
+    void (*on_exited)(void *data, struct guest *guest, const struct agent_exit *exit);
+    /* Something went wrong; teardown has begun. */
+    void (*on_failed)(void *data, struct guest *guest, const char *reason);
+    /* The domain and its volume are gone; the guest is freed after this returns. */
+    void (*on_gone)(void *data, struct guest *guest);
+};
+
+struct guest_spec {
+    const char *name; /* unique, hatchery-<controller>-… */
+    int64_t runner_id;
+    const struct config_pool *pool;
+};
+
+/* Starts creating a guest on `host`. Fails at once with -ENODEV (host down), -ENOSPC (no
+ * capacity left on the host) or -EINVAL. */
+int provisioner_guest_create(struct provisioner *prov, const char *host,
+                             const struct guest_spec *spec, const struct guest_events *events,
+                             void *data, struct guest **ret_guest);
+/* After on_hello. */
+int guest_send_config(struct guest *guest, const struct secret *jit_config, int64_t job_timeout_s,
+                      const char *const *command, size_t n_command);
+/* Idempotent: asks the agent to stop (when it can), then destroys everything. */
+void guest_teardown(struct guest *guest, const char *reason);
+enum guest_state guest_state_get(const struct guest *guest);
+const char *guest_name(const struct guest *guest);
+/* The per-runner console log, kept after teardown. */
+const char *guest_console_log(const struct guest *guest);
+
+/* Domains on `host` that carry this controller's tag (for the reconciler and the tests).
+ * Synchronous: call from a worker or a test. */
+int provisioner_tagged_domains(struct provisioner *prov, const char *host, char ***ret_names,
+                               size_t *ret_n);
+
+#endif

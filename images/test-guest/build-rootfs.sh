@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the root directory of the Hatchery test container (LXC, host architecture):
+# busybox-static, the agent built static for the host, and the stand-in runner.
+# usage: images/test-guest/build-rootfs.sh [CACHE_DIR]   (prints the directory)
+# Cached by a hash of its inputs, like build.sh.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cache=${1:-$root/build-images}
+busybox=/bin/busybox
+[ -x "$busybox" ] && file -L "$busybox" 2>/dev/null | grep -q static || busybox=$(dpkg -L busybox-static 2>/dev/null | grep '/busybox$' | head -n 1)
+[ -n "$busybox" ] || { echo "build-rootfs.sh: busybox-static is not installed" >&2; exit 1; }
+key=$( { cat "$here/build-rootfs.sh" "$here/fake-runner" "$root/agent/hatchery-agent.c" \
+         "$root/include/hatchery/agent_protocol.h"; sha256sum "$busybox"; } | sha256sum | cut -c1-16)
+out="$cache/test-rootfs-$(uname -m)-$key"
+if [ -x "$out/usr/bin/hatchery-agent" ]; then echo "$out"; exit 0; fi
+rm -rf "$out.tmp"
+mkdir -p "$out.tmp"/{bin,usr/bin,proc,sys,dev,tmp,home,var/tmp,work,run/hatchery,etc}
+cp "$busybox" "$out.tmp/bin/busybox"
+for applet in sh sleep sed echo cat printf ls; do ln -s busybox "$out.tmp/bin/$applet"; done
+gcc -static -Os -s -std=gnu11 -Wall -Wextra -Werror -I"$root/include" "$root/agent/hatchery-agent.c" \
+  /usr/lib/"$(gcc -print-multiarch)"/libjansson.a -o "$out.tmp/usr/bin/hatchery-agent"
+cp "$here/fake-runner" "$out.tmp/usr/bin/fake-runner"
+chmod 755 "$out.tmp/usr/bin/"*
+echo 'root:x:0:0:root:/root:/bin/sh' > "$out.tmp/etc/passwd"
+rm -rf "$out"
+mv "$out.tmp" "$out"
+echo "$out"

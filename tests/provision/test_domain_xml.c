@@ -1,0 +1,159 @@
+/* Golden domain XML for each variant (ppc64le, s390x, x86_64, LXC), each also checked by
+ * libvirt's own schema (virt-xml-validate). Hostile names and paths come out escaped.
+ * Set UPDATE_GOLDEN=1 to rewrite the golden files after an intended change. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "domain_xml.h"
+
+static const char *golden_dir;
+
+static struct domain_spec vm(enum pool_arch arch)
+{
+    return (struct domain_spec){
+        .name = "hatchery-p10-ci-42",
+        .controller_id = "p10-ci",
+        .runner_id = 42,
+        .pool = "linux.ppc64le",
+        .arch = arch,
+        .backend = BACKEND_VM,
+        .kvm = false,
+        .vcpus = 4,
+        .memory_mib = 8192,
+        .storage_pool = "hatchery",
+        .volume = "hatchery-p10-ci-42.qcow2",
+        .network = "user",
+        .channel_path = "/var/lib/hatchery/channels/hatchery-p10-ci-42.sock",
+        .console_log = "/var/lib/hatchery/logs/hatchery-p10-ci-42.console.log",
+    };
+}
+
+static void check(const char *name, const struct domain_spec *spec)
+{
+    char err[256];
+    char *xml = domain_xml_build(spec, err, sizeof(err));
+    if (!xml)
+        fail_msg("%s: %s", name, err);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s.xml", golden_dir, name);
+    if (getenv("UPDATE_GOLDEN")) {
+        FILE *f = fopen(path, "w");
+        fputs(xml, f);
+        fclose(f);
+    }
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char golden[16384];
+    size_t n = fread(golden, 1, sizeof(golden) - 1, f);
+    golden[n] = 0;
+    fclose(f);
+    if (strcmp(golden, xml) != 0)
+        fail_msg("%s differs from %s:\n%s", name, path, xml);
+    /* libvirt's schema must accept it. */
+    char tmp[] = "/tmp/hatchery-xml-XXXXXX";
+    int fd = mkstemp(tmp);
+    assert_int_equal(write(fd, xml, strlen(xml)), (ssize_t)strlen(xml));
+    close(fd);
+    char cmd[640];
+    snprintf(cmd, sizeof(cmd), "virt-xml-validate %s domain >/dev/null 2>&1", tmp);
+    int rc = system(cmd);
+    unlink(tmp);
+    if (rc != 0)
+        fail_msg("%s: virt-xml-validate refused:\n%s", name, xml);
+    free(xml);
+}
+
+static void test_ppc64le(void **state)
+{
+    (void)state;
+    struct domain_spec s = vm(ARCH_PPC64LE);
+    check("ppc64le-tcg", &s);
+    s.kvm = true;
+    check("ppc64le-kvm", &s);
+    s.kvm = false;
+    s.kernel = "/var/lib/hatchery/images/test/vmlinux";
+    s.initrd = "/var/lib/hatchery/images/test/initrd";
+    s.cmdline = "console=hvc0 quiet";
+    s.vof = true;
+    s.network = "none";
+    check("ppc64le-direct-vof", &s);
+}
+
+static void test_s390x(void **state)
+{
+    (void)state;
+    struct domain_spec s = vm(ARCH_S390X);
+    s.pool = "linux.s390x";
+    s.network = "ci-net";
+    check("s390x", &s);
+}
+
+static void test_x86_64(void **state)
+{
+    (void)state;
+    struct domain_spec s = vm(ARCH_X86_64);
+    s.pool = "dev";
+    check("x86_64", &s);
+}
+
+static void test_lxc(void **state)
+{
+    (void)state;
+    struct domain_spec s = {
+        .name = "hatchery-p10-ci-43",
+        .controller_id = "p10-ci",
+        .runner_id = 43,
+        .pool = "linux.ppc64le.small",
+        .arch = ARCH_PPC64LE,
+        .backend = BACKEND_CONTAINER,
+        .vcpus = 2,
+        .memory_mib = 4096,
+        .root_dir = "/var/lib/hatchery/images/rootfs-ppc64le",
+        .channel_dir = "/var/lib/hatchery/channels/hatchery-p10-ci-43",
+        .init = "/usr/bin/hatchery-agent",
+    };
+    check("lxc", &s);
+}
+
+static void test_hostile_strings_are_escaped(void **state)
+{
+    (void)state;
+    struct domain_spec s = vm(ARCH_S390X);
+    s.name = "x</name><devices><hostdev/></devices><name>y";
+    s.pool = "p&<'\"";
+    char err[256];
+    char *xml = domain_xml_build(&s, err, sizeof(err));
+    assert_non_null(xml);
+    if (strstr(xml, "<hostdev") || !strstr(xml, "p&amp;&lt;"))
+        fail_msg("not escaped:\n%s", xml);
+    assert_null(strstr(xml, "<hostdev"));
+    assert_non_null(strstr(xml, "x&lt;/name&gt;&lt;devices&gt;"));
+    assert_non_null(strstr(xml, "p&amp;&lt;"));
+    free(xml);
+    /* An incomplete spec is an error, not a half-written domain. */
+    s.channel_path = NULL;
+    assert_null(domain_xml_build(&s, err, sizeof(err)));
+}
+
+int main(void)
+{
+    golden_dir = getenv("GOLDEN_DIR");
+    if (!golden_dir) {
+        fprintf(stderr, "GOLDEN_DIR must be set (ctest does)\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ppc64le),
+        cmocka_unit_test(test_s390x),
+        cmocka_unit_test(test_x86_64),
+        cmocka_unit_test(test_lxc),
+        cmocka_unit_test(test_hostile_strings_are_escaped),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
