@@ -318,6 +318,10 @@ static virStoragePoolPtr storage_pool(struct host *h, char *err, size_t err_size
                  h->cfg.storage_pool, h->cfg.storage_dir);
         mkdir(h->cfg.storage_dir, 0711);
         pool = virStoragePoolCreateXML(h->conn, xml, VIR_STORAGE_POOL_CREATE_WITH_BUILD);
+        if (!pool) /* drivers without build support (test:///) */
+            pool = virStoragePoolCreateXML(h->conn, xml, 0);
+        if (!pool) /* another worker made it first */
+            pool = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
     } else if (virStoragePoolIsActive(pool) == 0) {
         virStoragePoolCreate(pool, 0);
     }

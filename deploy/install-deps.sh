@@ -8,7 +8,13 @@ packages=(
   # build
   build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
   libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev
-  libyaml-dev libcurl4-openssl-dev libvirt-dev libcmocka-dev
+  libyaml-dev libcurl4-openssl-dev libvirt-dev libcmocka-dev libxml2-dev
+  # provisioner: a real libvirtd, emulated ppc64le and s390x guests, LXC
+  libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-lxc libvirt-clients
+  qemu-system-ppc qemu-system-misc qemu-utils tini
+  # guest images: cross compilers, foreign Debian packages, initramfs
+  gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu libc6-dev-ppc64el-cross libc6-dev-s390x-cross
+  cpio busybox-static file
   # tests
   sqlite3 curl openssl ca-certificates nodejs npm prometheus python3
   # benchmarks

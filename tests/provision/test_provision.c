@@ -1,0 +1,465 @@
+/* The provisioner end to end.
+ *   test_provision testdriver  on libvirt's test:///default: create/destroy cycles,
+ *                              capacity accounting, tagging through <metadata>;
+ *   test_provision real        on a real libvirtd (run-real.sh starts it and builds the
+ *                              test guests): ppc64le and s390x guests boot under TCG, say
+ *                              hello, take a config, run the stand-in runner (exit 0, then
+ *                              1) and vanish with their volume; a silent guest dies at the
+ *                              boot timeout; a flooding and a lying guest are cut off; the
+ *                              LXC variant works; the JIT config shows up in no log, no
+ *                              domain XML, no kernel command line and no process argv. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <libvirt/libvirt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "libvirt_loop.h"
+#include "log.h"
+#include "provisioner.h"
+
+static uv_loop_t loop;
+static char state_dir[] = "/tmp/hatchery-prov-XXXXXX";
+static struct provisioner *prov;
+
+struct run {
+    bool hello, started, exited, failed, gone;
+    struct agent_exit exit;
+    char arch[32];
+    char reason[512];
+    const char *jit; /* to send on hello; NULL: do not configure */
+    struct secret *jit_secret;
+    bool secret_scan_done;
+    bool secret_in_argv;
+};
+
+static bool process_argv_contains(const char *needle)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    bool found = false;
+    while (d && (e = readdir(d)) && !found) {
+        char path[300], buf[65536];
+        snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        for (ssize_t i = 0; i < n; i++)
+            if (buf[i] == 0)
+                buf[i] = ' ';
+        if (n > 0) {
+            buf[n] = 0;
+            found = strstr(buf, needle) != NULL;
+        }
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static const char *const runner_command[] = {"/usr/bin/fake-runner", "--jitconfig"};
+
+static void ev_hello(void *data, struct guest *g, const struct agent_hello *hello)
+{
+    struct run *r = data;
+    r->hello = true;
+    snprintf(r->arch, sizeof(r->arch), "%s", hello->arch);
+    if (r->jit) {
+        secret_from_bytes(r->jit, strlen(r->jit), &r->jit_secret);
+        assert_int_equal(guest_send_config(g, r->jit_secret, 120, runner_command, 2), 0);
+    }
+}
+
+static void ev_started(void *data, struct guest *g, int64_t pid)
+{
+    (void)g;
+    (void)pid;
+    struct run *r = data;
+    r->started = true;
+    /* While the guest runs: is the JIT config on any process's command line (QEMU's)? */
+    if (r->jit) {
+        r->secret_in_argv = process_argv_contains(r->jit);
+        r->secret_scan_done = true;
+    }
+}
+
+static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit)
+{
+    (void)g;
+    struct run *r = data;
+    r->exited = true;
+    r->exit = *exit;
+}
+
+static void ev_failed(void *data, struct guest *g, const char *reason)
+{
+    (void)g;
+    struct run *r = data;
+    r->failed = true;
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+}
+
+static void ev_gone(void *data, struct guest *g)
+{
+    (void)g;
+    struct run *r = data;
+    r->gone = true;
+    secret_free(r->jit_secret);
+    r->jit_secret = NULL;
+}
+
+static const struct guest_events events = {
+    .on_hello = ev_hello,
+    .on_started = ev_started,
+    .on_exited = ev_exited,
+    .on_failed = ev_failed,
+    .on_gone = ev_gone,
+};
+
+static void tick(uv_timer_t *t)
+{
+    (void)t; /* only wakes the loop so wait_for can look at the clock */
+}
+
+static void wait_for(const bool *flag, int seconds)
+{
+    uint64_t until = uv_now(&loop) + (uint64_t)seconds * 1000;
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    uv_timer_start(&t, tick, 100, 100);
+    while (!*flag && uv_now(&loop) < until)
+        uv_run(&loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&t, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
+}
+
+static struct config_host host_cfg(const char *name, const char *uri, int64_t max_guests)
+{
+    static char volumes[300];
+    snprintf(volumes, sizeof(volumes), "%s/volumes", state_dir);
+    return (struct config_host){
+        .name = (char *)name,
+        .uri = (char *)uri,
+        .vcpus = 8,
+        .memory_mib = 8192,
+        .max_guests = max_guests,
+        .storage_pool = (char *)"hatchery-test",
+        .storage_dir = volumes,
+    };
+}
+
+static void add_host(const char *name, const char *uri, int64_t max_guests)
+{
+    static struct config_host hosts[4];
+    static int n;
+    hosts[n] = host_cfg(name, uri, max_guests);
+    assert_int_equal(provisioner_host_add(prov, &hosts[n]), 0);
+    n++;
+    for (int i = 0; i < 200 && !provisioner_host_up(prov, name); i++)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(provisioner_host_up(prov, name));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    if (!mkdtemp(state_dir))
+        return -1;
+    uv_loop_init(&loop);
+    if (libvirt_loop_register(&loop) < 0)
+        return -1;
+    struct provisioner_options o = {.controller_id = "ptest", .state_dir = state_dir};
+    return provisioner_new(&loop, &o, &prov);
+}
+
+/* ---- test:///default ------------------------------------------------------------------ */
+
+static struct config_pool test_pool = {
+    .name = (char *)"tpool",
+    .arch = ARCH_S390X,
+    .backend = BACKEND_VM,
+    .image = (char *)"/default-pool/base.qcow2",
+    .vcpus = 2,
+    .memory_mib = 1024,
+    .max_runners = 10,
+    .network = (char *)"none",
+    .disk_mib = 64,
+    .boot_timeout_s = 600,
+};
+
+static void test_create_destroy_cycles_and_capacity(void **state)
+{
+    (void)state;
+    add_host("t1", "test:///default", 3);
+    for (int cycle = 0; cycle < 20; cycle++) {
+        struct run runs[4] = {{0}};
+        struct guest *gs[4] = {NULL};
+        for (int i = 0; i < 3; i++) {
+            char name[64];
+            snprintf(name, sizeof(name), "hatchery-ptest-%d-%d", cycle, i);
+            struct guest_spec spec = {
+                .name = name, .runner_id = cycle * 10 + i, .pool = &test_pool};
+            int r = provisioner_guest_create(prov, "t1", &spec, &events, &runs[i], &gs[i]);
+            if (r < 0)
+                fail_msg("create %s: %d", name, r);
+        }
+        /* max_guests is 3: the fourth is refused, with nothing created. */
+        struct guest_spec extra = {
+            .name = "hatchery-ptest-extra", .runner_id = 99, .pool = &test_pool};
+        assert_int_equal(provisioner_guest_create(prov, "t1", &extra, &events, &runs[3], &gs[3]),
+                         -ENOSPC);
+        struct host_usage u;
+        provisioner_host_usage(prov, "t1", &u);
+        assert_int_equal(u.guests, 3);
+        assert_int_equal(u.vcpus, 6);
+        assert_int_equal(u.memory_mib, 3072);
+        for (int k = 0; k < 3; k++)
+            for (int i = 0; i < 200 && guest_state_get(gs[k]) == GUEST_CREATING; i++)
+                uv_run(&loop, UV_RUN_ONCE);
+        if (cycle == 0) {
+            /* Tagged through <metadata>: our three, by name. */
+            char **names = NULL;
+            size_t n = 0;
+            assert_int_equal(provisioner_tagged_domains(prov, "t1", &names, &n), 0);
+            size_t ours = 0;
+            for (size_t i = 0; i < n; i++) {
+                ours += strstr(names[i], "hatchery-ptest-0-") != NULL;
+                free(names[i]);
+            }
+            free(names);
+            assert_int_equal(n, 3);
+            assert_int_equal(ours, 3);
+        }
+        for (int i = 0; i < 3; i++) {
+            assert_false(runs[i].failed);
+            guest_teardown(gs[i], "test");
+            guest_teardown(gs[i], "test again: idempotent");
+        }
+        for (int i = 0; i < 3; i++)
+            wait_for(&runs[i].gone, 10);
+        provisioner_host_usage(prov, "t1", &u);
+        assert_int_equal(u.guests, 0);
+        assert_int_equal(u.vcpus, 0);
+    }
+    char **names = NULL;
+    size_t n = 0;
+    assert_int_equal(provisioner_tagged_domains(prov, "t1", &names, &n), 0);
+    assert_int_equal(n, 0); /* nothing leaked */
+    free(names);
+}
+
+/* ---- a real libvirtd ---------------------------------------------------------------------- */
+
+static struct config_pool real_pool(const char *arch)
+{
+    char var[64];
+    snprintf(var, sizeof(var), "GUEST_%s", arch);
+    const char *dir = getenv(var);
+    assert_non_null(dir);
+    static char paths[2][3][512];
+    int k = strcmp(arch, "ppc64le") == 0 ? 0 : 1;
+    snprintf(paths[k][0], 512, "%s/kernel", dir);
+    snprintf(paths[k][1], 512, "%s/initrd", dir);
+    snprintf(paths[k][2], 512, "%s/base.qcow2", dir);
+    return (struct config_pool){
+        .name = (char *)arch,
+        .arch = k == 0 ? ARCH_PPC64LE : ARCH_S390X,
+        .backend = BACKEND_VM,
+        .image = paths[k][2],
+        .kernel = paths[k][0],
+        .initrd = paths[k][1],
+        .cmdline = (char *)(k == 0 ? "console=hvc0 quiet" : "console=ttysclp0 quiet"),
+        .firmware = k == 0 ? FIRMWARE_VOF : FIRMWARE_DEFAULT,
+        .vcpus = 1,
+        .memory_mib = 512,
+        .max_runners = 4,
+        .network = (char *)"none",
+        .disk_mib = 64,
+        .boot_timeout_s = 90,
+    };
+}
+
+static bool domain_exists(const char *name)
+{
+    virConnectPtr c = virConnectOpen("qemu:///system");
+    virDomainPtr d = virDomainLookupByName(c, name);
+    bool exists = d != NULL;
+    if (d)
+        virDomainFree(d);
+    virStoragePoolPtr p = virStoragePoolLookupByName(c, "hatchery-test");
+    char vol[128];
+    snprintf(vol, sizeof(vol), "%s.qcow2", name);
+    virStorageVolPtr v = p ? virStorageVolLookupByName(p, vol) : NULL;
+    exists = exists || v != NULL;
+    if (v)
+        virStorageVolFree(v);
+    if (p)
+        virStoragePoolFree(p);
+    virConnectClose(c);
+    return exists;
+}
+
+static void boot_one(struct config_pool *pool, const char *name, const char *jit, int expect_code)
+{
+    struct run r = {.jit = jit};
+    struct guest *g = NULL;
+    struct guest_spec spec = {.name = name, .runner_id = 1, .pool = pool};
+    assert_int_equal(provisioner_guest_create(prov, "local", &spec, &events, &r, &g), 0);
+    wait_for(&r.exited, 120);
+    if (!r.exited)
+        fail_msg("%s: no exit (failed=%d: %s)", name, r.failed, r.reason);
+    assert_true(r.hello);
+    assert_true(r.started);
+    assert_string_equal(r.arch, pool->arch == ARCH_PPC64LE ? "ppc64le" : "s390x");
+    assert_int_equal(r.exit.code, expect_code);
+    assert_int_equal(r.exit.signal, 0);
+    /* The guest powers itself off; the lifecycle event tears it down. */
+    wait_for(&r.gone, 60);
+    assert_true(r.gone);
+    assert_false(r.failed);
+    assert_false(domain_exists(name));
+    assert_true(r.secret_scan_done);
+    assert_false(r.secret_in_argv);
+}
+
+static void test_ppc64le_guest(void **state)
+{
+    (void)state;
+    add_host("local", "qemu:///system", 4);
+    struct config_pool pool = real_pool("ppc64le");
+    boot_one(&pool, "hatchery-ptest-ppc-0", "exit=0 jit-secret-7d3f1a", 0);
+    boot_one(&pool, "hatchery-ptest-ppc-1", "exit=1 jit-secret-7d3f1a", 1);
+}
+
+static void test_s390x_guest(void **state)
+{
+    (void)state;
+    struct config_pool pool = real_pool("s390x");
+    boot_one(&pool, "hatchery-ptest-z-0", "exit=0 jit-secret-7d3f1a", 0);
+}
+
+static void bad_guest(const char *mode, int boot_timeout_s, const char *expect)
+{
+    struct config_pool pool = real_pool("s390x");
+    char cmdline[128];
+    snprintf(cmdline, sizeof(cmdline), "console=ttysclp0 quiet hatchery.test=%s", mode);
+    pool.cmdline = cmdline;
+    pool.boot_timeout_s = boot_timeout_s;
+    char name[64];
+    snprintf(name, sizeof(name), "hatchery-ptest-%s", mode);
+    struct run r = {.jit = "exit=0"};
+    struct guest *g = NULL;
+    struct guest_spec spec = {.name = name, .runner_id = 2, .pool = &pool};
+    assert_int_equal(provisioner_guest_create(prov, "local", &spec, &events, &r, &g), 0);
+    wait_for(&r.gone, boot_timeout_s + 60);
+    assert_true(r.failed);
+    if (!strstr(r.reason, expect))
+        fail_msg("%s: reason '%s' lacks '%s'", mode, r.reason, expect);
+    assert_true(r.gone);
+    assert_false(r.exited);
+    assert_false(domain_exists(name));
+}
+
+static void test_silent_guest_dies_at_boot_timeout(void **state)
+{
+    (void)state;
+    bad_guest("silent", 15, "no hello from the agent within 15 s");
+}
+
+static void test_flooding_guest_is_cut_off(void **state)
+{
+    (void)state;
+    bad_guest("flood", 60, "a line longer than");
+}
+
+static void test_lying_guest_is_cut_off(void **state)
+{
+    (void)state;
+    bad_guest("liar", 60, "exited before the runner could start");
+    /* The controller is unaffected: a good guest right after works. */
+    struct config_pool pool = real_pool("s390x");
+    boot_one(&pool, "hatchery-ptest-z-after", "exit=0 jit-secret-7d3f1a", 0);
+}
+
+static void test_lxc_container(void **state)
+{
+    (void)state;
+    add_host("lxc", "lxc:///", 4);
+    struct config_pool pool = {
+        .name = (char *)"lxc",
+        .arch = ARCH_X86_64,
+        .backend = BACKEND_CONTAINER,
+        .image = (char *)getenv("ROOTFS"),
+        .vcpus = 1,
+        .memory_mib = 256,
+        .max_runners = 2,
+        .boot_timeout_s = 30,
+    };
+    assert_non_null(pool.image);
+    struct run r = {.jit = "exit=3 jit-secret-7d3f1a"};
+    struct guest *g = NULL;
+    struct guest_spec spec = {.name = "hatchery-ptest-lxc", .runner_id = 3, .pool = &pool};
+    assert_int_equal(provisioner_guest_create(prov, "lxc", &spec, &events, &r, &g), 0);
+    wait_for(&r.exited, 60);
+    if (!r.exited)
+        fail_msg("container: no exit (failed=%d: %s)", r.failed, r.reason);
+    assert_string_equal(r.arch, "x86_64");
+    assert_int_equal(r.exit.code, 3);
+    wait_for(&r.gone, 30);
+    assert_true(r.gone);
+    assert_false(r.failed);
+    virConnectPtr c = virConnectOpen("lxc:///");
+    virDomainPtr d = virDomainLookupByName(c, "hatchery-ptest-lxc");
+    assert_null(d);
+    virConnectClose(c);
+}
+
+static void test_secret_in_no_log_or_xml(void **state)
+{
+    (void)state;
+    /* Console logs of every guest above, the log lines (stderr, captured by run-real.sh
+     * into HATCHERY_TEST_LOG) and libvirt's own per-domain logs. */
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "grep -rl 'jit-secret-7d3f1a' %s/logs /var/log/libvirt /run/libvirt 2>/dev/null",
+             state_dir);
+    assert_int_not_equal(system(cmd), 0);
+    const char *log = getenv("HATCHERY_TEST_LOG");
+    if (log) {
+        snprintf(cmd, sizeof(cmd), "grep -q 'jit-secret-7d3f1a' %s", log);
+        assert_int_not_equal(system(cmd), 0);
+    }
+    /* And the console logs exist and show the guests did run. */
+    snprintf(cmd, sizeof(cmd),
+             "grep -q 'fake-runner: done' %s/logs/hatchery-ptest-ppc-0.console.log", state_dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(int argc, char **argv)
+{
+    log_level_set(LOG_INFO);
+    const struct CMUnitTest testdriver[] = {
+        cmocka_unit_test(test_create_destroy_cycles_and_capacity),
+    };
+    const struct CMUnitTest real[] = {
+        cmocka_unit_test(test_ppc64le_guest),
+        cmocka_unit_test(test_s390x_guest),
+        cmocka_unit_test(test_silent_guest_dies_at_boot_timeout),
+        cmocka_unit_test(test_flooding_guest_is_cut_off),
+        cmocka_unit_test(test_lying_guest_is_cut_off),
+        cmocka_unit_test(test_lxc_container),
+        cmocka_unit_test(test_secret_in_no_log_or_xml),
+    };
+    if (argc > 1 && strcmp(argv[1], "real") == 0)
+        return cmocka_run_group_tests_name("real", real, setup, NULL);
+    return cmocka_run_group_tests_name("testdriver", testdriver, setup, NULL);
+}
