@@ -142,17 +142,21 @@ static void wait_for(const bool *flag, int seconds)
     uv_run(&loop, UV_RUN_NOWAIT);
 }
 
+static char storage_pool_name[64];
+
 static struct config_host host_cfg(const char *name, const char *uri, int64_t max_guests)
 {
     static char volumes[300];
     snprintf(volumes, sizeof(volumes), "%s/volumes", state_dir);
+    /* Per run: a transient pool of an earlier run may still point at its directory. */
+    snprintf(storage_pool_name, sizeof(storage_pool_name), "hatchery-test-%d", (int)getpid());
     return (struct config_host){
         .name = (char *)name,
         .uri = (char *)uri,
         .vcpus = 8,
         .memory_mib = 8192,
         .max_guests = max_guests,
-        .storage_pool = (char *)"hatchery-test",
+        .storage_pool = storage_pool_name,
         .storage_dir = volumes,
     };
 }
@@ -295,7 +299,7 @@ static bool domain_exists(const char *name)
     bool exists = d != NULL;
     if (d)
         virDomainFree(d);
-    virStoragePoolPtr p = virStoragePoolLookupByName(c, "hatchery-test");
+    virStoragePoolPtr p = virStoragePoolLookupByName(c, storage_pool_name);
     char vol[128];
     snprintf(vol, sizeof(vol), "%s.qcow2", name);
     virStorageVolPtr v = p ? virStorageVolLookupByName(p, vol) : NULL;
@@ -423,6 +427,21 @@ static void test_lxc_container(void **state)
     virConnectClose(c);
 }
 
+static int teardown_real(void **state)
+{
+    (void)state;
+    /* The transient storage pool this run made goes with it. */
+    virConnectPtr c = virConnectOpen("qemu:///system");
+    virStoragePoolPtr p = c ? virStoragePoolLookupByName(c, storage_pool_name) : NULL;
+    if (p) {
+        virStoragePoolDestroy(p);
+        virStoragePoolFree(p);
+    }
+    if (c)
+        virConnectClose(c);
+    return 0;
+}
+
 static void test_secret_in_no_log_or_xml(void **state)
 {
     (void)state;
@@ -460,6 +479,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_secret_in_no_log_or_xml),
     };
     if (argc > 1 && strcmp(argv[1], "real") == 0)
-        return cmocka_run_group_tests_name("real", real, setup, NULL);
+        return cmocka_run_group_tests_name("real", real, setup, teardown_real);
     return cmocka_run_group_tests_name("testdriver", testdriver, setup, NULL);
 }

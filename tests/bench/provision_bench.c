@@ -1,0 +1,318 @@
+/* Provisioner benchmarks. They print figures beside a baseline measured in the same run,
+ * as a ratio; they assert nothing about time.
+ *
+ *   provision_bench overhead [N]   create+teardown cycles per second through the
+ *                                  provisioner on test:///default, beside a raw libvirt
+ *                                  loop doing the same calls (volume create, domain
+ *                                  create, destroy, volume delete) back to back.
+ *   provision_bench boot ARCH DIR  on a real libvirtd: time from the create call to the
+ *                                  agent's hello, beside virDomainCreateXML of the same
+ *                                  domain XML to the guest's first line of its own (the test
+ *                                  guest's /init prints one as userspace starts, right
+ *                                  before it runs the agent; with `quiet` the kernel prints
+ *                                  nothing before, but firmware may). DIR is the test guest
+ *                                  (images/test-guest/build.sh ARCH). */
+#define _GNU_SOURCE /* memmem */
+#include <fcntl.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "domain_xml.h"
+#include "libvirt_loop.h"
+#include "log.h"
+#include "provisioner.h"
+
+#define SETTLE_US 2000000
+
+static uv_loop_t loop;
+static char state_dir[] = "/tmp/hatchery-bench-XXXXXX";
+
+static double now_s(void)
+{
+    return (double)uv_hrtime() / 1e9;
+}
+
+static bool file_contains(const char *path, const char *needle)
+{
+    char buf[65536];
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    return memmem(buf, (size_t)n, needle, strlen(needle)) != NULL;
+}
+
+static void quiet(void *data, virErrorPtr e)
+{
+    (void)data;
+    (void)e;
+}
+
+struct run {
+    bool hello, gone, failed;
+    double hello_at;
+};
+
+static void ev_hello(void *data, struct guest *g, const struct agent_hello *h)
+{
+    (void)h;
+    struct run *r = data;
+    r->hello = true;
+    r->hello_at = now_s();
+    guest_teardown(g, "benchmark");
+}
+
+static void ev_failed(void *data, struct guest *g, const char *reason)
+{
+    (void)g;
+    struct run *r = data;
+    r->failed = true;
+    fprintf(stderr, "failed: %s\n", reason);
+}
+
+static void ev_gone(void *data, struct guest *g)
+{
+    (void)g;
+    ((struct run *)data)->gone = true;
+}
+
+static const struct guest_events events = {
+    .on_hello = ev_hello, .on_failed = ev_failed, .on_gone = ev_gone};
+
+static struct provisioner *start(const char *host, const char *uri, const char *storage_pool)
+{
+    struct provisioner *p = NULL;
+    struct provisioner_options o = {.controller_id = "bench", .state_dir = state_dir};
+    provisioner_new(&loop, &o, &p);
+    static struct config_host h;
+    static char volumes[300];
+    snprintf(volumes, sizeof(volumes), "%s/volumes", state_dir);
+    h = (struct config_host){.name = (char *)host,
+                             .uri = (char *)uri,
+                             .vcpus = 64,
+                             .memory_mib = 1 << 20,
+                             .max_guests = 64,
+                             .storage_pool = (char *)storage_pool,
+                             .storage_dir = volumes};
+    provisioner_host_add(p, &h);
+    while (!provisioner_host_up(p, host))
+        uv_run(&loop, UV_RUN_ONCE);
+    return p;
+}
+
+static int overhead(int n)
+{
+    /* Raw: the same libvirt calls, synchronously, on one connection. */
+    virConnectPtr c = virConnectOpen("test:///default");
+    virStoragePoolPtr sp = virStoragePoolLookupByName(c, "default-pool");
+    struct domain_spec spec = {.controller_id = "bench",
+                               .pool = "b",
+                               .arch = ARCH_S390X,
+                               .backend = BACKEND_VM,
+                               .vcpus = 1,
+                               .memory_mib = 256,
+                               .storage_pool = "default-pool",
+                               .network = "none",
+                               .channel_path = "/tmp/x.sock",
+                               .console_log = "/tmp/x.log"};
+    char name[64], vol[80], err[256];
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), "raw-%d", i);
+        snprintf(vol, sizeof(vol), "raw-%d.qcow2", i);
+        spec.name = name;
+        spec.volume = vol;
+        char vxml[512];
+        snprintf(vxml, sizeof(vxml),
+                 "<volume><name>%s</name><capacity unit='MiB'>64</capacity><target><format "
+                 "type='qcow2'/></target><backingStore><path>/default-pool/base.qcow2</path>"
+                 "<format type='qcow2'/></backingStore></volume>",
+                 vol);
+        virStorageVolPtr v = virStorageVolCreateXML(sp, vxml, 0);
+        char *xml = domain_xml_build(&spec, err, sizeof(err));
+        virDomainPtr d = virDomainCreateXML(c, xml, 0);
+        free(xml);
+        if (!d || !v) {
+            fprintf(stderr, "raw cycle failed\n");
+            return 1;
+        }
+        virDomainDestroy(d);
+        virDomainFree(d);
+        virStorageVolDelete(v, 0);
+        virStorageVolFree(v);
+    }
+    double raw = n / (now_s() - t0);
+    virStoragePoolFree(sp);
+    virConnectClose(c);
+
+    struct provisioner *p = start("t", "test:///default", "default-pool");
+    struct config_pool pool = {.name = (char *)"b",
+                               .arch = ARCH_S390X,
+                               .backend = BACKEND_VM,
+                               .image = (char *)"/default-pool/base.qcow2",
+                               .vcpus = 1,
+                               .memory_mib = 256,
+                               .network = (char *)"none",
+                               .disk_mib = 64,
+                               .boot_timeout_s = 600};
+    t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        struct run r = {0};
+        struct guest *g = NULL;
+        snprintf(name, sizeof(name), "hatchery-bench-%d", i);
+        struct guest_spec gs = {.name = name, .runner_id = i, .pool = &pool};
+        if (provisioner_guest_create(p, "t", &gs, &events, &r, &g) < 0)
+            return 1;
+        while (guest_state_get(g) == GUEST_CREATING && !r.failed)
+            uv_run(&loop, UV_RUN_ONCE);
+        guest_teardown(g, "benchmark");
+        while (!r.gone)
+            uv_run(&loop, UV_RUN_ONCE);
+    }
+    double ours = n / (now_s() - t0);
+    printf("provision+teardown cycles/s on test:///default (n=%d)\n", n);
+    printf("  raw libvirt loop      %10.1f\n", raw);
+    printf("  hatchery provisioner  %10.1f\n", ours);
+    printf("  ratio %.3f (goal >= 0.5)\n", ours / raw);
+    provisioner_free(p);
+    return 0;
+}
+
+static int boot(const char *arch_name, const char *dir)
+{
+    bool ppc = strcmp(arch_name, "ppc64le") == 0;
+    char kernel[512], initrd[512], image[512];
+    snprintf(kernel, sizeof(kernel), "%s/kernel", dir);
+    snprintf(initrd, sizeof(initrd), "%s/initrd", dir);
+    snprintf(image, sizeof(image), "%s/base.qcow2", dir);
+    const char *cmdline = ppc ? "console=hvc0 quiet" : "console=ttysclp0 quiet";
+    char pool_name[64];
+    snprintf(pool_name, sizeof(pool_name), "hatchery-bench-%d", (int)getpid());
+    struct provisioner *p = start("local", "qemu:///system", pool_name);
+    struct config_pool pool = {.name = (char *)arch_name,
+                               .arch = ppc ? ARCH_PPC64LE : ARCH_S390X,
+                               .backend = BACKEND_VM,
+                               .image = image,
+                               .kernel = kernel,
+                               .initrd = initrd,
+                               .cmdline = (char *)cmdline,
+                               .firmware = ppc ? FIRMWARE_VOF : FIRMWARE_DEFAULT,
+                               .vcpus = 1,
+                               .memory_mib = 512,
+                               .network = (char *)"none",
+                               .disk_mib = 64,
+                               .boot_timeout_s = 120};
+    const int rounds = 3;
+    double ours = 0, raw = 0, ours_up = 0;
+    for (int i = 0; i < rounds; i++) {
+        char name[64];
+        struct run r = {0};
+        struct guest *g = NULL;
+        snprintf(name, sizeof(name), "hatchery-bench-boot-%d", i);
+        struct guest_spec gs = {.name = name, .runner_id = i, .pool = &pool};
+        /* Let the previous guest's QEMU finish exiting: on 2 cores it slows the next boot. */
+        usleep(SETTLE_US);
+        double t0 = now_s();
+        provisioner_guest_create(p, "local", &gs, &events, &r, &g);
+        double up_at = 0;
+        while (!r.hello && !r.failed) {
+            uv_run(&loop, UV_RUN_NOWAIT);
+            if (!up_at && file_contains(guest_console_log(g), "hatchery-test-guest: up"))
+                up_at = now_s();
+            usleep(2000);
+        }
+        ours += r.hello_at - t0;
+        ours_up += (up_at ? up_at : r.hello_at) - t0;
+        while (!r.gone)
+            uv_run(&loop, UV_RUN_ONCE);
+        /* Baseline: the same kind of domain, created directly, to its first console line. */
+        char log_path[512], vol[80], err[256];
+        snprintf(name, sizeof(name), "bench-raw-%d", i);
+        snprintf(vol, sizeof(vol), "bench-raw-%d.qcow2", i);
+        snprintf(log_path, sizeof(log_path), "%s/raw-%d.log", state_dir, i);
+        char chan[512];
+        snprintf(chan, sizeof(chan), "%s/raw-%d.sock", state_dir, i);
+        struct domain_spec spec = {.name = name,
+                                   .controller_id = "bench-raw",
+                                   .pool = arch_name,
+                                   .arch = pool.arch,
+                                   .backend = BACKEND_VM,
+                                   .vcpus = 1,
+                                   .memory_mib = 512,
+                                   .storage_pool = pool_name,
+                                   .volume = vol,
+                                   .kernel = kernel,
+                                   .initrd = initrd,
+                                   .cmdline = cmdline,
+                                   .vof = ppc,
+                                   .network = "none",
+                                   .channel_path = chan,
+                                   .console_log = log_path};
+        virConnectPtr c = virConnectOpen("qemu:///system");
+        virStoragePoolPtr sp = virStoragePoolLookupByName(c, pool_name);
+        char vxml[1024];
+        snprintf(vxml, sizeof(vxml),
+                 "<volume><name>%s</name><capacity unit='MiB'>64</capacity><target><format "
+                 "type='qcow2'/></target><backingStore><path>%s</path><format type='qcow2'/>"
+                 "</backingStore></volume>",
+                 vol, image);
+        char *xml = domain_xml_build(&spec, err, sizeof(err));
+        usleep(SETTLE_US);
+        t0 = now_s();
+        virStorageVolPtr v = virStorageVolCreateXML(sp, vxml, 0);
+        virDomainPtr d = virDomainCreateXML(c, xml, 0);
+        while (d && !file_contains(log_path, "hatchery-test-guest: up"))
+            usleep(2000);
+        raw += now_s() - t0;
+        if (d) {
+            virDomainDestroy(d);
+            virDomainFree(d);
+        }
+        if (v) {
+            virStorageVolDelete(v, 0);
+            virStorageVolFree(v);
+        }
+        virStoragePoolFree(sp);
+        virConnectClose(c);
+        free(xml);
+    }
+    printf("%s boot, mean of %d (TCG)\n", arch_name, rounds);
+    printf("  virDomainCreateXML to the guest's first own line   %6.2f s\n", raw / rounds);
+    printf("  hatchery create to the guest's first own line      %6.2f s\n", ours_up / rounds);
+    printf("  hatchery create to the agent's hello               %6.2f s\n", ours / rounds);
+    printf("  ratio %.3f (goal <= 1.1)\n", ours / raw);
+    virConnectPtr c = virConnectOpen("qemu:///system");
+    virStoragePoolPtr sp = virStoragePoolLookupByName(c, pool_name);
+    if (sp) {
+        virStoragePoolDestroy(sp);
+        virStoragePoolFree(sp);
+    }
+    virConnectClose(c);
+    provisioner_free(p);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (!mkdtemp(state_dir))
+        return 1;
+    log_level_set(LOG_WARN);
+    virSetErrorFunc(NULL, quiet);
+    uv_loop_init(&loop);
+    libvirt_loop_register(&loop);
+    if (argc >= 2 && strcmp(argv[1], "overhead") == 0)
+        return overhead(argc > 2 ? (int)strtol(argv[2], NULL, 10) : 300);
+    if (argc >= 4 && strcmp(argv[1], "boot") == 0)
+        return boot(argv[2], argv[3]);
+    fprintf(stderr, "usage: provision_bench overhead [N] | boot ppc64le|s390x GUEST_DIR\n");
+    return 2;
+}

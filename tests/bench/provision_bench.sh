@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the provisioner benchmarks (see provision_bench.c) on a release build.
+# usage: tests/bench/provision_bench.sh [CYCLES]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+./deploy/install-deps.sh >/dev/null
+cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DHATCHERY_TESTS=OFF -DHATCHERY_BENCH=ON >/dev/null
+cmake --build build-bench -j"$(nproc)" --target provision_bench >/dev/null
+build-bench/provision_bench overhead "${1:-300}"
+tests/libvirt/libvirtd.sh start >/dev/null
+for arch in ppc64le s390x; do
+  build-bench/provision_bench boot "$arch" "$(images/test-guest/build.sh "$arch")"
+done
