@@ -10,6 +10,7 @@
 #include "config.h"
 #include "github.h"
 #include "http_server.h"
+#include "provisioner.h"
 #include "secret.h"
 #include "store.h"
 #include "webhook.h"
@@ -39,7 +40,8 @@ struct daemon {
     struct secret *webhook_secret;
     struct store *store;
     struct github_client *github; /* NULL without a `github` section */
-    struct github_scope *scopes;  /* from config.github.runner_scopes */
+    struct provisioner *provisioner;
+    struct github_scope *scopes; /* from config.github.runner_scopes */
     size_t n_scopes;
     struct http_server http;
     struct admin_server admin;

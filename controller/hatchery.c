@@ -304,6 +304,36 @@ static void print_capacity(json_t *answer)
     table_print(&t);
 }
 
+static char *fmt_used(json_t *obj, const char *used, const char *total)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%lld/%lld",
+             (long long)json_integer_value(json_object_get(obj, used)),
+             (long long)json_integer_value(json_object_get(obj, total)));
+    return strdup(buf);
+}
+
+static void print_hosts(json_t *answer)
+{
+    struct table t = {
+        .n_columns = 7,
+        .headers = {"HOST", "STATE", "URI", "VCPUS", "MEMORY_MIB", "GUESTS", "ERROR"}};
+    size_t i;
+    json_t *h;
+    json_array_foreach(json_object_get(answer, "hosts"), i, h)
+    {
+        char *cells[7] = {
+            fmt_value(json_object_get(h, "name")),        fmt_value(json_object_get(h, "state")),
+            fmt_value(json_object_get(h, "uri")),         fmt_used(h, "vcpus_used", "vcpus"),
+            fmt_used(h, "memory_mib_used", "memory_mib"), fmt_used(h, "guests", "max_guests"),
+            fmt_value(json_object_get(h, "error")),
+        };
+        table_add_row(&t, cells);
+        free_cells(cells, 7);
+    }
+    table_print(&t);
+}
+
 static void print_github(json_t *answer)
 {
     if (!json_is_true(json_object_get(answer, "configured"))) {
@@ -413,10 +443,12 @@ int main(int argc, char **argv)
             }
         }
     } else if (strcmp(cmd, "pools") == 0 || strcmp(cmd, "capacity") == 0 ||
-               strcmp(cmd, "health") == 0 || strcmp(cmd, "github") == 0) {
+               strcmp(cmd, "health") == 0 || strcmp(cmd, "github") == 0 ||
+               strcmp(cmd, "hosts") == 0) {
         print = strcmp(cmd, "pools") == 0      ? print_pools
                 : strcmp(cmd, "capacity") == 0 ? print_capacity
                 : strcmp(cmd, "github") == 0   ? print_github
+                : strcmp(cmd, "hosts") == 0    ? print_hosts
                                                : print_health;
         for (; i < argc; i++) {
             if (strcmp(argv[i], "--json") == 0) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "libvirt_loop.h"
 #include "hatchery/limits.h"
 #include "log.h"
 #include "sd_notify.h"
@@ -318,6 +319,29 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
     }
     if (strcmp(cmd, "capacity") == 0)
         return admin_capacity(d);
+    if (strcmp(cmd, "hosts") == 0) {
+        json_t *hosts = json_array();
+        for (size_t i = 0; i < d->config->n_hosts; i++) {
+            const struct config_host *h = &d->config->hosts[i];
+            struct host_status st;
+            if (provisioner_host_status(d->provisioner, h->name, &st) < 0)
+                continue;
+            json_array_append_new(
+                hosts,
+                json_pack("{s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "name",
+                          h->name, "uri", h->uri, "state",
+                          st.up           ? "up"
+                          : st.connecting ? "connecting"
+                                          : "down",
+                          "error", st.error[0] ? json_string(st.error) : json_null(), "kvm", st.kvm,
+                          "vcpus_used", (json_int_t)st.used.vcpus, "vcpus", (json_int_t)h->vcpus,
+                          "memory_mib_used", (json_int_t)st.used.memory_mib, "memory_mib",
+                          (json_int_t)h->memory_mib, "guests", (json_int_t)st.used.guests,
+                          "max_guests", (json_int_t)h->max_guests, "reconnects",
+                          (json_int_t)st.reconnects));
+        }
+        return json_pack("{s:b, s:o}", "ok", 1, "hosts", hosts);
+    }
     if (strcmp(cmd, "github") == 0) {
         if (!d->github)
             return json_pack("{s:b, s:b}", "ok", 1, "configured", 0);
@@ -433,6 +457,9 @@ static void on_signal(uv_signal_t *sig, int signum)
     admin_server_stop(&d->admin);
     github_client_free(d->github);
     d->github = NULL;
+    provisioner_free(d->provisioner);
+    d->provisioner = NULL;
+    libvirt_loop_close();
     unlink(d->config->admin_socket);
     uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
     uv_close((uv_handle_t *)&d->prune_timer, NULL);
@@ -585,9 +612,21 @@ int main(int argc, char **argv)
         return 1;
     }
     d.loop = uv_default_loop();
+    /* libvirt's events run on our loop; this must precede every libvirt connection. */
+    libvirt_loop_register(d.loop);
     r = store_open(d.loop, d.config->state_dir, &d.store, err, sizeof(err));
     if (r < 0) {
         log_error("daemon.store_failed", "error=\"%s\"", err);
+        return 1;
+    }
+    struct provisioner_options popts = {.controller_id = d.config->controller_id,
+                                        .state_dir = d.config->state_dir};
+    r = provisioner_new(d.loop, &popts, &d.provisioner);
+    for (size_t i = 0; r == 0 && i < d.config->n_hosts; i++)
+        r = provisioner_host_add(d.provisioner, &d.config->hosts[i]);
+    if (r < 0) {
+        log_error("daemon.provisioner_failed", "error=\"%s\"", strerror(-r));
+        store_close(d.store);
         return 1;
     }
     if (config_github_enabled(d.config)) {

@@ -1,5 +1,6 @@
 /* /metrics in the Prometheus text exposition format, checked by `promtool check metrics`. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -128,6 +129,32 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             gauge(&b, "hatchery_github_ratelimit_reset_seconds",
                   "Seconds until GitHub's rate-limit window resets.", left > 0 ? left : 0);
         }
+    }
+    if (d->provisioner && d->config->n_hosts > 0) {
+        struct host_status *st = calloc(d->config->n_hosts, sizeof(*st));
+        for (size_t i = 0; st && i < d->config->n_hosts; i++)
+            provisioner_host_status(d->provisioner, d->config->hosts[i].name, &st[i]);
+        static const struct {
+            const char *name, *type, *help;
+        } families[] = {
+            {"hatchery_host_up", "gauge", "1 when the host's libvirt connection is up."},
+            {"hatchery_host_guests", "gauge", "Guests on each host."},
+            {"hatchery_host_vcpus_used", "gauge", "vCPUs handed out on each host."},
+            {"hatchery_host_reconnects_total", "counter",
+             "Times a host's libvirt connection came back after a drop."},
+        };
+        for (size_t f = 0; st && f < sizeof(families) / sizeof(families[0]); f++) {
+            header(&b, families[f].name, families[f].type, families[f].help);
+            for (size_t i = 0; i < d->config->n_hosts; i++) {
+                long long v = f == 0   ? st[i].up
+                              : f == 1 ? st[i].used.guests
+                              : f == 2 ? st[i].used.vcpus
+                                       : st[i].reconnects;
+                textbuf_printf(&b, "%s{host=\"%s\"} %lld\n", families[f].name,
+                               d->config->hosts[i].name, v);
+            }
+        }
+        free(st);
     }
     header(&b, "hatchery_pool_max_runners", "gauge", "Configured max_runners of each pool.");
     for (size_t i = 0; i < d->config->n_pools; i++)

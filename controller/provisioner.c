@@ -34,6 +34,7 @@ struct host {
     bool kvm[ARCH_MAX];
     int lifecycle_id;
     int attempt;
+    int64_t reconnects;
     uv_timer_t reconnect;
     uv_work_t work;
     char error[256];
@@ -142,9 +143,19 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
 
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
 
+static void quiet_libvirt(void *data, virErrorPtr error)
+{
+    /* libvirt prints every error by default; we read them with virGetLastError and log
+     * them once, where they matter. */
+    (void)data;
+    (void)error;
+}
+
 static void connect_work(uv_work_t *w)
 {
     struct host *h = w->data;
+    /* libvirt's error handler is per thread here: keep its default printer quiet. */
+    virSetErrorFunc(NULL, quiet_libvirt);
     h->conn = virConnectOpen(h->cfg.uri);
     if (!h->conn) {
         snprintf(h->error, sizeof(h->error), "%s", virt_error());
@@ -172,10 +183,12 @@ static void connect_done(uv_work_t *w, int status)
     (void)status;
     h->connecting = false;
     if (!h->conn) {
+        char why[sizeof(h->error)];
+        snprintf(why, sizeof(why), "%s", h->error);
         log_warn("host.connect_failed", "host=%s uri=%s error=\"%s\"", h->cfg.name, h->cfg.uri,
-                 h->error);
+                 why);
         h->connecting = true; /* so host_down schedules the retry */
-        host_down(h, h->error);
+        host_down(h, why);
         h->connecting = false;
         return;
     }
@@ -185,6 +198,8 @@ static void connect_done(uv_work_t *w, int status)
     h->lifecycle_id =
         virConnectDomainEventRegisterAny(h->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
                                          VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), h, NULL);
+    if (h->attempt > 0)
+        h->reconnects++;
     h->up = true;
     h->attempt = 0;
     h->error[0] = 0;
@@ -233,8 +248,26 @@ int provisioner_host_usage(struct provisioner *p, const char *name, struct host_
     return 0;
 }
 
+int provisioner_host_status(struct provisioner *p, const char *name, struct host_status *ret)
+{
+    struct host *h = host_find(p, name);
+    if (!h)
+        return -ENOENT;
+    memset(ret, 0, sizeof(*ret));
+    ret->up = h->up;
+    ret->connecting = h->connecting && !h->error[0];
+    for (int a = 0; a < ARCH_MAX; a++)
+        ret->kvm = ret->kvm || h->kvm[a];
+    ret->reconnects = h->reconnects;
+    snprintf(ret->error, sizeof(ret->error), "%s", h->up ? "" : h->error);
+    ret->used = h->used;
+    return 0;
+}
+
 int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct provisioner **ret)
 {
+    virInitialize();
+    virSetErrorFunc(NULL, quiet_libvirt);
     struct provisioner *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
@@ -251,6 +284,11 @@ int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct
     return 0;
 }
 
+static void on_host_closed(uv_handle_t *handle)
+{
+    free(handle->data);
+}
+
 void provisioner_free(struct provisioner *p)
 {
     if (!p)
@@ -263,7 +301,7 @@ void provisioner_free(struct provisioner *p)
             virConnectUnregisterCloseCallback(h->conn, on_close_cb);
             virConnectClose(h->conn);
         }
-        uv_close((uv_handle_t *)&h->reconnect, (uv_close_cb)free);
+        uv_close((uv_handle_t *)&h->reconnect, on_host_closed);
         h = next;
     }
     free(p->controller_id);
@@ -333,6 +371,7 @@ static virStoragePoolPtr storage_pool(struct host *h, char *err, size_t err_size
 static void create_work(uv_work_t *w)
 {
     struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
     struct host *h = g->host;
     const struct config_pool *pool = g->pool;
     bool lxc = pool->backend == BACKEND_CONTAINER;
@@ -677,6 +716,7 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
 static void teardown_work(uv_work_t *w)
 {
     struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
     struct host *h = g->host;
     g->error[0] = 0;
     if (!h->conn)

@@ -45,6 +45,16 @@ struct host_usage {
 };
 int provisioner_host_usage(struct provisioner *prov, const char *host, struct host_usage *ret);
 
+struct host_status {
+    bool up;
+    bool connecting; /* the first connection attempt is in flight */
+    bool kvm;        /* KVM offered for at least one architecture */
+    int64_t reconnects;
+    char error[256]; /* why it is down, or empty */
+    struct host_usage used;
+};
+int provisioner_host_status(struct provisioner *prov, const char *host, struct host_status *ret);
+
 enum guest_state {
     GUEST_CREATING,
     GUEST_BOOTING,

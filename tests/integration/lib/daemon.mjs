@@ -46,7 +46,7 @@ export const DEFAULT_POOLS = `pools:
     max_runners: 1
 `;
 
-export function writeConfig(dir, { port, secret = 'test-webhook-secret', http = '', extra = '', pools = DEFAULT_POOLS } = {}) {
+export function writeConfig(dir, { port, secret = 'test-webhook-secret', http = '', extra = '', pools = DEFAULT_POOLS, hostsExtra = '' } = {}) {
   const secretFile = join(dir, 'webhook-secret');
   writeFileSync(secretFile, secret + '\n', { mode: 0o600 });
   chmodSync(secretFile, 0o600);
@@ -63,7 +63,7 @@ hosts:
     vcpus: 16
     memory_mib: 32768
     max_guests: 8
-${pools}${extra}`);
+${hostsExtra}${pools}${extra}`);
   return configFile;
 }
 
