@@ -30,6 +30,7 @@ struct host {
     virConnectPtr conn;     /* thread-safe: used from workers too */
     bool up;
     bool connecting;
+    bool dropped; /* libvirt closed the connection; conn is dead until the reconnect */
     bool lxc;
     bool kvm[ARCH_MAX];
     int lifecycle_id;
@@ -128,11 +129,9 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
     struct host *h = opaque;
     static const char *const reasons[] = {"error", "end of file", "keepalive timeout",
                                           "client closed"};
-    if (h->conn) {
-        virConnectUnregisterCloseCallback(h->conn, on_close_cb);
-        virConnectClose(h->conn);
-        h->conn = NULL;
-    }
+    /* Inside libvirt's callback the connection must not be closed (that deadlocks): the
+     * reconnect, on a worker, drops the old one first. */
+    h->dropped = true;
     const char *why = reason >= 0 && reason < 4 ? reasons[reason] : "connection closed";
     host_down(h, why);
     /* Guests on a host that dropped are failed: nobody can reach them. Their domains, if
@@ -142,6 +141,19 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
 }
 
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
+
+static void host_conn_drop(struct host *h)
+{
+    if (!h->conn)
+        return;
+    if (h->lifecycle_id >= 0)
+        virConnectDomainEventDeregisterAny(h->conn, h->lifecycle_id);
+    h->lifecycle_id = -1;
+    virConnectUnregisterCloseCallback(h->conn, on_close_cb);
+    virConnectClose(h->conn);
+    h->conn = NULL;
+    h->dropped = false;
+}
 
 static void quiet_libvirt(void *data, virErrorPtr error)
 {
@@ -156,6 +168,7 @@ static void connect_work(uv_work_t *w)
     struct host *h = w->data;
     /* libvirt's error handler is per thread here: keep its default printer quiet. */
     virSetErrorFunc(NULL, quiet_libvirt);
+    host_conn_drop(h);
     h->conn = virConnectOpen(h->cfg.uri);
     if (!h->conn) {
         snprintf(h->error, sizeof(h->error), "%s", virt_error());
@@ -225,6 +238,7 @@ int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
         return -ENOMEM;
     h->prov = p;
     h->cfg = *cfg;
+    h->lifecycle_id = -1;
     uv_timer_init(p->loop, &h->reconnect);
     h->reconnect.data = h;
     h->next = p->hosts;
@@ -295,12 +309,7 @@ void provisioner_free(struct provisioner *p)
         return;
     for (struct host *h = p->hosts; h;) {
         struct host *next = h->next;
-        if (h->conn) {
-            if (h->lifecycle_id >= 0)
-                virConnectDomainEventDeregisterAny(h->conn, h->lifecycle_id);
-            virConnectUnregisterCloseCallback(h->conn, on_close_cb);
-            virConnectClose(h->conn);
-        }
+        host_conn_drop(h);
         uv_close((uv_handle_t *)&h->reconnect, on_host_closed);
         h = next;
     }
@@ -719,7 +728,7 @@ static void teardown_work(uv_work_t *w)
     virSetErrorFunc(NULL, quiet_libvirt);
     struct host *h = g->host;
     g->error[0] = 0;
-    if (!h->conn)
+    if (!h->conn || h->dropped)
         return; /* the host is down: the reconciler finishes this when it returns */
     virDomainPtr dom = virDomainLookupByName(h->conn, g->name);
     if (dom) {
