@@ -81,13 +81,23 @@ static void ev_hello(void *data, struct guest *g, const struct agent_hello *hell
 
 static void ev_started(void *data, struct guest *g, int64_t pid)
 {
-    (void)g;
     (void)pid;
     struct run *r = data;
     r->started = true;
     /* While the guest runs: is the JIT config on any process's command line (QEMU's)? */
     if (r->jit) {
         r->secret_in_argv = process_argv_contains(r->jit);
+        /* ...or in the running domain's XML, as libvirt holds it? */
+        virConnectPtr c =
+            virConnectOpen(strstr(guest_name(g), "lxc") ? "lxc:///" : "qemu:///system");
+        virDomainPtr d = c ? virDomainLookupByName(c, guest_name(g)) : NULL;
+        char *xml = d ? virDomainGetXMLDesc(d, 0) : NULL;
+        r->secret_in_argv = r->secret_in_argv || !xml || strstr(xml, r->jit) != NULL;
+        free(xml);
+        if (d)
+            virDomainFree(d);
+        if (c)
+            virConnectClose(c);
         r->secret_scan_done = true;
     }
 }
