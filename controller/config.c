@@ -26,6 +26,11 @@ const char *const pool_backend_names[BACKEND_MAX] = {
     [BACKEND_CONTAINER] = "container",
 };
 
+const char *const placement_names[PLACEMENT_MAX] = {
+    [PLACEMENT_SPREAD] = "spread",
+    [PLACEMENT_PACK] = "pack",
+};
+
 const char *const pool_firmware_names[FIRMWARE_MAX] = {
     [FIRMWARE_DEFAULT] = "default",
     [FIRMWARE_VOF] = "vof",
@@ -132,6 +137,8 @@ static const struct key pool_keys[] = {
     INT_KEY(struct config_pool, boot_timeout_s, 5, 3600, 300),
     INT_KEY(struct config_pool, job_timeout_s, 60, 7 * 24 * 3600, 6 * 3600),
     LIST_KEY(struct config_pool, runner_command, 1, 64, false),
+    INT_KEY(struct config_pool, idle_max_age_s, 60, 7 * 24 * 3600, 3600),
+    STRING_KEY(struct config_pool, github_scope, false, NULL),
     {.name = NULL},
 };
 
@@ -177,6 +184,9 @@ static const struct key top_keys[] = {
      .n_enum_values = sizeof(log_level_names) / sizeof(log_level_names[0])},
     INT_KEY(struct config, delivery_retention_s, 60, INT64_C(365) * 24 * 3600,
             STORE_DELIVERY_RETENTION_S_DEFAULT),
+    ENUM_KEY(struct config, placement, placement_names, false, PLACEMENT_SPREAD),
+    INT_KEY(struct config, reconcile_interval_s, 1, 3600, 30),
+    INT_KEY(struct config, log_retention_s, 60, INT64_C(365) * 24 * 3600, 7 * 24 * 3600),
     {.name = "http",
      .type = KEY_MAPPING,
      .offset = offsetof(struct config, http),
@@ -667,6 +677,7 @@ void config_free(struct config *c)
         free(p->cmdline);
         free(p->network);
         free_list(p->runner_command, p->n_runner_command);
+        free(p->github_scope);
     }
     free(c->pools);
     free(c);

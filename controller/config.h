@@ -66,8 +66,18 @@ struct config_pool {
     int64_t job_timeout_s;
     char **runner_command; /* the JIT config is appended as the last argument */
     size_t n_runner_command;
+    int64_t idle_max_age_s;
+    char *github_scope; /* a repo (owner/name) or org of github.runner_scopes; default the first */
     int line;
 };
+
+enum placement {
+    PLACEMENT_SPREAD,
+    PLACEMENT_PACK,
+    PLACEMENT_MAX,
+};
+
+extern const char *const placement_names[PLACEMENT_MAX];
 
 struct config_http {
     int64_t max_body_bytes;
@@ -110,6 +120,9 @@ struct config {
     char *webhook_secret_file;
     char *log_level;
     int64_t delivery_retention_s;
+    int64_t placement; /* enum placement */
+    int64_t reconcile_interval_s;
+    int64_t log_retention_s;
     struct config_http http;
     struct config_github github;
     struct config_host *hosts;

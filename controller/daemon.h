@@ -11,6 +11,7 @@
 #include "github.h"
 #include "http_server.h"
 #include "provisioner.h"
+#include "scheduler.h"
 #include "secret.h"
 #include "store.h"
 #include "webhook.h"
@@ -41,7 +42,9 @@ struct daemon {
     struct store *store;
     struct github_client *github; /* NULL without a `github` section */
     struct provisioner *provisioner;
-    struct github_scope *scopes; /* from config.github.runner_scopes */
+    struct scheduler *scheduler;
+    struct scheduler *scheduler_closed; /* freed after the loop ends */
+    struct github_scope *scopes;        /* from config.github.runner_scopes */
     size_t n_scopes;
     struct http_server http;
     struct admin_server admin;

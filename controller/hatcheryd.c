@@ -83,6 +83,7 @@ struct webhook_call {
     bool unmatched;
     char pool[CONFIG_MAX_NAME_BYTES + 1];
     char delivery[WEBHOOK_MAX_DELIVERY_ID_BYTES + 1];
+    char runner_name[WEBHOOK_MAX_NAME_BYTES + 1];
 };
 
 static void webhook_call_done(struct webhook_call *call)
@@ -107,6 +108,9 @@ static void on_delivery_stored(void *data, int result)
         log_info("webhook.stored", "delivery=%s job=%lld status=%s pool=%s", call->delivery,
                  (long long)call->job_id, job_status_names[call->status],
                  call->unmatched ? "(unmatched)" : call->pool);
+        if (d->scheduler)
+            scheduler_job_event(d->scheduler, call->job_id, call->status,
+                                call->runner_name[0] ? call->runner_name : NULL);
         respond_json(call->conn, 202,
                      json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t)call->job_id));
     } else {
@@ -139,6 +143,8 @@ static void webhook_check_done(uv_work_t *work, int status)
         call->unmatched = res->event->pool == NULL;
         snprintf(call->pool, sizeof(call->pool), "%s", res->event->pool ? res->event->pool : "");
         snprintf(call->delivery, sizeof(call->delivery), "%s", res->event->delivery_id);
+        snprintf(call->runner_name, sizeof(call->runner_name), "%s",
+                 res->event->runner_name ? res->event->runner_name : "");
         int r = store_job_event_submit(d->store, res->event, on_delivery_stored, call);
         res->event = NULL; /* the store owns it now, even on failure */
         if (r < 0) {
@@ -275,6 +281,13 @@ static json_t *admin_capacity(struct daemon *d)
             json_pack("{s:s, s:s, s:I, s:I, s:I, s:o}", "pool", p->name, "arch",
                       pool_arch_names[p->arch], "max_runners", (json_int_t)p->max_runners,
                       "min_idle", (json_int_t)p->min_idle, "runners", (json_int_t)0, "jobs", jobs);
+        if (d->scheduler) {
+            json_t *sp = scheduler_pool_json(d->scheduler, p->name);
+            json_object_set(row, "runners", json_object_get(sp, "live"));
+            json_object_set(row, "runners_by_state", json_object_get(sp, "by_state"));
+            json_object_set(row, "waiting", json_object_get(sp, "waiting"));
+            json_decref(sp);
+        }
         json_object_set(ctx.pools, p->name, row);
         json_array_append_new(list, row);
     }
@@ -290,6 +303,33 @@ static json_t *admin_capacity(struct daemon *d)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
     }
     return json_pack("{s:b, s:o, s:o}", "ok", 1, "pools", list, "unmatched", ctx.unmatched);
+}
+
+/* The last LOGS_MAX_BYTES of a console log (the agent's lines are in it too). */
+#define LOGS_MAX_BYTES (1024 * 1024)
+
+static json_t *log_file_json(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "cannot open the log");
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    long from = size > LOGS_MAX_BYTES ? size - LOGS_MAX_BYTES : 0;
+    fseek(f, from, SEEK_SET);
+    char *buf = malloc((size_t)(size - from) + 1);
+    size_t n = buf ? fread(buf, 1, (size_t)(size - from), f) : 0;
+    fclose(f);
+    if (!buf)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
+    /* Console output is bytes: keep it valid JSON text. */
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)buf[i] >= 0x80 || (buf[i] < 0x20 && buf[i] != '\n' && buf[i] != '\t'))
+            buf[i] = '?';
+    json_t *text = json_stringn(buf, n);
+    free(buf);
+    return json_pack("{s:b, s:s, s:o, s:b}", "ok", 1, "path", path, "log",
+                     text ? text : json_string(""), "truncated", from > 0);
 }
 
 static json_t *on_admin_request(struct admin_server *server, json_t *request)
@@ -309,6 +349,24 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
         if (store_jobs_list(d->store, status, limit ? (int)json_integer_value(limit) : 0, &jobs) <
             0)
             return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
+        size_t i;
+        json_t *job;
+        json_array_foreach(jobs, i, job)
+        {
+            const char *st = json_string_value(json_object_get(job, "status"));
+            json_t *pool = json_object_get(job, "pool");
+            json_t *why = json_null();
+            if (st && strcmp(st, "queued") == 0) {
+                if (!json_is_string(pool)) {
+                    why = json_string("no matching pool");
+                } else if (d->scheduler) {
+                    json_t *sp = scheduler_pool_json(d->scheduler, json_string_value(pool));
+                    why = json_incref(json_object_get(sp, "waiting"));
+                    json_decref(sp);
+                }
+            }
+            json_object_set_new(job, "waiting", why ? why : json_null());
+        }
         return json_pack("{s:b, s:o}", "ok", 1, "jobs", jobs);
     }
     if (strcmp(cmd, "pools") == 0) {
@@ -319,6 +377,37 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
     }
     if (strcmp(cmd, "capacity") == 0)
         return admin_capacity(d);
+    if (strcmp(cmd, "runners") == 0) {
+        if (!d->scheduler)
+            return json_pack("{s:b, s:s}", "ok", 0, "error", "the scheduler is not running");
+        return json_pack(
+            "{s:b, s:o}", "ok", 1, "runners",
+            scheduler_runners_json(d->scheduler, json_is_true(json_object_get(request, "all"))));
+    }
+    if (strcmp(cmd, "drain") == 0 || strcmp(cmd, "undrain") == 0) {
+        const char *host = json_string_value(json_object_get(request, "host"));
+        if (!host || !d->scheduler ||
+            scheduler_host_drain(d->scheduler, host, strcmp(cmd, "drain") == 0) < 0)
+            return json_pack("{s:b, s:s}", "ok", 0, "error", "no such host");
+        return json_pack("{s:b, s:s, s:b}", "ok", 1, "host", host, "drained",
+                         strcmp(cmd, "drain") == 0);
+    }
+    if (strcmp(cmd, "delete") == 0) {
+        const char *name = json_string_value(json_object_get(request, "runner"));
+        if (!name || !d->scheduler || scheduler_runner_delete(d->scheduler, name) < 0)
+            return json_pack("{s:b, s:s}", "ok", 0, "error", "no such live runner");
+        return json_pack("{s:b, s:s}", "ok", 1, "runner", name);
+    }
+    if (strcmp(cmd, "logs") == 0) {
+        const char *name = json_string_value(json_object_get(request, "runner"));
+        char path[PATH_MAX];
+        const char *file = name && d->scheduler
+                               ? scheduler_runner_log(d->scheduler, name, path, sizeof(path))
+                               : NULL;
+        if (!file)
+            return json_pack("{s:b, s:s}", "ok", 0, "error", "no log for that runner");
+        return log_file_json(file);
+    }
     if (strcmp(cmd, "hosts") == 0) {
         json_t *hosts = json_array();
         for (size_t i = 0; i < d->config->n_hosts; i++) {
@@ -457,6 +546,9 @@ static void on_signal(uv_signal_t *sig, int signum)
     admin_server_stop(&d->admin);
     github_client_free(d->github);
     d->github = NULL;
+    scheduler_free(d->scheduler);
+    d->scheduler_closed = d->scheduler;
+    d->scheduler = NULL;
     provisioner_free(d->provisioner);
     d->provisioner = NULL;
     libvirt_loop_close();
@@ -701,6 +793,9 @@ int main(int argc, char **argv)
     sd_notify_send("READY=1");
     if (d.github)
         github_probe(&d);
+    r = scheduler_new(&d, &d.scheduler);
+    if (r < 0)
+        log_error("daemon.scheduler_failed", "error=\"%s\"", strerror(-r));
 
     uv_run(d.loop, UV_RUN_DEFAULT);
 
@@ -708,6 +803,7 @@ int main(int argc, char **argv)
     uv_loop_close(d.loop);
     secret_free(d.webhook_secret);
     free(d.scopes);
+    free(d.scheduler_closed);
     log_info("daemon.stopped", "controller=%s", d.config->controller_id);
     config_free(d.config);
     close(d.lock_fd);

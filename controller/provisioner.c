@@ -73,6 +73,8 @@ struct guest {
 
 struct provisioner {
     uv_loop_t *loop;
+    int works;    /* libvirt calls in flight on workers */
+    bool closing; /* provisioner_free was called: finish when works reach 0 */
     char *controller_id;
     char *state_dir;
     int64_t boot_timeout_ms;
@@ -94,6 +96,29 @@ static struct host *host_find(struct provisioner *p, const char *name)
         if (strcmp(h->cfg.name, name) == 0)
             return h;
     return NULL;
+}
+
+static int queue_work(struct provisioner *p, uv_work_t *w, uv_work_cb work, uv_after_work_cb done)
+{
+    int r = uv_queue_work(p->loop, w, work, done);
+    if (r == 0)
+        p->works++;
+    return r;
+}
+
+static void finalize(struct provisioner *p);
+static void on_pipe_closed(uv_handle_t *handle);
+
+/* Every after-work callback starts here: true means the provisioner is shutting down and
+ * the callback must only release its own memory. */
+static bool work_done_closing(struct provisioner *p)
+{
+    p->works--;
+    if (!p->closing)
+        return false;
+    if (p->works == 0)
+        finalize(p);
+    return true;
 }
 
 /* ---- hosts ---------------------------------------------------------------------------- */
@@ -194,6 +219,8 @@ static void connect_done(uv_work_t *w, int status)
 {
     struct host *h = w->data;
     (void)status;
+    if (work_done_closing(h->prov))
+        return;
     h->connecting = false;
     if (!h->conn) {
         char why[sizeof(h->error)];
@@ -225,7 +252,7 @@ static void host_connect(struct host *h)
         return;
     h->connecting = true;
     h->work.data = h;
-    if (uv_queue_work(h->prov->loop, &h->work, connect_work, connect_done) < 0)
+    if (queue_work(h->prov, &h->work, connect_work, connect_done) < 0)
         h->connecting = false;
 }
 
@@ -303,12 +330,29 @@ static void on_host_closed(uv_handle_t *handle)
     free(handle->data);
 }
 
-void provisioner_free(struct provisioner *p)
+static void on_guest_handle_closed(uv_handle_t *handle)
 {
-    if (!p)
-        return;
+    struct guest *g = handle->data;
+    free(g->xml);
+    free(g->name);
+    free(g);
+}
+
+/* Everything is idle: close the connections and free. Guests stay as domains for the
+ * reconciler of the next start. */
+static void finalize(struct provisioner *p)
+{
     for (struct host *h = p->hosts; h;) {
         struct host *next = h->next;
+        for (struct guest *g = h->guests; g;) {
+            struct guest *gn = g->next;
+            if (g->channel)
+                agent_channel_close(g->channel);
+            if (g->pipe)
+                uv_close((uv_handle_t *)g->pipe, on_pipe_closed);
+            uv_close((uv_handle_t *)&g->timer, on_guest_handle_closed);
+            g = gn;
+        }
         host_conn_drop(h);
         uv_close((uv_handle_t *)&h->reconnect, on_host_closed);
         h = next;
@@ -316,6 +360,17 @@ void provisioner_free(struct provisioner *p)
     free(p->controller_id);
     free(p->state_dir);
     free(p);
+}
+
+void provisioner_free(struct provisioner *p)
+{
+    if (!p || p->closing)
+        return;
+    p->closing = true;
+    for (struct host *h = p->hosts; h; h = h->next)
+        uv_timer_stop(&h->reconnect);
+    if (p->works == 0)
+        finalize(p);
 }
 
 /* ---- guests: creation ------------------------------------------------------------------ */
@@ -471,7 +526,7 @@ static void guest_gone(struct guest *g)
 
 static void guest_fail(struct guest *g, const char *fmt, ...)
 {
-    if (g->failed || g->state >= GUEST_DELETING)
+    if (g->failed || g->state >= GUEST_DELETING || g->prov->closing)
         return;
     g->failed = true;
     va_list ap;
@@ -490,6 +545,8 @@ static void guest_fail(struct guest *g, const char *fmt, ...)
 static void ch_hello(void *data, const struct agent_hello *hello)
 {
     struct guest *g = data;
+    if (g->prov->closing)
+        return;
     uv_timer_stop(&g->timer);
     g->state = GUEST_READY;
     log_info("guest.hello", "guest=%s arch=%s agent=%s", g->name, hello->arch, hello->version);
@@ -500,6 +557,8 @@ static void ch_hello(void *data, const struct agent_hello *hello)
 static void ch_started(void *data, int64_t pid)
 {
     struct guest *g = data;
+    if (g->prov->closing)
+        return;
     g->state = GUEST_RUNNING;
     log_info("guest.runner_started", "guest=%s pid=%lld", g->name, (long long)pid);
     if (g->events->on_started)
@@ -514,6 +573,8 @@ static void ch_heartbeat(void *data)
 static void ch_exited(void *data, const struct agent_exit *exit)
 {
     struct guest *g = data;
+    if (g->prov->closing)
+        return;
     g->state = GUEST_EXITED;
     log_info("guest.runner_exited", "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d",
              g->name, exit->code, exit->signal, exit->duration_s, exit->timed_out);
@@ -524,6 +585,8 @@ static void ch_exited(void *data, const struct agent_exit *exit)
 static void ch_error(void *data, const char *reason)
 {
     struct guest *g = data;
+    if (g->prov->closing)
+        return;
     g->channel = NULL; /* the channel closed itself */
     if (g->state == GUEST_EXITED || g->state >= GUEST_DELETING)
         return; /* the guest powered off after reporting: expected */
@@ -646,6 +709,8 @@ static void create_done(uv_work_t *w, int status)
 {
     struct guest *g = w->data;
     (void)status;
+    if (work_done_closing(g->prov))
+        return;
     g->busy = false;
     if (g->error[0]) {
         char reason[sizeof(g->error)];
@@ -711,7 +776,7 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
     h->guests = g;
     g->busy = true;
     g->work.data = g;
-    int r = uv_queue_work(p->loop, &g->work, create_work, create_done);
+    int r = queue_work(p, &g->work, create_work, create_done);
     if (r < 0) {
         g->busy = false;
         guest_fail(g, "cannot queue the creation");
@@ -754,6 +819,8 @@ static void teardown_done(uv_work_t *w, int status)
 {
     struct guest *g = w->data;
     (void)status;
+    if (work_done_closing(g->prov))
+        return;
     g->busy = false;
     if (g->error[0])
         log_warn("guest.teardown_incomplete", "guest=%s error=\"%s\"", g->name, g->error);
@@ -788,7 +855,7 @@ static void teardown_start(struct guest *g)
     }
     g->busy = true;
     g->work.data = g;
-    if (uv_queue_work(g->prov->loop, &g->work, teardown_work, teardown_done) < 0) {
+    if (queue_work(g->prov, &g->work, teardown_work, teardown_done) < 0) {
         g->busy = false;
         guest_gone(g);
     }
@@ -844,7 +911,7 @@ static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int det
     struct host *h = opaque;
     if (event != VIR_DOMAIN_EVENT_STOPPED)
         return 0;
-    struct guest *g = guest_by_name(h, virDomainGetName(dom));
+    struct guest *g = h->prov->closing ? NULL : guest_by_name(h, virDomainGetName(dom));
     if (!g || g->state >= GUEST_DELETING || g->busy)
         return 0;
     g->domain_stopped = true;
@@ -882,4 +949,137 @@ int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***
     *ret_names = names;
     *ret_n = found;
     return names ? 0 : -ENOMEM;
+}
+
+/* ---- work by name, off the loop --------------------------------------------------------- */
+
+struct name_work {
+    uv_work_t work;
+    struct provisioner *prov;
+    struct host *host;
+    char name[256];
+    char **names;
+    size_t n;
+    int err;
+    provisioner_names_cb names_cb;
+    provisioner_done_cb done_cb;
+    void *data;
+};
+
+static void tagged_work(uv_work_t *w)
+{
+    struct name_work *nw = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    if (!nw->host->conn || nw->host->dropped ||
+        provisioner_tagged_domains(nw->prov, nw->host->cfg.name, &nw->names, &nw->n) < 0) {
+        nw->names = NULL;
+        nw->n = 0;
+        nw->err = -EIO;
+    }
+}
+
+static void tagged_done(uv_work_t *w, int status)
+{
+    struct name_work *nw = w->data;
+    (void)status;
+    if (!work_done_closing(nw->prov))
+        nw->names_cb(nw->data, nw->host->cfg.name, nw->names, nw->n);
+    for (size_t i = 0; i < nw->n; i++)
+        free(nw->names[i]);
+    free(nw->names);
+    free(nw);
+}
+
+int provisioner_tagged_domains_async(struct provisioner *p, const char *host,
+                                     provisioner_names_cb cb, void *data)
+{
+    struct host *h = host_find(p, host);
+    if (!h)
+        return -ENOENT;
+    struct name_work *nw = calloc(1, sizeof(*nw));
+    if (!nw)
+        return -ENOMEM;
+    nw->prov = p;
+    nw->host = h;
+    nw->names_cb = cb;
+    nw->data = data;
+    nw->work.data = nw;
+    int r = queue_work(p, &nw->work, tagged_work, tagged_done);
+    if (r < 0)
+        free(nw);
+    return r;
+}
+
+static void remove_work(uv_work_t *w)
+{
+    struct name_work *nw = w->data;
+    struct host *h = nw->host;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    if (!h->conn || h->dropped) {
+        nw->err = -ENODEV;
+        return;
+    }
+    virDomainPtr dom = virDomainLookupByName(h->conn, nw->name);
+    if (dom) {
+        if (virDomainIsActive(dom) == 1 && virDomainDestroy(dom) < 0 && virDomainIsActive(dom) == 1)
+            nw->err = -EIO;
+        if (virDomainIsPersistent(dom) == 1)
+            virDomainUndefineFlags(dom, VIR_DOMAIN_UNDEFINE_NVRAM);
+        virDomainFree(dom);
+    }
+    char vol_name[300];
+    snprintf(vol_name, sizeof(vol_name), "%s.qcow2", nw->name);
+    virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+    virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, vol_name) : NULL;
+    if (vol && virStorageVolDelete(vol, 0) < 0)
+        nw->err = -EIO;
+    if (vol)
+        virStorageVolFree(vol);
+    if (sp)
+        virStoragePoolFree(sp);
+}
+
+static void remove_done(uv_work_t *w, int status)
+{
+    struct name_work *nw = w->data;
+    (void)status;
+    if (work_done_closing(nw->prov)) {
+        free(nw);
+        return;
+    }
+    char path[PATH_MAX + 300];
+    snprintf(path, sizeof(path), "%s/channels/%s.sock", nw->prov->state_dir, nw->name);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/channels/%s/agent.sock", nw->prov->state_dir, nw->name);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/channels/%s", nw->prov->state_dir, nw->name);
+    rmdir(path);
+    log_info("guest.removed", "guest=%s host=%s result=%s", nw->name, nw->host->cfg.name,
+             nw->err ? "failed" : "ok");
+    if (nw->done_cb)
+        nw->done_cb(nw->data, nw->err);
+    free(nw);
+}
+
+int provisioner_domain_remove(struct provisioner *p, const char *host, const char *name,
+                              provisioner_done_cb cb, void *data)
+{
+    struct host *h = host_find(p, host);
+    if (!h)
+        return -ENOENT;
+    if (!h->up)
+        return -ENODEV;
+    struct name_work *nw = calloc(1, sizeof(*nw));
+    if (!nw)
+        return -ENOMEM;
+    nw->prov = p;
+    nw->host = h;
+    snprintf(nw->name, sizeof(nw->name), "%s", name);
+    nw->done_cb = cb;
+    nw->data = data;
+    nw->work.data = nw;
+    int r = queue_work(p, &nw->work, remove_work, remove_done);
+    if (r < 0)
+        free(nw);
+    return r;
 }

@@ -103,4 +103,15 @@ const char *guest_console_log(const struct guest *guest);
 int provisioner_tagged_domains(struct provisioner *prov, const char *host, char ***ret_names,
                                size_t *ret_n);
 
+/* The reconciler's view, off the loop: calls `cb` on the loop with the names of the tagged
+ * domains on `host` (NULL and 0 when the host cannot be asked). */
+typedef void (*provisioner_names_cb)(void *data, const char *host, char **names, size_t n);
+int provisioner_tagged_domains_async(struct provisioner *prov, const char *host,
+                                     provisioner_names_cb cb, void *data);
+/* Removes a domain and its overlay volume by name, for records with no guest in memory
+ * (after a restart) and for domains nobody owns. Idempotent; `cb` may be NULL. */
+typedef void (*provisioner_done_cb)(void *data, int err);
+int provisioner_domain_remove(struct provisioner *prov, const char *host, const char *name,
+                              provisioner_done_cb cb, void *data);
+
 #endif

@@ -16,6 +16,7 @@
 enum write_kind {
     WRITE_JOB_EVENT,
     WRITE_PRUNE_DELIVERIES,
+    WRITE_SQL,
     WRITE_KIND_MAX,
 };
 
@@ -23,6 +24,8 @@ struct pending_write {
     enum write_kind kind;
     struct job_event *event;
     int64_t prune_max_age_s;
+    char *sql;      /* WRITE_SQL */
+    json_t *params; /* WRITE_SQL: positional parameters */
     store_write_cb cb;
     void *data;
     int result;
@@ -77,6 +80,30 @@ static const char *const migrations[] = {
     ");"
     "CREATE INDEX jobs_pool_status ON jobs(pool, status);"
     "CREATE INDEX jobs_updated_at ON jobs(updated_at);",
+    /* 2: runners and hosts */
+    "CREATE TABLE runners ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  name TEXT UNIQUE NOT NULL,"
+    "  pool TEXT NOT NULL,"
+    "  host TEXT,"
+    "  state TEXT NOT NULL,"
+    "  vcpus INTEGER NOT NULL,"
+    "  memory_mib INTEGER NOT NULL,"
+    "  github_runner_id INTEGER,"
+    "  job_id INTEGER,"
+    "  exit_code INTEGER,"
+    "  reason TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  online_at INTEGER,"
+    "  busy_at INTEGER,"
+    "  finished_at INTEGER,"
+    "  updated_at INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX runners_state ON runners(state);"
+    "CREATE TABLE hosts ("
+    "  name TEXT PRIMARY KEY,"
+    "  drained INTEGER NOT NULL DEFAULT 0"
+    ");",
 };
 
 static int64_t now_ms(void)
@@ -254,6 +281,26 @@ static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s)
         sqlite3_bind_null(st, i);
 }
 
+static json_t *column_json(sqlite3_stmt *st, int i);
+
+static void bind_json_params(sqlite3_stmt *st, json_t *params)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(params, i, v)
+    {
+        int at = (int)i + 1;
+        if (json_is_integer(v))
+            sqlite3_bind_int64(st, at, json_integer_value(v));
+        else if (json_is_string(v))
+            sqlite3_bind_text(st, at, json_string_value(v), -1, SQLITE_TRANSIENT);
+        else if (json_is_real(v))
+            sqlite3_bind_double(st, at, json_real_value(v));
+        else
+            sqlite3_bind_null(st, at);
+    }
+}
+
 /* Inside a transaction. Returns enum store_result or -EIO. */
 static int apply_job_event(struct store *s, const struct job_event *ev)
 {
@@ -309,6 +356,21 @@ static int apply_write(struct store *s, struct pending_write *w)
         int n = sqlite3_changes(s->writer);
         if (n > 0)
             log_info("store.deliveries_pruned", "count=%d", n);
+        return STORE_APPLIED;
+    }
+    case WRITE_SQL: {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(s->writer, w->sql, -1, &st, NULL) != SQLITE_OK) {
+            log_error("store.write_failed", "what=sql error=\"%s\"", sqlite3_errmsg(s->writer));
+            return -EIO;
+        }
+        bind_json_params(st, w->params);
+        int rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+            log_error("store.write_failed", "what=sql error=\"%s\"", sqlite3_errmsg(s->writer));
+            return -EIO;
+        }
         return STORE_APPLIED;
     }
     case WRITE_KIND_MAX:
@@ -372,6 +434,8 @@ static void batch_after_cb(uv_work_t *work, int status)
         if (w->cb)
             w->cb(w->data, w->result);
         job_event_free(w->event);
+        free(w->sql);
+        json_decref(w->params);
         free(w);
         w = next;
     }
@@ -442,6 +506,62 @@ int store_job_event_submit(struct store *s, struct job_event *event, store_write
     return r;
 }
 
+int store_sql_submit(struct store *s, const char *sql, json_t *params, store_write_cb cb,
+                     void *data)
+{
+    struct pending_write *w = calloc(1, sizeof(*w));
+    if (!w) {
+        json_decref(params);
+        return -ENOMEM;
+    }
+    w->kind = WRITE_SQL;
+    w->sql = strdup(sql);
+    w->params = params;
+    w->cb = cb;
+    w->data = data;
+    int r = w->sql ? submit(s, w) : -ENOMEM;
+    if (r < 0) {
+        free(w->sql);
+        json_decref(w->params);
+        free(w);
+    }
+    return r;
+}
+
+int store_sql_apply_sync(struct store *s, const char *sql, json_t *params)
+{
+    struct pending_write w = {.kind = WRITE_SQL, .sql = (char *)sql, .params = params};
+    apply_batch(s, &w);
+    json_decref(params);
+    return w.result;
+}
+
+json_t *store_query(struct store *s, const char *sql, json_t *params)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->reader, sql, -1, &st, NULL) != SQLITE_OK) {
+        log_error("store.query_failed", "error=\"%s\"", sqlite3_errmsg(s->reader));
+        json_decref(params);
+        return NULL;
+    }
+    bind_json_params(st, params);
+    json_decref(params);
+    json_t *rows = json_array();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *row = json_object();
+        for (int i = 0; i < sqlite3_column_count(st); i++)
+            json_object_set_new(row, sqlite3_column_name(st, i), column_json(st, i));
+        json_array_append_new(rows, row);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(rows);
+        return NULL;
+    }
+    return rows;
+}
+
 void store_deliveries_prune(struct store *s, int64_t max_age_s)
 {
     struct pending_write *w = calloc(1, sizeof(*w));
@@ -474,6 +594,8 @@ void store_close(struct store *s)
         if (w->cb)
             w->cb(w->data, -ECANCELED);
         job_event_free(w->event);
+        free(w->sql);
+        json_decref(w->params);
         free(w);
         w = next;
     }

@@ -16,7 +16,7 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 1
+#define STORE_SCHEMA_VERSION 2
 
 struct store;
 
@@ -41,6 +41,15 @@ int store_job_event_submit(struct store *store, struct job_event *event, store_w
                            void *data);
 /* Applies one job event in its own transaction, on the calling thread. */
 int store_job_event_apply_sync(struct store *store, const struct job_event *event);
+
+/* Any write, in the next group commit: `params` (a JSON array, taken over) bind to ?1…. */
+int store_sql_submit(struct store *store, const char *sql, json_t *params, store_write_cb cb,
+                     void *data);
+/* The same, now, on the calling thread (start-up, tests). */
+int store_sql_apply_sync(struct store *store, const char *sql, json_t *params);
+/* A read on the loop thread: rows as objects keyed by column name (caller decrefs), or NULL.
+ * `params` is taken over. */
+json_t *store_query(struct store *store, const char *sql, json_t *params);
 
 /* Deletes delivery records older than `max_age_s`, in the next group commit. */
 void store_deliveries_prune(struct store *store, int64_t max_age_s);

@@ -1,0 +1,924 @@
+/* Demand-based scheduling, the runner lifecycle and the reconciler; see scheduler.h. */
+#include "scheduler.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "hatchery/limits.h"
+#include "log.h"
+
+#define TICK_MS              1000
+#define FINISH_GRACE_MS      (120 * 1000)
+#define JOB_OVERRUN_MS       (300 * 1000)
+#define DEFAULT_COMMAND_ARGS 2
+
+const char *const runner_state_names[RUNNER_STATE_MAX] = {
+    [RUNNER_PENDING] = "pending",
+    [RUNNER_CREATING] = "creating",
+    [RUNNER_CONFIGURED] = "configured",
+    [RUNNER_IDLE] = "idle",
+    [RUNNER_BUSY] = "busy",
+    [RUNNER_FINISHING] = "finishing",
+    [RUNNER_DELETING] = "deleting",
+    [RUNNER_DELETED] = "deleted",
+    [RUNNER_FAILED] = "failed",
+};
+
+const double scheduler_seconds_bounds[10] = {1, 2, 5, 10, 20, 30, 60, 120, 300, 600};
+
+static const char *const default_command[DEFAULT_COMMAND_ARGS] = {"/opt/actions-runner/run.sh",
+                                                                  "--jitconfig"};
+
+struct runner {
+    struct scheduler *s;
+    int64_t id;
+    char name[160];
+    const struct config_pool *pool;
+    const struct github_scope *scope;
+    char host[CONFIG_MAX_NAME_BYTES + 1];
+    enum runner_state state;
+    struct guest *guest;
+    struct secret *jit;
+    int64_t github_runner_id;
+    bool hello;
+    bool ever_busy;
+    int64_t job_id;
+    int exit_code;
+    int64_t created_ms, online_ms, busy_ms, finished_ms;
+    char reason[256];
+    uv_timer_t timer;
+    struct runner *next;
+};
+
+struct scheduler {
+    struct daemon *d;
+    struct runner *runners;
+    int64_t next_id;
+    char prefix[64]; /* hatchery-<controller>- */
+    uv_timer_t tick;
+    uv_timer_t reconcile;
+    bool *drained;    /* per config host */
+    char (*why)[160]; /* per pool: why queued jobs wait, or "" */
+    bool recovered;
+    struct scheduler_stats stats;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void observe(uint64_t *buckets, uint64_t *count, double *sum, double seconds)
+{
+    for (int i = 0; i < 10; i++)
+        if (seconds <= scheduler_seconds_bounds[i]) {
+            buckets[i]++;
+            break;
+        }
+    (*count)++;
+    *sum += seconds;
+}
+
+static bool state_live(enum runner_state st)
+{
+    return st < RUNNER_DELETED;
+}
+
+static struct runner *runner_find(struct scheduler *s, const char *name)
+{
+    for (struct runner *r = s->runners; r; r = r->next)
+        if (strcmp(r->name, name) == 0)
+            return r;
+    return NULL;
+}
+
+/* ---- the store record ------------------------------------------------------------------ */
+
+static json_t *ms_or_null(int64_t ms)
+{
+    return ms ? json_integer(ms) : json_null();
+}
+
+static void record(struct runner *r)
+{
+    json_t *params = json_pack(
+        "[I, s, s, o, o, o, s?, o, o, o, I, o]", (json_int_t)r->id, runner_state_names[r->state],
+        r->host, r->github_runner_id ? json_integer(r->github_runner_id) : json_null(),
+        r->job_id ? json_integer(r->job_id) : json_null(),
+        r->exit_code >= 0 ? json_integer(r->exit_code) : json_null(),
+        r->reason[0] ? r->reason : NULL, ms_or_null(r->online_ms), ms_or_null(r->busy_ms),
+        ms_or_null(r->finished_ms), (json_int_t)now_ms(), json_null());
+    store_sql_submit(r->s->d->store,
+                     "UPDATE runners SET state = ?2, host = ?3, github_runner_id = ?4, "
+                     "job_id = ?5, exit_code = ?6, reason = ?7, online_at = ?8, busy_at = ?9, "
+                     "finished_at = ?10, updated_at = ?11 WHERE id = ?1",
+                     params, NULL, NULL);
+}
+
+static void set_state(struct runner *r, enum runner_state st)
+{
+    if (r->state == st)
+        return;
+    log_info("runner.state", "runner=%s pool=%s host=%s from=%s to=%s", r->name, r->pool->name,
+             r->host, runner_state_names[r->state], runner_state_names[st]);
+    r->state = st;
+    record(r);
+}
+
+/* ---- the end of a runner ---------------------------------------------------------------- */
+
+static void on_runner_timer_closed(uv_handle_t *h)
+{
+    struct runner *r = h->data;
+    secret_free(r->jit);
+    free(r);
+}
+
+static void runner_forget(struct runner *r)
+{
+    struct scheduler *s = r->s;
+    for (struct runner **pp = &s->runners; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
+    scheduler_kick(s);
+}
+
+static void on_github_deleted(void *data, int err, const char *message)
+{
+    struct runner *r = data;
+    if (err < 0)
+        log_warn("runner.github_delete_failed", "runner=%s error=\"%s\"", r->name,
+                 message ? message : strerror(-err));
+    r->finished_ms = r->finished_ms ? r->finished_ms : now_ms();
+    set_state(r, RUNNER_DELETED);
+    r->s->stats.deleted++;
+    runner_forget(r);
+}
+
+/* The guest is gone: remove the GitHub runner if it may still exist (never used, or its
+ * guest failed), then the record is final. */
+static void runner_after_guest(struct runner *r)
+{
+    struct daemon *d = r->s->d;
+    if (r->state != RUNNER_FAILED)
+        set_state(r, RUNNER_DELETING);
+    else
+        record(r);
+    if (d->github && r->github_runner_id > 0 &&
+        github_runner_delete(d->github, r->scope, r->github_runner_id, on_github_deleted, r) == 0)
+        return;
+    on_github_deleted(r, 0, NULL);
+}
+
+static void runner_fail(struct runner *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void runner_fail(struct runner *r, const char *fmt, ...)
+{
+    if (r->state >= RUNNER_DELETING)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+    va_end(ap);
+    log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s reason=\"%s\"", r->name,
+             r->pool->name, r->host, runner_state_names[r->state], r->reason);
+    r->s->stats.failed++;
+    r->state = RUNNER_FAILED;
+    r->finished_ms = now_ms();
+    record(r);
+    uv_timer_stop(&r->timer);
+    if (r->guest)
+        guest_teardown(r->guest, r->reason);
+    else
+        runner_after_guest(r);
+}
+
+static void on_runner_timer(uv_timer_t *t)
+{
+    struct runner *r = t->data;
+    if (r->state == RUNNER_IDLE)
+        runner_fail(r, "idle longer than idle_max_age_s (%lld s)",
+                    (long long)r->pool->idle_max_age_s);
+    else if (r->state == RUNNER_BUSY)
+        runner_fail(r, "job ran past job_timeout_s (%lld s) and the agent did not stop it",
+                    (long long)r->pool->job_timeout_s);
+    else if (r->state == RUNNER_FINISHING && r->guest)
+        guest_teardown(r->guest, "job completed");
+}
+
+/* ---- guest events ------------------------------------------------------------------------ */
+
+static void maybe_configure(struct runner *r)
+{
+    if (!r->hello || !r->jit || r->state != RUNNER_CREATING)
+        return;
+    const struct config_pool *p = r->pool;
+    const char *const *cmd =
+        p->n_runner_command ? (const char *const *)p->runner_command : default_command;
+    size_t n = p->n_runner_command ? p->n_runner_command : DEFAULT_COMMAND_ARGS;
+    int e = guest_send_config(r->guest, r->jit, p->job_timeout_s, cmd, n);
+    secret_free(r->jit); /* the JIT config travels once */
+    r->jit = NULL;
+    if (e < 0) {
+        runner_fail(r, "cannot send the config to the agent: %s", strerror(-e));
+        return;
+    }
+    set_state(r, RUNNER_CONFIGURED);
+}
+
+static void ev_hello(void *data, struct guest *g, const struct agent_hello *hello)
+{
+    (void)g;
+    (void)hello;
+    struct runner *r = data;
+    r->hello = true;
+    observe(r->s->stats.boot_buckets, &r->s->stats.boot_count, &r->s->stats.boot_sum,
+            (double)(now_ms() - r->created_ms) / 1000.0);
+    maybe_configure(r);
+}
+
+static void ev_started(void *data, struct guest *g, int64_t pid)
+{
+    (void)g;
+    (void)pid;
+    struct runner *r = data;
+    r->online_ms = now_ms();
+    observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
+            (double)(r->online_ms - r->created_ms) / 1000.0);
+    set_state(r, RUNNER_IDLE);
+    uv_timer_start(&r->timer, on_runner_timer, (uint64_t)r->pool->idle_max_age_s * 1000, 0);
+}
+
+static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit)
+{
+    struct runner *r = data;
+    r->exit_code = exit->code;
+    r->finished_ms = now_ms();
+    if (exit->timed_out)
+        snprintf(r->reason, sizeof(r->reason), "job timed out after %lld s",
+                 (long long)r->pool->job_timeout_s);
+    else if (exit->signal)
+        snprintf(r->reason, sizeof(r->reason), "runner killed by signal %d", exit->signal);
+    set_state(r, RUNNER_FINISHING);
+    uv_timer_stop(&r->timer);
+    /* The guest powers itself off; tear down now either way. */
+    guest_teardown(g, "runner exited");
+}
+
+static void ev_failed(void *data, struct guest *g, const char *reason)
+{
+    (void)g;
+    struct runner *r = data;
+    if (r->state == RUNNER_FINISHING)
+        return; /* the guest went away after its runner exited: expected */
+    runner_fail(r, "%s", reason);
+}
+
+static void ev_gone(void *data, struct guest *g)
+{
+    (void)g;
+    struct runner *r = data;
+    r->guest = NULL;
+    runner_after_guest(r);
+}
+
+static const struct guest_events guest_events = {
+    .on_hello = ev_hello,
+    .on_started = ev_started,
+    .on_exited = ev_exited,
+    .on_failed = ev_failed,
+    .on_gone = ev_gone,
+};
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+static void on_jit(void *data, int err, const char *message, int64_t runner_id, struct secret *jit)
+{
+    struct runner *r = data;
+    if (r->state >= RUNNER_DELETING || r->state == RUNNER_FAILED) {
+        secret_free(jit);
+        /* Registered after all: delete it, or it lingers. */
+        if (err == 0 && r->s->d->github)
+            github_runner_delete(r->s->d->github, r->scope, runner_id, NULL, NULL);
+        return;
+    }
+    if (err < 0) {
+        runner_fail(r, "GitHub JIT config: %s", message ? message : strerror(-err));
+        return;
+    }
+    r->github_runner_id = runner_id;
+    r->jit = jit;
+    record(r);
+    maybe_configure(r);
+}
+
+static void on_github_deleted_quiet(void *data, int err, const char *message)
+{
+    (void)data;
+    (void)err;
+    (void)message;
+}
+
+static void runner_start(struct runner *r)
+{
+    struct daemon *d = r->s->d;
+    set_state(r, RUNNER_CREATING);
+    const struct config_pool *p = r->pool;
+    const char *labels[CONFIG_MAX_POOL_LABELS + 1];
+    size_t n = 0;
+    labels[n++] = "self-hosted";
+    for (size_t i = 0; i < p->n_labels && n < CONFIG_MAX_POOL_LABELS + 1; i++)
+        labels[n++] = p->labels[i];
+    int e = github_jitconfig_generate(d->github, r->scope, r->name, labels, n, "_work", on_jit, r);
+    if (e < 0) {
+        runner_fail(r, "cannot ask GitHub for a JIT config: %s", strerror(-e));
+        return;
+    }
+    struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = p};
+    e = provisioner_guest_create(d->provisioner, r->host, &spec, &guest_events, r, &r->guest);
+    if (e < 0) {
+        r->guest = NULL;
+        runner_fail(r, "cannot create the guest on %s: %s", r->host,
+                    e == -ENOSPC   ? "no capacity"
+                    : e == -ENODEV ? "host down"
+                                   : strerror(-e));
+    }
+}
+
+static void on_runner_inserted(void *data, int result)
+{
+    struct runner *r = data;
+    if (result < 0) {
+        runner_fail(r, "cannot record the runner: %s", strerror(-result));
+        return;
+    }
+    runner_start(r);
+}
+
+static const struct github_scope *scope_for(struct daemon *d, const struct config_pool *p)
+{
+    for (size_t i = 0; p->github_scope && i < d->n_scopes; i++) {
+        const struct github_scope *sc = &d->scopes[i];
+        if ((sc->repo && strcmp(sc->repo, p->github_scope) == 0) ||
+            (sc->org && strcmp(sc->org, p->github_scope) == 0))
+            return sc;
+    }
+    return d->n_scopes ? &d->scopes[0] : NULL;
+}
+
+static void runner_create(struct scheduler *s, const struct config_pool *pool, const char *host)
+{
+    struct runner *r = calloc(1, sizeof(*r));
+    if (!r)
+        return;
+    r->s = s;
+    r->id = s->next_id++;
+    snprintf(r->name, sizeof(r->name), "%s%lld", s->prefix, (long long)r->id);
+    r->pool = pool;
+    r->scope = scope_for(s->d, pool);
+    snprintf(r->host, sizeof(r->host), "%s", host);
+    r->state = RUNNER_PENDING;
+    r->exit_code = -1;
+    r->created_ms = now_ms();
+    uv_timer_init(s->d->loop, &r->timer);
+    r->timer.data = r;
+    r->next = s->runners;
+    s->runners = r;
+    s->stats.created++;
+    log_info("runner.created", "runner=%s pool=%s host=%s", r->name, pool->name, host);
+    json_t *params = json_pack("[I, s, s, s, s, I, I, I]", (json_int_t)r->id, r->name, pool->name,
+                               host, runner_state_names[RUNNER_PENDING], (json_int_t)pool->vcpus,
+                               (json_int_t)pool->memory_mib, (json_int_t)r->created_ms);
+    /* Written before anything is done: a crash from here on leaves a record to repair. */
+    if (store_sql_submit(s->d->store,
+                         "INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, "
+                         "created_at, updated_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                         params, on_runner_inserted, r) < 0)
+        runner_fail(r, "the store is busy");
+}
+
+/* ---- demand and placement ------------------------------------------------------------------- */
+
+static bool host_is_local(const char *uri)
+{
+    return strstr(uri, "://") && strstr(uri, ":///") != NULL && !strchr(uri, '+');
+}
+
+/* A host for one more guest of `pool`, or NULL with the reason in `why`. */
+static const char *place(struct scheduler *s, const struct config_pool *pool, char *why,
+                         size_t why_size)
+{
+    const struct config *c = s->d->config;
+    const char *best = NULL;
+    int64_t best_guests = 0;
+    size_t down = 0, drained = 0, full = 0, candidates = 0;
+    for (size_t i = 0; i < c->n_hosts; i++) {
+        const struct config_host *h = &c->hosts[i];
+        bool allowed = pool->n_hosts == 0;
+        for (size_t k = 0; k < pool->n_hosts && !allowed; k++)
+            allowed = strcmp(pool->hosts[k], h->name) == 0;
+        if (!allowed)
+            continue;
+        candidates++;
+        struct host_status st;
+        if (s->drained[i]) {
+            drained++;
+            continue;
+        }
+        if (provisioner_host_status(s->d->provisioner, h->name, &st) < 0 || !st.up) {
+            down++;
+            continue;
+        }
+        /* Runners recorded but not yet handed to the provisioner count too. */
+        for (struct runner *r = s->runners; r; r = r->next)
+            if (r->state == RUNNER_PENDING && strcmp(r->host, h->name) == 0) {
+                st.used.guests++;
+                st.used.vcpus += r->pool->vcpus;
+                st.used.memory_mib += r->pool->memory_mib;
+            }
+        if (st.used.guests + 1 > h->max_guests || st.used.vcpus + pool->vcpus > h->vcpus ||
+            st.used.memory_mib + pool->memory_mib > h->memory_mib) {
+            full++;
+            continue;
+        }
+        bool better = !best || (c->placement == PLACEMENT_PACK ? st.used.guests > best_guests
+                                                               : st.used.guests < best_guests);
+        if (better) {
+            best = h->name;
+            best_guests = st.used.guests;
+        }
+    }
+    if (best)
+        return best;
+    if (candidates == 0)
+        snprintf(why, why_size, "no host configured for the pool");
+    else if (full)
+        snprintf(why, why_size, "no host capacity");
+    else if (down && !drained)
+        snprintf(why, why_size, "host down");
+    else
+        snprintf(why, why_size, "hosts drained or down");
+    return NULL;
+}
+
+static void tick(struct scheduler *s)
+{
+    struct daemon *d = s->d;
+    const struct config *c = d->config;
+    if (!d->github) {
+        for (size_t p = 0; p < c->n_pools; p++)
+            snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
+        return;
+    }
+    json_t *rows = store_query(d->store,
+                               "SELECT pool, count(*) AS n FROM jobs WHERE status = 'queued' AND "
+                               "pool IS NOT NULL GROUP BY pool",
+                               json_array());
+    struct github_stats gs;
+    github_client_stats(d->github, &gs);
+    bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > now_ms();
+    for (size_t p = 0; p < c->n_pools; p++) {
+        const struct config_pool *pool = &c->pools[p];
+        int64_t queued = 0;
+        size_t i;
+        json_t *row;
+        json_array_foreach(rows, i, row)
+        {
+            if (strcmp(json_string_value(json_object_get(row, "pool")), pool->name) == 0)
+                queued = json_integer_value(json_object_get(row, "n"));
+        }
+        int64_t unbusy = 0, live = 0;
+        for (struct runner *r = s->runners; r; r = r->next) {
+            if (r->pool != pool || !state_live(r->state) || r->state == RUNNER_FAILED)
+                continue;
+            live++;
+            if (r->state <= RUNNER_IDLE)
+                unbusy++;
+        }
+        int64_t want = queued + pool->min_idle - unbusy;
+        int64_t room = pool->max_runners - live;
+        s->why[p][0] = 0;
+        bool local_missing = false;
+        for (size_t h = 0; h < c->n_hosts && !local_missing; h++)
+            local_missing = host_is_local(c->hosts[h].uri) && access(pool->image, R_OK) != 0;
+        while (want > 0) {
+            if (room <= 0) {
+                snprintf(s->why[p], sizeof(s->why[p]), "pool at max_runners (%lld)",
+                         (long long)pool->max_runners);
+                break;
+            }
+            if (rate_limited) {
+                snprintf(s->why[p], sizeof(s->why[p]), "GitHub rate limit");
+                break;
+            }
+            if (local_missing) {
+                snprintf(s->why[p], sizeof(s->why[p]), "image missing: %s", pool->image);
+                break;
+            }
+            const char *host = place(s, pool, s->why[p], sizeof(s->why[p]));
+            if (!host)
+                break;
+            runner_create(s, pool, host);
+            want--;
+            room--;
+        }
+    }
+    json_decref(rows);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct scheduler *s = t->data;
+    tick(s);
+    uv_timer_start(&s->tick, on_tick, TICK_MS, 0);
+}
+
+void scheduler_kick(struct scheduler *s)
+{
+    /* Coalesced: at most one recount per loop iteration. */
+    uv_timer_start(&s->tick, on_tick, 0, 0);
+}
+
+void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status status,
+                         const char *runner_name)
+{
+    struct runner *r = runner_name ? runner_find(s, runner_name) : NULL;
+    if (r && status == JOB_IN_PROGRESS && r->state <= RUNNER_IDLE && r->state >= RUNNER_CREATING) {
+        r->job_id = job_id;
+        r->busy_ms = now_ms();
+        r->ever_busy = true;
+        json_t *rows = store_query(s->d->store, "SELECT queued_at FROM jobs WHERE id = ?1",
+                                   json_pack("[I]", (json_int_t)job_id));
+        json_t *q = json_object_get(json_array_get(rows, 0), "queued_at");
+        if (json_is_integer(q))
+            observe(s->stats.start_buckets, &s->stats.start_count, &s->stats.start_sum,
+                    (double)(r->busy_ms - json_integer_value(q)) / 1000.0);
+        json_decref(rows);
+        set_state(r, RUNNER_BUSY);
+        uv_timer_start(&r->timer, on_runner_timer,
+                       (uint64_t)r->pool->job_timeout_s * 1000 + JOB_OVERRUN_MS, 0);
+    } else if (r && status == JOB_COMPLETED && r->state < RUNNER_FINISHING) {
+        r->job_id = r->job_id ? r->job_id : job_id;
+        set_state(r, RUNNER_FINISHING);
+        /* The runner exits by itself after its one job; give it a grace period. */
+        uv_timer_start(&r->timer, on_runner_timer, FINISH_GRACE_MS, 0);
+    }
+    scheduler_kick(s);
+}
+
+/* ---- reconciliation ----------------------------------------------------------------------- */
+
+static void on_orphan_removed(void *data, int err)
+{
+    struct scheduler *s = data;
+    if (err == 0)
+        s->stats.reconcile_domains_removed++;
+}
+
+static void on_tagged(void *data, const char *host, char **names, size_t n)
+{
+    struct scheduler *s = data;
+    for (size_t i = 0; i < n; i++) {
+        struct runner *r = runner_find(s, names[i]);
+        if (r && state_live(r->state))
+            continue;
+        log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
+        provisioner_domain_remove(s->d->provisioner, host, names[i], on_orphan_removed, s);
+    }
+}
+
+static void on_orphan_runner_deleted(void *data, int err, const char *message)
+{
+    struct scheduler *s = data;
+    (void)message;
+    if (err == 0)
+        s->stats.reconcile_github_deleted++;
+}
+
+struct scope_ctx {
+    struct scheduler *s;
+    const struct github_scope *scope;
+};
+
+static void on_github_runners(void *data, int err, const char *message, json_t *runners)
+{
+    struct scope_ctx *ctx = data;
+    struct scheduler *s = ctx->s;
+    size_t i;
+    json_t *gr;
+    if (err < 0)
+        log_warn("reconcile.github_list_failed", "error=\"%s\"", message ? message : "?");
+    json_array_foreach(runners, i, gr)
+    {
+        const char *name = json_string_value(json_object_get(gr, "name"));
+        if (!name || strncmp(name, s->prefix, strlen(s->prefix)) != 0)
+            continue; /* not ours: never touched */
+        struct runner *r = runner_find(s, name);
+        if (r && state_live(r->state) && r->state != RUNNER_FAILED)
+            continue;
+        if (json_is_true(json_object_get(gr, "busy")))
+            continue;
+        log_info("reconcile.orphan_github_runner", "runner=%s action=delete", name);
+        github_runner_delete(s->d->github, ctx->scope,
+                             json_integer_value(json_object_get(gr, "id")),
+                             on_orphan_runner_deleted, s);
+    }
+    free(ctx);
+}
+
+static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
+{
+    struct scheduler *s = data;
+    if (err < 0) {
+        log_warn("reconcile.queued_list_failed", "error=\"%s\"", message ? message : "?");
+        return;
+    }
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job)
+    {
+        json_t *id = json_object_get(job, "id");
+        json_t *labels = json_object_get(job, "labels");
+        if (!json_is_integer(id) || !json_is_array(labels))
+            continue;
+        json_t *known = store_query(s->d->store, "SELECT 1 FROM jobs WHERE id = ?1",
+                                    json_pack("[I]", (json_int_t)json_integer_value(id)));
+        bool have = json_array_size(known) > 0;
+        json_decref(known);
+        if (have)
+            continue;
+        const char *values[WEBHOOK_MAX_LABELS];
+        size_t n = 0;
+        for (size_t k = 0; k < json_array_size(labels) && n < WEBHOOK_MAX_LABELS; k++)
+            if (json_is_string(json_array_get(labels, k)))
+                values[n++] = json_string_value(json_array_get(labels, k));
+        struct job_event *ev = calloc(1, sizeof(*ev));
+        if (!ev)
+            return;
+        char delivery[64];
+        snprintf(delivery, sizeof(delivery), "reconcile-%lld", (long long)json_integer_value(id));
+        const struct config_pool *pool = job_pool_match(s->d->config, values, n);
+        const char *repo_url = json_string_value(json_object_get(job, "html_url"));
+        (void)repo_url;
+        ev->delivery_id = strdup(delivery);
+        ev->job_id = json_integer_value(id);
+        ev->run_id = json_integer_value(json_object_get(job, "run_id"));
+        ev->status = JOB_QUEUED;
+        ev->repository =
+            strdup(s->d->n_scopes && s->d->scopes[0].repo ? s->d->scopes[0].repo : "?");
+        ev->job_name = json_is_string(json_object_get(job, "name"))
+                           ? strdup(json_string_value(json_object_get(job, "name")))
+                           : NULL;
+        ev->labels_json = json_dumps(labels, JSON_COMPACT);
+        ev->pool = pool ? strdup(pool->name) : NULL;
+        ev->received_at_ms = now_ms();
+        if (ev->run_id <= 0)
+            ev->run_id = 1;
+        log_info("reconcile.lost_job", "job=%lld pool=%s action=store", (long long)ev->job_id,
+                 pool ? pool->name : "(unmatched)");
+        s->stats.reconcile_jobs_found++;
+        store_job_event_submit(s->d->store, ev, NULL, NULL);
+    }
+    scheduler_kick(s);
+}
+
+/* Records the store holds as live that no runner in memory owns: after a crash. They are
+ * failed and their guests removed, never trusted. */
+static void recover(struct scheduler *s)
+{
+    json_t *rows = store_query(s->d->store,
+                               "SELECT id, name, host, state, github_runner_id FROM runners WHERE "
+                               "state NOT IN ('deleted')",
+                               json_array());
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        const char *host = json_string_value(json_object_get(row, "host"));
+        struct runner *r = name ? runner_find(s, name) : NULL;
+        if (r)
+            continue;
+        if (host && !provisioner_host_up(s->d->provisioner, host))
+            continue; /* again when the host is back */
+        const char *state = json_string_value(json_object_get(row, "state"));
+        if (state && strcmp(state, "failed") != 0) {
+            log_warn("reconcile.stale_record", "runner=%s state=%s action=fail", name, state);
+            s->stats.reconcile_records_failed++;
+        }
+        if (host)
+            provisioner_domain_remove(s->d->provisioner, host, name, NULL, NULL);
+        json_t *gid = json_object_get(row, "github_runner_id");
+        if (s->d->github && json_is_integer(gid) && s->d->n_scopes)
+            github_runner_delete(s->d->github, &s->d->scopes[0], json_integer_value(gid),
+                                 on_github_deleted_quiet, NULL);
+        json_t *params =
+            json_pack("[I, s, I]", json_integer_value(json_object_get(row, "id")),
+                      "hatcheryd restarted: the record was in flight", (json_int_t)now_ms());
+        store_sql_submit(s->d->store,
+                         "UPDATE runners SET state = 'deleted', reason = COALESCE(reason, ?2), "
+                         "finished_at = COALESCE(finished_at, ?3), updated_at = ?3 WHERE id = ?1",
+                         params, NULL, NULL);
+    }
+    json_decref(rows);
+}
+
+static void reconcile(struct scheduler *s)
+{
+    uint64_t t0 = uv_hrtime();
+    struct daemon *d = s->d;
+    s->stats.reconcile_ticks++;
+    recover(s);
+    for (size_t i = 0; i < d->config->n_hosts; i++)
+        if (provisioner_host_up(d->provisioner, d->config->hosts[i].name))
+            provisioner_tagged_domains_async(d->provisioner, d->config->hosts[i].name, on_tagged,
+                                             s);
+    if (d->github) {
+        for (size_t i = 0; i < d->n_scopes; i++) {
+            struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
+            if (!ctx)
+                break;
+            ctx->s = s;
+            ctx->scope = &d->scopes[i];
+            if (github_runners_list(d->github, ctx->scope, NULL, on_github_runners, ctx) < 0)
+                free(ctx);
+            if (d->scopes[i].repo)
+                github_queued_jobs_list(d->github, d->scopes[i].repo, on_queued_jobs, s);
+        }
+    }
+    s->stats.reconcile_last_ms = (double)(uv_hrtime() - t0) / 1e6;
+}
+
+static void on_reconcile(uv_timer_t *t)
+{
+    struct scheduler *s = t->data;
+    reconcile(s);
+}
+
+/* ---- lifetime and admin -----------------------------------------------------------------------
+ */
+
+int scheduler_new(struct daemon *d, struct scheduler **ret)
+{
+    struct scheduler *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->d = d;
+    snprintf(s->prefix, sizeof(s->prefix), "hatchery-%s-", d->config->controller_id);
+    s->drained = calloc(d->config->n_hosts + 1, sizeof(bool));
+    s->why = calloc(d->config->n_pools + 1, sizeof(*s->why));
+    if (!s->drained || !s->why) {
+        free(s->drained);
+        free(s->why);
+        free(s);
+        return -ENOMEM;
+    }
+    json_t *rows =
+        store_query(d->store, "SELECT COALESCE(max(id), 0) + 1 AS next FROM runners", json_array());
+    s->next_id = json_integer_value(json_object_get(json_array_get(rows, 0), "next"));
+    if (s->next_id <= 0)
+        s->next_id = 1;
+    json_decref(rows);
+    rows = store_query(d->store, "SELECT name FROM hosts WHERE drained = 1", json_array());
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        for (size_t h = 0; name && h < d->config->n_hosts; h++)
+            if (strcmp(d->config->hosts[h].name, name) == 0)
+                s->drained[h] = true;
+    }
+    json_decref(rows);
+    uv_timer_init(d->loop, &s->tick);
+    uv_timer_init(d->loop, &s->reconcile);
+    s->tick.data = s->reconcile.data = s;
+    uv_timer_start(&s->tick, on_tick, TICK_MS, 0);
+    /* The first pass waits a little for the hosts' connections and the GitHub token. */
+    uv_timer_start(&s->reconcile, on_reconcile, 2000,
+                   (uint64_t)d->config->reconcile_interval_s * 1000);
+    *ret = s;
+    return 0;
+}
+
+void scheduler_free(struct scheduler *s)
+{
+    if (!s)
+        return;
+    uv_close((uv_handle_t *)&s->tick, NULL);
+    uv_close((uv_handle_t *)&s->reconcile, NULL);
+    /* Runners stay as records: the next start repairs them. */
+    for (struct runner *r = s->runners; r;) {
+        struct runner *next = r->next;
+        uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
+        r = next;
+    }
+    s->runners = NULL;
+    free(s->drained);
+    free(s->why);
+    /* The tick and reconcile handles close in this loop iteration; s outlives them by
+     * being freed from the daemon after uv_run returns. */
+}
+
+json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)
+{
+    json_t *rows = store_query(
+        s->d->store,
+        include_ended
+            ? "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
+              "created_at, online_at, busy_at, finished_at FROM runners ORDER BY id DESC LIMIT 1000"
+            : "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
+              "created_at, online_at, busy_at, finished_at FROM runners WHERE state NOT IN "
+              "('deleted') ORDER BY id DESC LIMIT 1000",
+        json_array());
+    size_t i;
+    json_t *row;
+    /* Memory is ahead of the store by at most a commit: show the live state. */
+    json_array_foreach(rows, i, row)
+    {
+        struct runner *r = runner_find(s, json_string_value(json_object_get(row, "name")));
+        if (r)
+            json_object_set_new(row, "state", json_string(runner_state_names[r->state]));
+    }
+    return rows ? rows : json_array();
+}
+
+json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
+{
+    json_t *states = json_object();
+    int64_t live = 0;
+    for (int st = 0; st < RUNNER_DELETED; st++)
+        json_object_set_new(states, runner_state_names[st], json_integer(0));
+    for (struct runner *r = s->runners; r; r = r->next) {
+        if (strcmp(r->pool->name, pool) != 0 || !state_live(r->state))
+            continue;
+        json_t *n = json_object_get(states, runner_state_names[r->state]);
+        json_integer_set(n, json_integer_value(n) + 1);
+        live++;
+    }
+    const char *why = "";
+    for (size_t p = 0; p < s->d->config->n_pools; p++)
+        if (strcmp(s->d->config->pools[p].name, pool) == 0)
+            why = s->why[p];
+    return json_pack("{s:I, s:o, s:o}", "live", (json_int_t)live, "by_state", states, "waiting",
+                     why[0] ? json_string(why) : json_null());
+}
+
+int scheduler_host_drain(struct scheduler *s, const char *host, bool drained)
+{
+    for (size_t h = 0; h < s->d->config->n_hosts; h++) {
+        if (strcmp(s->d->config->hosts[h].name, host) != 0)
+            continue;
+        s->drained[h] = drained;
+        store_sql_submit(s->d->store,
+                         "INSERT INTO hosts(name, drained) VALUES(?1, ?2) ON CONFLICT(name) DO "
+                         "UPDATE SET drained = excluded.drained",
+                         json_pack("[s, i]", host, drained ? 1 : 0), NULL, NULL);
+        log_info(drained ? "host.drained" : "host.undrained", "host=%s", host);
+        scheduler_kick(s);
+        return 0;
+    }
+    return -ENOENT;
+}
+
+bool scheduler_host_drained(struct scheduler *s, const char *host)
+{
+    for (size_t h = 0; h < s->d->config->n_hosts; h++)
+        if (strcmp(s->d->config->hosts[h].name, host) == 0)
+            return s->drained[h];
+    return false;
+}
+
+int scheduler_runner_delete(struct scheduler *s, const char *name)
+{
+    struct runner *r = runner_find(s, name);
+    if (!r || !state_live(r->state))
+        return -ENOENT;
+    runner_fail(r, "deleted by an operator");
+    return 0;
+}
+
+const char *scheduler_runner_log(struct scheduler *s, const char *name, char *buf, size_t size)
+{
+    if (strncmp(name, s->prefix, strlen(s->prefix)) != 0 || strchr(name, '/'))
+        return NULL;
+    snprintf(buf, size, "%s/logs/%s.console.log", s->d->config->state_dir, name);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+const struct scheduler_stats *scheduler_stats_get(const struct scheduler *s)
+{
+    return &s->stats;
+}

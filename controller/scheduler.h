@@ -1,0 +1,82 @@
+/* The scheduler: keeps, per pool, registered runners equal to demand (DESIGN.md: demand,
+ * not 1:1 binding), and drives each runner's life:
+ *
+ *   pending -> creating -> configured -> idle -> busy -> finishing -> deleting -> deleted
+ *                 (failed, from any live state, always leads to deleting)
+ *
+ * pending is written to the store before anything is done. creating asks GitHub for a
+ * JIT config and the provisioner for a guest at once; configured is the config delivered
+ * to the agent after its hello; idle is the runner started (registered, waiting); busy comes
+ * from the `in_progress` webhook (matched by runner name); finishing from `completed` or
+ * the agent's `exited`. Then the guest is torn down and the GitHub runner deleted if it
+ * still exists.
+ *
+ * Demand per pool = queued jobs matching it + min_idle. Runners are created up to the
+ * pool's max_runners and the hosts' capacity, placed by spreading (default) or packing, on
+ * hosts that are up and not drained. Why a job waits is kept per pool.
+ *
+ * The reconciler runs at start-up and every reconcile_interval_s: records left in flight by
+ * a crash are failed and their guests removed (never trusted); tagged domains without a
+ * live record are destroyed; GitHub runners with our prefix and no live record deleted;
+ * queued jobs GitHub knows and we do not (lost webhooks) are stored. */
+#ifndef HATCHERY_SCHEDULER_H
+#define HATCHERY_SCHEDULER_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "job.h"
+
+struct daemon;
+struct scheduler;
+
+enum runner_state {
+    RUNNER_PENDING,
+    RUNNER_CREATING,
+    RUNNER_CONFIGURED,
+    RUNNER_IDLE,
+    RUNNER_BUSY,
+    RUNNER_FINISHING,
+    RUNNER_DELETING,
+    RUNNER_DELETED,
+    RUNNER_FAILED,
+    RUNNER_STATE_MAX,
+};
+
+extern const char *const runner_state_names[RUNNER_STATE_MAX];
+
+int scheduler_new(struct daemon *d, struct scheduler **ret);
+void scheduler_free(struct scheduler *s);
+/* Recounts demand soon (after a webhook, a runner's end, a drain). */
+void scheduler_kick(struct scheduler *s);
+/* A stored workflow_job event: marks our runner busy or finishing. */
+void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status status,
+                         const char *runner_name);
+
+/* Admin API. */
+json_t *scheduler_runners_json(struct scheduler *s, bool include_ended);
+/* Per pool: live runners by state and why queued jobs wait. */
+json_t *scheduler_pool_json(struct scheduler *s, const char *pool);
+int scheduler_host_drain(struct scheduler *s, const char *host, bool drained);
+bool scheduler_host_drained(struct scheduler *s, const char *host);
+int scheduler_runner_delete(struct scheduler *s, const char *name);
+/* The console log path of a runner (live or ended), or NULL. */
+const char *scheduler_runner_log(struct scheduler *s, const char *name, char *buf, size_t size);
+
+struct scheduler_stats {
+    uint64_t created, deleted, failed;
+    uint64_t reconcile_domains_removed, reconcile_github_deleted, reconcile_jobs_found,
+        reconcile_records_failed, reconcile_ticks;
+    double reconcile_last_ms;
+    /* histograms: seconds, cumulative on output */
+    uint64_t online_buckets[10], online_count;
+    double online_sum;
+    uint64_t start_buckets[10], start_count;
+    double start_sum;
+    uint64_t boot_buckets[10], boot_count;
+    double boot_sum;
+};
+extern const double scheduler_seconds_bounds[10];
+const struct scheduler_stats *scheduler_stats_get(const struct scheduler *s);
+
+#endif
