@@ -222,7 +222,7 @@ static void print_jobs(json_t *answer)
     json_array_foreach(json_object_get(answer, "jobs"), i, job)
     {
         json_t *pool = json_object_get(job, "pool");
-        char *cells[8] = {
+        char *cells[9] = {
             fmt_value(json_object_get(job, "id")),
             fmt_value(json_object_get(job, "status")),
             json_is_string(pool) ? fmt_value(pool) : strdup("(unmatched)"),
@@ -231,9 +231,10 @@ static void print_jobs(json_t *answer)
             fmt_value(json_object_get(job, "labels")),
             fmt_value(json_object_get(job, "runner_name")),
             fmt_age(json_object_get(job, "updated_at")),
+            fmt_value(json_object_get(job, "waiting")),
         };
         table_add_row(&t, cells);
-        free_cells(cells, 8);
+        free_cells(cells, 9);
     }
     table_print(&t);
 }
@@ -267,15 +268,15 @@ static void print_pools(json_t *answer)
 
 static void print_capacity(json_t *answer)
 {
-    struct table t = {.n_columns = 8,
+    struct table t = {.n_columns = 9,
                       .headers = {"POOL", "ARCH", "MAX", "MIN_IDLE", "RUNNERS", "QUEUED",
-                                  "IN_PROGRESS", "WAITING"}};
+                                  "IN_PROGRESS", "WAITING", "WHY_QUEUED_JOBS_WAIT"}};
     size_t i;
     json_t *p;
     json_array_foreach(json_object_get(answer, "pools"), i, p)
     {
         json_t *jobs = json_object_get(p, "jobs");
-        char *cells[8] = {
+        char *cells[9] = {
             fmt_value(json_object_get(p, "pool")),
             fmt_value(json_object_get(p, "arch")),
             fmt_value(json_object_get(p, "max_runners")),
@@ -284,12 +285,13 @@ static void print_capacity(json_t *answer)
             fmt_value(json_object_get(jobs, "queued")),
             fmt_value(json_object_get(jobs, "in_progress")),
             fmt_value(json_object_get(jobs, "waiting")),
+            fmt_value(json_object_get(p, "waiting")),
         };
         table_add_row(&t, cells);
-        free_cells(cells, 8);
+        free_cells(cells, 9);
     }
     json_t *unmatched = json_object_get(json_object_get(answer, "unmatched"), "jobs");
-    char *cells[8] = {
+    char *cells[9] = {
         strdup("(unmatched)"),
         strdup("-"),
         strdup("-"),
@@ -298,9 +300,10 @@ static void print_capacity(json_t *answer)
         fmt_value(json_object_get(unmatched, "queued")),
         fmt_value(json_object_get(unmatched, "in_progress")),
         fmt_value(json_object_get(unmatched, "waiting")),
+        strdup(json_integer_value(json_object_get(unmatched, "queued")) ? "no matching pool" : "-"),
     };
     table_add_row(&t, cells);
-    free_cells(cells, 8);
+    free_cells(cells, 9);
     table_print(&t);
 }
 
@@ -332,6 +335,48 @@ static void print_hosts(json_t *answer)
         free_cells(cells, 7);
     }
     table_print(&t);
+}
+
+static void print_runners(json_t *answer)
+{
+    struct table t = {
+        .n_columns = 8,
+        .headers = {"RUNNER", "STATE", "POOL", "HOST", "JOB", "EXIT", "AGE", "REASON"}};
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(answer, "runners"), i, r)
+    {
+        char *cells[8] = {
+            fmt_value(json_object_get(r, "name")),     fmt_value(json_object_get(r, "state")),
+            fmt_value(json_object_get(r, "pool")),     fmt_value(json_object_get(r, "host")),
+            fmt_value(json_object_get(r, "job_id")),   fmt_value(json_object_get(r, "exit_code")),
+            fmt_age(json_object_get(r, "created_at")), fmt_value(json_object_get(r, "reason")),
+        };
+        table_add_row(&t, cells);
+        free_cells(cells, 8);
+    }
+    table_print(&t);
+}
+
+static void print_done(json_t *answer)
+{
+    const char *host = json_string_value(json_object_get(answer, "host"));
+    const char *runner = json_string_value(json_object_get(answer, "runner"));
+    if (host)
+        printf("host %s %s\n", host,
+               json_is_true(json_object_get(answer, "drained")) ? "drained: no new guests"
+                                                                : "undrained");
+    else if (runner)
+        printf("runner %s: teardown started\n", runner);
+}
+
+static void print_logs(json_t *answer)
+{
+    const char *log = json_string_value(json_object_get(answer, "log"));
+    if (json_is_true(json_object_get(answer, "truncated")))
+        printf("[... earlier output cut; %s has all of it]\n",
+               json_string_value(json_object_get(answer, "path")));
+    fputs(log ? log : "", stdout);
 }
 
 static void print_github(json_t *answer)
@@ -458,6 +503,40 @@ int main(int argc, char **argv)
                 json_decref(request);
                 return EXIT_USAGE;
             }
+        }
+    } else if (strcmp(cmd, "runners") == 0) {
+        print = print_runners;
+        for (; i < argc; i++) {
+            if (strcmp(argv[i], "--json") == 0)
+                as_json = true;
+            else if (strcmp(argv[i], "--all") == 0)
+                json_object_set_new(request, "all", json_true());
+            else {
+                fprintf(stderr, "hatchery: runners: unknown argument %s\n", argv[i]);
+                json_decref(request);
+                return EXIT_USAGE;
+            }
+        }
+    } else if (strcmp(cmd, "drain") == 0 || strcmp(cmd, "undrain") == 0 ||
+               strcmp(cmd, "delete") == 0 || strcmp(cmd, "logs") == 0) {
+        print = strcmp(cmd, "logs") == 0 ? print_logs : print_done;
+        const char *key =
+            strcmp(cmd, "drain") == 0 || strcmp(cmd, "undrain") == 0 ? "host" : "runner";
+        for (; i < argc; i++) {
+            if (strcmp(argv[i], "--json") == 0)
+                as_json = true;
+            else if (!json_object_get(request, key) && argv[i][0] != '-')
+                json_object_set_new(request, key, json_string(argv[i]));
+            else {
+                fprintf(stderr, "hatchery: %s: unexpected argument %s\n", cmd, argv[i]);
+                json_decref(request);
+                return EXIT_USAGE;
+            }
+        }
+        if (!json_object_get(request, key)) {
+            fprintf(stderr, "hatchery: %s needs a %s name\n", cmd, key);
+            json_decref(request);
+            return EXIT_USAGE;
         }
     } else {
         fprintf(stderr, "hatchery: unknown command '%s'\n", cmd);

@@ -415,19 +415,19 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
             struct host_status st;
             if (provisioner_host_status(d->provisioner, h->name, &st) < 0)
                 continue;
-            json_array_append_new(
-                hosts,
-                json_pack("{s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "name",
-                          h->name, "uri", h->uri, "state",
-                          st.up           ? "up"
-                          : st.connecting ? "connecting"
-                                          : "down",
-                          "error", st.error[0] ? json_string(st.error) : json_null(), "kvm", st.kvm,
-                          "vcpus_used", (json_int_t)st.used.vcpus, "vcpus", (json_int_t)h->vcpus,
-                          "memory_mib_used", (json_int_t)st.used.memory_mib, "memory_mib",
-                          (json_int_t)h->memory_mib, "guests", (json_int_t)st.used.guests,
-                          "max_guests", (json_int_t)h->max_guests, "reconnects",
-                          (json_int_t)st.reconnects));
+            json_t *row = json_pack(
+                "{s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "name",
+                h->name, "uri", h->uri, "state",
+                st.up           ? "up"
+                : st.connecting ? "connecting"
+                                : "down",
+                "error", st.error[0] ? json_string(st.error) : json_null(), "kvm", st.kvm,
+                "vcpus_used", (json_int_t)st.used.vcpus, "vcpus", (json_int_t)h->vcpus,
+                "memory_mib_used", (json_int_t)st.used.memory_mib, "memory_mib",
+                (json_int_t)h->memory_mib, "guests", (json_int_t)st.used.guests, "max_guests",
+                (json_int_t)h->max_guests, "reconnects", (json_int_t)st.reconnects, "drained",
+                d->scheduler && scheduler_host_drained(d->scheduler, h->name));
+            json_array_append_new(hosts, row);
         }
         return json_pack("{s:b, s:o}", "ok", 1, "hosts", hosts);
     }

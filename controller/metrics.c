@@ -30,6 +30,20 @@ static void gauge(struct textbuf *b, const char *name, const char *help, double 
     textbuf_printf(b, "%s %.17g\n", name, value);
 }
 
+static void histogram(struct textbuf *b, const char *name, const char *help,
+                      const uint64_t *buckets, uint64_t count, double sum)
+{
+    header(b, name, "histogram", help);
+    uint64_t cumulative = 0;
+    for (int i = 0; i < 10; i++) {
+        cumulative += buckets[i];
+        textbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, scheduler_seconds_bounds[i],
+                       (unsigned long long)cumulative);
+    }
+    textbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)count);
+    textbuf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, sum, name, (unsigned long long)count);
+}
+
 struct job_count_ctx {
     struct textbuf *b;
     bool unmatched;
@@ -155,6 +169,47 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             }
         }
         free(st);
+    }
+    if (d->scheduler) {
+        header(&b, "hatchery_runners", "gauge", "Live runners, by pool and state.");
+        for (size_t p = 0; p < d->config->n_pools; p++) {
+            json_t *sp = scheduler_pool_json(d->scheduler, d->config->pools[p].name);
+            const char *state;
+            json_t *n;
+            json_object_foreach(json_object_get(sp, "by_state"), state, n)
+                textbuf_printf(&b, "hatchery_runners{pool=\"%s\",state=\"%s\"} %lld\n",
+                               d->config->pools[p].name, state, (long long)json_integer_value(n));
+            json_decref(sp);
+        }
+        const struct scheduler_stats *ss = scheduler_stats_get(d->scheduler);
+        histogram(&b, "hatchery_runner_online_seconds",
+                  "From a runner's creation to its runner process online (registered, waiting).",
+                  ss->online_buckets, ss->online_count, ss->online_sum);
+        histogram(&b, "hatchery_job_start_seconds",
+                  "From a job's queued webhook to its in_progress webhook.", ss->start_buckets,
+                  ss->start_count, ss->start_sum);
+        histogram(&b, "hatchery_guest_boot_seconds",
+                  "From a runner's creation to its agent's hello.", ss->boot_buckets,
+                  ss->boot_count, ss->boot_sum);
+        counter(&b, "hatchery_runners_created_total", "Runners created.", ss->created);
+        counter(&b, "hatchery_runners_failed_total", "Runners that failed.", ss->failed);
+        header(&b, "hatchery_reconcile_actions_total", "counter",
+               "What the reconciler repaired, by action.");
+        const struct {
+            const char *action;
+            uint64_t n;
+        } actions[] = {
+            {"domain_removed", ss->reconcile_domains_removed},
+            {"github_runner_deleted", ss->reconcile_github_deleted},
+            {"lost_job_found", ss->reconcile_jobs_found},
+            {"record_failed", ss->reconcile_records_failed},
+        };
+        for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
+            textbuf_printf(&b, "hatchery_reconcile_actions_total{action=\"%s\"} %llu\n",
+                           actions[i].action, (unsigned long long)actions[i].n);
+        counter(&b, "hatchery_reconcile_ticks_total", "Reconciler passes.", ss->reconcile_ticks);
+        gauge(&b, "hatchery_reconcile_last_tick_seconds",
+              "How long the last reconciler pass held the loop.", ss->reconcile_last_ms / 1000.0);
     }
     header(&b, "hatchery_pool_max_runners", "gauge", "Configured max_runners of each pool.");
     for (size_t i = 0; i < d->config->n_pools; i++)

@@ -27,10 +27,12 @@ describe('hatchery CLI', () => {
     const r = d.cli('capacity');
     assert.equal(r.code, 0, r.stderr);
     const rows = r.stdout.trim().split('\n').map((l) => l.split(/\s+/));
-    assert.deepEqual(rows[0], ['POOL', 'ARCH', 'MAX', 'MIN_IDLE', 'RUNNERS', 'QUEUED', 'IN_PROGRESS', 'WAITING']);
-    assert.deepEqual(rows.find((x) => x[0] === 'linux.ppc64le'), ['linux.ppc64le', 'ppc64le', '2', '0', '0', '2', '0', '0']);
-    assert.deepEqual(rows.find((x) => x[0] === 'linux.s390x'), ['linux.s390x', 's390x', '1', '0', '0', '1', '0', '0']);
-    assert.deepEqual(rows.find((x) => x[0] === '(unmatched)').slice(5), ['1', '0', '0']);
+    assert.deepEqual(rows[0], ['POOL', 'ARCH', 'MAX', 'MIN_IDLE', 'RUNNERS', 'QUEUED', 'IN_PROGRESS', 'WAITING', 'WHY_QUEUED_JOBS_WAIT']);
+    assert.deepEqual(rows.find((x) => x[0] === 'linux.ppc64le').slice(0, 8), ['linux.ppc64le', 'ppc64le', '2', '0', '0', '2', '0', '0']);
+    assert.deepEqual(rows.find((x) => x[0] === 'linux.s390x').slice(0, 8), ['linux.s390x', 's390x', '1', '0', '0', '1', '0', '0']);
+    assert.deepEqual(rows.find((x) => x[0] === '(unmatched)').slice(5), ['1', '0', '0', 'no', 'matching', 'pool']);
+    // Without a github section no runner can register: the reason says so.
+    assert.match(r.stdout, /^linux\.ppc64le .* GitHub is not configured$/m);
     const json = d.cliJson('capacity');
     assert.equal(json.pools.find((p) => p.pool === 'linux.ppc64le').jobs.queued, 2);
   });
