@@ -181,35 +181,35 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                                d->config->pools[p].name, state, (long long)json_integer_value(n));
             json_decref(sp);
         }
-        const struct scheduler_stats *ss = scheduler_stats_get(d->scheduler);
+        const struct scheduler_stats *sch = scheduler_stats_get(d->scheduler);
         histogram(&b, "hatchery_runner_online_seconds",
                   "From a runner's creation to its runner process online (registered, waiting).",
-                  ss->online_buckets, ss->online_count, ss->online_sum);
+                  sch->online_buckets, sch->online_count, sch->online_sum);
         histogram(&b, "hatchery_job_start_seconds",
-                  "From a job's queued webhook to its in_progress webhook.", ss->start_buckets,
-                  ss->start_count, ss->start_sum);
+                  "From a job's queued webhook to its in_progress webhook.", sch->start_buckets,
+                  sch->start_count, sch->start_sum);
         histogram(&b, "hatchery_guest_boot_seconds",
-                  "From a runner's creation to its agent's hello.", ss->boot_buckets,
-                  ss->boot_count, ss->boot_sum);
-        counter(&b, "hatchery_runners_created_total", "Runners created.", ss->created);
-        counter(&b, "hatchery_runners_failed_total", "Runners that failed.", ss->failed);
+                  "From a runner's creation to its agent's hello.", sch->boot_buckets,
+                  sch->boot_count, sch->boot_sum);
+        counter(&b, "hatchery_runners_created_total", "Runners created.", sch->created);
+        counter(&b, "hatchery_runners_failed_total", "Runners that failed.", sch->failed);
         header(&b, "hatchery_reconcile_actions_total", "counter",
                "What the reconciler repaired, by action.");
         const struct {
             const char *action;
             uint64_t n;
         } actions[] = {
-            {"domain_removed", ss->reconcile_domains_removed},
-            {"github_runner_deleted", ss->reconcile_github_deleted},
-            {"lost_job_found", ss->reconcile_jobs_found},
-            {"record_failed", ss->reconcile_records_failed},
+            {"domain_removed", sch->reconcile_domains_removed},
+            {"github_runner_deleted", sch->reconcile_github_deleted},
+            {"lost_job_found", sch->reconcile_jobs_found},
+            {"record_failed", sch->reconcile_records_failed},
         };
         for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
             textbuf_printf(&b, "hatchery_reconcile_actions_total{action=\"%s\"} %llu\n",
                            actions[i].action, (unsigned long long)actions[i].n);
-        counter(&b, "hatchery_reconcile_ticks_total", "Reconciler passes.", ss->reconcile_ticks);
+        counter(&b, "hatchery_reconcile_ticks_total", "Reconciler passes.", sch->reconcile_ticks);
         gauge(&b, "hatchery_reconcile_last_tick_seconds",
-              "How long the last reconciler pass held the loop.", ss->reconcile_last_ms / 1000.0);
+              "How long the last reconciler pass held the loop.", sch->reconcile_last_ms / 1000.0);
     }
     header(&b, "hatchery_pool_max_runners", "gauge", "Configured max_runners of each pool.");
     for (size_t i = 0; i < d->config->n_pools; i++)
