@@ -63,8 +63,10 @@ struct scheduler {
     char prefix[64]; /* hatchery-<controller>- */
     uv_timer_t tick;
     uv_timer_t reconcile;
-    bool *drained;    /* per config host */
-    char (*why)[160]; /* per pool: why queued jobs wait, or "" */
+    bool *drained;        /* per config host */
+    char (*why)[160];     /* per pool: why queued jobs wait, or "" */
+    int *failures;        /* per pool: runners that failed in a row */
+    int64_t *retry_at_ms; /* per pool: no new runner before this, after failures */
     bool recovered;
     struct scheduler_stats stats;
 };
@@ -133,6 +135,24 @@ static void set_state(struct runner *r, enum runner_state st)
     record(r);
 }
 
+/* A pool whose runners keep failing (a broken image, a bad host) backs off exponentially,
+ * up to 5 minutes, instead of boot-looping. */
+static void pool_result(struct runner *r, bool ok)
+{
+    struct scheduler *s = r->s;
+    size_t p = (size_t)(r->pool - s->d->config->pools);
+    if (ok) {
+        s->failures[p] = 0;
+        s->retry_at_ms[p] = 0;
+        return;
+    }
+    int64_t delay = 1000;
+    for (int i = 0; i < s->failures[p] && delay < 300000; i++)
+        delay *= 2;
+    s->failures[p]++;
+    s->retry_at_ms[p] = now_ms() + (delay < 300000 ? delay : 300000);
+}
+
 /* ---- the end of a runner ---------------------------------------------------------------- */
 
 static void on_runner_timer_closed(uv_handle_t *h)
@@ -195,6 +215,7 @@ static void runner_fail(struct runner *r, const char *fmt, ...)
     log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s reason=\"%s\"", r->name,
              r->pool->name, r->host, runner_state_names[r->state], r->reason);
     r->s->stats.failed++;
+    pool_result(r, false);
     r->state = RUNNER_FAILED;
     r->finished_ms = now_ms();
     record(r);
@@ -254,6 +275,7 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
     (void)g;
     (void)pid;
     struct runner *r = data;
+    pool_result(r, true);
     r->online_ms = now_ms();
     observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
             (double)(r->online_ms - r->created_ms) / 1000.0);
@@ -519,6 +541,12 @@ static void tick(struct scheduler *s)
                          (long long)pool->max_runners);
                 break;
             }
+            if (s->retry_at_ms[p] > now_ms()) {
+                snprintf(s->why[p], sizeof(s->why[p]),
+                         "%d runner(s) failed in a row: retrying in %lld s", s->failures[p],
+                         (long long)((s->retry_at_ms[p] - now_ms()) / 1000 + 1));
+                break;
+            }
             if (rate_limited) {
                 snprintf(s->why[p], sizeof(s->why[p]), "GitHub rate limit");
                 break;
@@ -779,9 +807,13 @@ int scheduler_new(struct daemon *d, struct scheduler **ret)
     snprintf(s->prefix, sizeof(s->prefix), "hatchery-%s-", d->config->controller_id);
     s->drained = calloc(d->config->n_hosts + 1, sizeof(bool));
     s->why = calloc(d->config->n_pools + 1, sizeof(*s->why));
-    if (!s->drained || !s->why) {
+    s->failures = calloc(d->config->n_pools + 1, sizeof(int));
+    s->retry_at_ms = calloc(d->config->n_pools + 1, sizeof(int64_t));
+    if (!s->drained || !s->why || !s->failures || !s->retry_at_ms) {
         free(s->drained);
         free(s->why);
+        free(s->failures);
+        free(s->retry_at_ms);
         free(s);
         return -ENOMEM;
     }
@@ -828,6 +860,8 @@ void scheduler_free(struct scheduler *s)
     s->runners = NULL;
     free(s->drained);
     free(s->why);
+    free(s->failures);
+    free(s->retry_at_ms);
     /* The tick and reconcile handles close in this loop iteration; s outlives them by
      * being freed from the daemon after uv_run returns. */
 }

@@ -20,6 +20,9 @@ let log = [];
 let violations = [];
 let tokens = new Set();
 let tokenTtl = 3600;
+// What the stand-in runner in a test guest does is chosen by its "JIT config" (see
+// images/test-guest/fake-runner); Prism's example value is a fixed string.
+let jitConfig = null;
 
 function b64urlJson(part) {
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
@@ -76,6 +79,7 @@ createServer(async (req, res) => {
     }
     if (url === '/__double/revoke' && req.method === 'POST') { tokens = new Set(); return send(res, 200, {}, '{}'); }
     if (url === '/__double/token-ttl' && req.method === 'POST') { tokenTtl = Number(body.toString()); return send(res, 200, {}, '{}'); }
+    if (url === '/__double/jit' && req.method === 'POST') { jitConfig = body.toString(); return send(res, 200, {}, '{}'); }
     return send(res, 404, {}, '{}');
   }
 
@@ -128,6 +132,13 @@ createServer(async (req, res) => {
     parsed.expires_at = new Date(Date.now() + tokenTtl * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
     tokens.add(parsed.token);
     entry.issued = parsed.token;
+    text = JSON.stringify(parsed);
+  }
+  if (upstream.status === 201 && /\/generate-jitconfig$/.test(url) && jitConfig !== null) {
+    const parsed = JSON.parse(text);
+    const name = JSON.parse(body.toString()).name;
+    parsed.encoded_jit_config = Buffer.from(`${jitConfig} runner=${name}`).toString('base64') + ` ${jitConfig}`;
+    parsed.runner.name = name;
     text = JSON.stringify(parsed);
   }
   const out = { 'Content-Type': upstream.headers.get('content-type') ?? 'application/json' };

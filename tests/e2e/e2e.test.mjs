@@ -1,0 +1,161 @@
+// From queued job to destroyed guest, on real emulated guests. The test plays GitHub's
+// side that no description can: it sends the webhooks (signed like GitHub) and, when a
+// runner is online, tells hatcheryd a job went to it (in_progress), as GitHub would.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, describe, test } from 'node:test';
+import { Daemon, examples } from '../integration/lib/daemon.mjs';
+
+const api = process.env.GITHUB_DOUBLE_URL;
+const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
+
+function pool(name, label, arch, { max = 2, minIdle = 0 } = {}) {
+  const ppc = arch === 'ppc64le';
+  return `  - name: ${name}
+    labels: [${label}]
+    arch: ${arch}
+    image: ${g[arch]}/base.qcow2
+    kernel: ${g[arch]}/kernel
+    initrd: ${g[arch]}/initrd
+    cmdline: "${ppc ? 'console=hvc0' : 'console=ttysclp0'} quiet"
+    firmware: ${ppc ? 'vof' : 'default'}
+    network: none
+    disk_mib: 64
+    vcpus: 1
+    memory_mib: 512
+    min_idle: ${minIdle}
+    max_runners: ${max}
+    boot_timeout_s: 120
+    runner_command: [/usr/bin/fake-runner, --jitconfig]
+    hosts: [local]
+`;
+}
+
+const config = {
+  hostsExtra: `  - name: local
+    uri: qemu:///system
+    vcpus: 4
+    memory_mib: 4096
+    max_guests: 4
+    storage_pool: hatchery-e2e-${process.pid}
+    storage_dir: /tmp/hatchery-e2e-volumes-${process.pid}
+`,
+  pools: 'pools:\n' + pool('linux.ppc64le', 'linux.ppc64le', 'ppc64le') +
+    pool('linux.s390x', 'linux.s390x', 's390x', { max: 1 }) +
+    pool('linux.s390x.warm', 'linux.s390x.warm', 's390x', { max: 1, minIdle: 1 }),
+  extra: `github:
+  api_url: ${api}
+  app_id: ${process.env.APP_ID}
+  app_private_key_file: ${process.env.APP_KEY_FILE}
+  runner_scopes:
+    - repo: pytorch/pytorch
+reconcile_interval_s: 5
+`,
+};
+
+const d = new Daemon(config);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let nextJob = 9100000000;
+
+async function until(what, predicate, ms = 180000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    const v = predicate();
+    if (v) return v;
+    await sleep(200);
+  }
+  assert.fail(`timed out waiting for ${what}\n${d.logs.split('\n').slice(-40).join('\n')}`);
+}
+
+function payload(action, id, label, runner = null) {
+  const p = structuredClone(examples('workflow_job').find((e) => e.action === action) ?? examples('workflow_job')[5]);
+  p.action = action;
+  p.workflow_job.id = id;
+  p.workflow_job.status = action;
+  p.workflow_job.labels = [label];
+  p.workflow_job.runner_name = runner;
+  return p;
+}
+
+const runners = () => d.cliJson('runners', '--all').runners;
+const domains = () => spawnSync('virsh', ['-c', 'qemu:///system', 'list', '--name'], { encoding: 'utf8' })
+  .stdout.split('\n').filter((n) => n.startsWith('hatchery-it-'));
+
+// Plays GitHub for one job: queued, then in_progress to whichever idle runner of the pool
+// is free, then completed once that runner has finished.
+async function serve(label, poolName, taken) {
+  const id = nextJob++;
+  assert.equal((await d.post('workflow_job', payload('queued', id, label))).status, 202);
+  const runner = await until(`an idle runner in ${poolName}`, () =>
+    runners().find((r) => r.pool === poolName && r.state === 'idle' && !taken.has(r.name)));
+  taken.add(runner.name);
+  assert.equal((await d.post('workflow_job', payload('in_progress', id, label, runner.name))).status, 202);
+  await until(`${runner.name} to finish`, () => ['deleting', 'deleted'].includes(runners().find((r) => r.name === runner.name)?.state));
+  assert.equal((await d.post('workflow_job', payload('completed', id, label, runner.name))).status, 202);
+  return { id, runner: runner.name };
+}
+
+describe('end to end on real guests', () => {
+  const taken = new Set();
+  before(async () => {
+    await fetch(`${api}/__double/log`, { method: 'DELETE' });
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
+    await d.start();
+  });
+  after(async () => {
+    const { code } = await d.stop();
+    spawnSync('virsh', ['-c', 'qemu:///system', 'pool-destroy', `hatchery-e2e-${process.pid}`]);
+    d.cleanup();
+    assert.equal(code, 0);
+  });
+
+  test('one ppc64le job: a fresh Power guest serves it and is gone afterwards', async () => {
+    const { runner } = await serve('linux.ppc64le', 'linux.ppc64le', taken);
+    await until(`${runner} deleted`, () => runners().find((r) => r.name === runner).state === 'deleted');
+    const r = runners().find((x) => x.name === runner);
+    assert.equal(r.exit_code, 0);
+    assert.ok(!domains().includes(runner), 'domain gone');
+    const { log, violations } = await (await fetch(`${api}/__double/log`)).json();
+    assert.deepEqual(violations, []);
+    assert.ok(log.some((e) => e.method === 'POST' && e.url.endsWith('/generate-jitconfig') && JSON.parse(e.body).name === runner));
+    assert.ok(log.some((e) => e.method === 'DELETE' && /\/actions\/runners\/\d+$/.test(e.url)), 'GitHub runner deleted');
+    const logs = d.cli('logs', runner);
+    assert.equal(logs.code, 0);
+    assert.match(logs.stdout, /hatchery-agent: runner .* started/);
+    assert.ok(!logs.stdout.includes('sleep=4'), 'no JIT config in the console log');
+  });
+
+  test('one s390x job', async () => {
+    const { runner } = await serve('linux.s390x', 'linux.s390x', taken);
+    await until(`${runner} deleted`, () => runners().find((r) => r.name === runner).state === 'deleted');
+    assert.ok(!domains().includes(runner));
+  });
+
+  test('a burst of 4 jobs into a pool with max_runners 2: all served, never more than 2 guests', async () => {
+    let most = 0;
+    let watching = true;
+    const watcher = (async () => {
+      while (watching) {
+        const live = runners().filter((r) => r.pool === 'linux.ppc64le' && !['deleted', 'failed'].includes(r.state)).length;
+        most = Math.max(most, live);
+        await sleep(100);
+      }
+    })();
+    const served = await Promise.all([0, 1, 2, 3].map(() => serve('linux.ppc64le', 'linux.ppc64le', taken)));
+    watching = false;
+    await watcher;
+    assert.equal(new Set(served.map((s) => s.id)).size, 4);
+    assert.ok(most <= 2, `at most 2 at once, saw ${most}`);
+    const jobs = d.cliJson('jobs', '--status', 'completed').jobs.filter((j) => served.some((s) => s.id === j.id));
+    assert.equal(jobs.length, 4);
+  });
+
+  test('min_idle 1 keeps one registered runner waiting', async () => {
+    await until('a warm runner', () => runners().find((r) => r.pool === 'linux.s390x.warm' && r.state === 'idle'));
+    const cap = d.cliJson('capacity').pools.find((p) => p.pool === 'linux.s390x.warm');
+    assert.ok(cap.runners >= 1);
+    const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+    assert.match(text, /hatchery_runners\{pool="linux.s390x.warm",state="idle"\} 1/);
+    assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
+  });
+});
