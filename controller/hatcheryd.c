@@ -322,11 +322,16 @@ static json_t *log_file_json(const char *path)
     fclose(f);
     if (!buf)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
-    /* Console output is bytes: keep it valid JSON text. */
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)buf[i] >= 0x80 || (buf[i] < 0x20 && buf[i] != '\n' && buf[i] != '\t'))
-            buf[i] = '?';
-    json_t *text = json_stringn(buf, n);
+    /* Console output is bytes: keep it valid JSON text, and drop the console's CRs. */
+    size_t out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] == '\r')
+            continue;
+        bool printable = (unsigned char)buf[i] < 0x80 &&
+                         ((unsigned char)buf[i] >= 0x20 || buf[i] == '\n' || buf[i] == '\t');
+        buf[out++] = printable ? buf[i] : '?';
+    }
+    json_t *text = json_stringn(buf, out);
     free(buf);
     return json_pack("{s:b, s:s, s:o, s:b}", "ok", 1, "path", path, "log",
                      text ? text : json_string(""), "truncated", from > 0);
