@@ -1,5 +1,6 @@
 /* hatcheryd: the controller daemon. One libuv loop carries the HTTP listener (webhooks,
  * metrics, health), the admin socket, the store's group commits and systemd's watchdog. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -533,10 +534,36 @@ static void on_watchdog(uv_timer_t *timer)
     sd_notify_send("WATCHDOG=1");
 }
 
+/* Console logs are kept after teardown for log_retention_s. A directory scan of small
+ * files, hourly: cheap enough for the loop. */
+static void prune_logs(struct daemon *d)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/logs", d->config->state_dir);
+    DIR *dh = opendir(dir);
+    if (!dh)
+        return;
+    time_t cutoff = time(NULL) - (time_t)d->config->log_retention_s;
+    struct dirent *e;
+    int removed = 0;
+    while ((e = readdir(dh))) {
+        struct stat st;
+        if (e->d_name[0] == '.' || fstatat(dirfd(dh), e->d_name, &st, 0) < 0 ||
+            !S_ISREG(st.st_mode) || st.st_mtime >= cutoff)
+            continue;
+        if (unlinkat(dirfd(dh), e->d_name, 0) == 0)
+            removed++;
+    }
+    closedir(dh);
+    if (removed)
+        log_info("logs.pruned", "count=%d", removed);
+}
+
 static void on_prune(uv_timer_t *timer)
 {
     struct daemon *d = timer->data;
     store_deliveries_prune(d->store, d->config->delivery_retention_s);
+    prune_logs(d);
 }
 
 static void on_signal(uv_signal_t *sig, int signum)
