@@ -16,7 +16,7 @@ packages=(
   gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu libc6-dev-ppc64el-cross libc6-dev-s390x-cross
   cpio busybox-static file
   # tests
-  sqlite3 curl openssl ca-certificates nodejs npm prometheus python3
+  sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
   # benchmarks
   wrk nginx-light
 )

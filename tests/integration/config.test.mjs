@@ -82,5 +82,5 @@ test('deploy/hatchery.example.yaml checks out', () => {
   const r = check(`${dir}/example.yaml`);
   spawnSync('rm', ['-rf', dir]);
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stdout, /OK \(2 hosts, 2 pools\)/);
+  assert.match(r.stdout, /OK \(2 hosts, 3 pools\)/);
 });

@@ -1,0 +1,124 @@
+// The deployment files, checked by tools Hatchery did not write: the workflows by GitHub's
+// own workflow parser (@actions/workflow-parser), the Dockerfiles by dockerfile-utils, the
+// systemd unit by systemd-analyze verify, the App manifest and probot snippet for the
+// fields GitHub reads.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { parseWorkflow, convertWorkflowTemplate, NoOperationTraceWriter } from '@actions/workflow-parser';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const bin = (name) => join(root, 'tests/node_modules/.bin', name);
+
+async function workflowErrors(name, content) {
+  const parsed = parseWorkflow({ name, content }, new NoOperationTraceWriter());
+  const errors = parsed.context.errors.getErrors().map((e) => e.message);
+  if (parsed.value) {
+    const template = await convertWorkflowTemplate(parsed.context, parsed.value);
+    errors.push(...(template.errors ?? []).map((e) => e.Message ?? e.message));
+  }
+  return errors;
+}
+
+test('the workflows pass GitHub\'s own workflow parser', async () => {
+  const dir = join(root, 'deploy/github/workflows');
+  const files = readdirSync(dir).filter((f) => f.endsWith('.yml'));
+  assert.ok(files.length >= 3);
+  for (const f of files) {
+    const content = readFileSync(join(dir, f), 'utf8');
+    assert.deepEqual(await workflowErrors(f, content), [], f);
+  }
+  const ppc = readFileSync(join(dir, 'ciflow-ppc64le.yml'), 'utf8');
+  assert.match(ppc, /runs-on: linux\.ppc64le\n/);
+  assert.match(ppc, /- ciflow\/ppc64le\/\*/);
+  assert.ok(!/secrets\./.test(ppc), 'the tester workflow uses no secrets');
+});
+
+test('the workflow check can fail: a broken workflow is refused', async () => {
+  const errors = await workflowErrors('bad.yml', 'on: push\njobs:\n  x:\n    runs-on: linux.ppc64le\n    steps:\n      - uses: a/b@v1\n        run: echo both\n    timeout-minutes: soon\n');
+  assert.ok(errors.length > 0);
+});
+
+test('the Dockerfiles pass dockerfile-utils lint, and a broken one does not', () => {
+  for (const f of ['Dockerfile_ppc64le', 'Dockerfile_s390x']) {
+    const r = spawnSync(bin('dockerfile-utils'), ['lint', join(root, 'docker', f)], { encoding: 'utf8' });
+    assert.equal(r.status, 0, f + r.stdout + r.stderr);
+    const text = readFileSync(join(root, 'docker', f), 'utf8');
+    assert.match(text, /ARG GCC_TOOLSET=13/);
+    assert.match(text, /ubi9/);
+  }
+  const dir = mkdtempSync(join(tmpdir(), 'df-'));
+  writeFileSync(join(dir, 'Dockerfile'), 'FROM x\nFOO bar\n');
+  assert.notEqual(spawnSync(bin('dockerfile-utils'), ['lint', join(dir, 'Dockerfile')]).status, 0);
+});
+
+test('the probot snippet enables both labels', () => {
+  const text = readFileSync(join(root, 'deploy/github/pytorch-probot.yml'), 'utf8');
+  assert.match(text, /ciflow_push_tags:\n  - ciflow\/ppc64le\n  - ciflow\/s390x/);
+});
+
+test('systemd-analyze verify accepts the unit', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'unit-'));
+  const hatcheryd = process.env.HATCHERYD;
+  assert.ok(hatcheryd, 'HATCHERYD is set by ctest');
+  // Point it at the binary that exists here; everything else as shipped.
+  const unit = readFileSync(join(root, 'deploy/hatcheryd.service'), 'utf8').replaceAll('/usr/local/bin/hatcheryd', hatcheryd);
+  for (const want of ['Type=notify', 'WatchdogSec=', 'NoNewPrivileges=yes', 'ProtectSystem=strict', 'StateDirectory=hatchery', 'RuntimeDirectory=hatchery', 'LoadCredential=', 'SupplementaryGroups=libvirt']) {
+    assert.ok(unit.includes(want), want);
+  }
+  writeFileSync(join(dir, 'hatcheryd.service'), unit);
+  const r = spawnSync('systemd-analyze', ['verify', join(dir, 'hatcheryd.service')], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  writeFileSync(join(dir, 'broken.service'), '[Service]\nType=notify\nExecStart=relative/path\n');
+  assert.notEqual(spawnSync('systemd-analyze', ['verify', join(dir, 'broken.service')]).status, 0);
+});
+
+test('the GitHub App manifest asks for exactly what Hatchery needs', () => {
+  const m = JSON.parse(readFileSync(join(root, 'deploy/github-app-manifest.json'), 'utf8'));
+  assert.deepEqual(m.default_events, ['workflow_job']);
+  assert.deepEqual(m.default_permissions, {
+    administration: 'write', // repository self-hosted runners
+    organization_self_hosted_runners: 'write',
+    actions: 'read', // queued runs and jobs, for lost webhooks
+    metadata: 'read',
+  });
+  assert.equal(m.public, false);
+  assert.match(m.hook_attributes.url, /\/webhook$/);
+});
+
+test('the runner-version check, on a fixture of GitHub\'s releases', () => {
+  const check = (now, image = 'image') => spawnSync('node', [join(root, 'images/runner/check-runner-version.mjs'),
+    join(root, 'tests/deploy/fixtures', image), join(root, 'tests/deploy/fixtures/runner-releases.json'), '--now', now], { encoding: 'utf8' });
+  // 2.321.0 vs 2.322.0 published 2025-01-27: accepted until 2025-02-26.
+  let r = check('2025-02-01T00:00:00Z');
+  assert.equal(r.status, 0, r.stdout);
+  assert.match(r.stdout, /behind 2\.323\.0, accepted until 2025-02-26/);
+  r = check('2025-02-22T00:00:00Z');
+  assert.equal(r.status, 1);
+  assert.match(r.stdout, /WARNING: GitHub refuses it from 2025-02-26 \(4 days/);
+  r = check('2025-03-01T00:00:00Z');
+  assert.equal(r.status, 2);
+  assert.match(r.stdout, /OUT OF COMPLIANCE/);
+  r = check('2025-03-01T00:00:00Z', 'no-such-image');
+  assert.equal(r.status, 3);
+});
+
+test('the runner image recipe is well-formed and records the runner version', () => {
+  const script = join(root, 'images/runner/build-image.sh');
+  assert.equal(spawnSync('bash', ['-n', script]).status, 0);
+  const text = readFileSync(script, 'utf8');
+  assert.match(text, /RUNNER_VERSION/);
+  assert.match(text, /hatchery-agent\.service/);
+  // Wrong arguments are refused before anything is touched.
+  const r = spawnSync('bash', [script, 'sparc', '/nonexistent.tar.gz', '/tmp/x.qcow2'], { encoding: 'utf8' });
+  assert.equal(r.status, 2);
+  const unit = join(root, 'images/runner/hatchery-agent.service');
+  const dir = mkdtempSync(join(tmpdir(), 'unit-'));
+  writeFileSync(join(dir, 'hatchery-agent.service'), readFileSync(unit, 'utf8').replace('/usr/local/bin/hatchery-agent', '/bin/true'));
+  const v = spawnSync('systemd-analyze', ['verify', join(dir, 'hatchery-agent.service')], { encoding: 'utf8' });
+  assert.equal(v.status, 0, v.stdout + v.stderr);
+});
