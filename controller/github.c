@@ -761,18 +761,26 @@ static void on_token(void *data, const struct github_response *res)
     release_token_waiters(c, 0, NULL);
 }
 
-static void request_token(struct github_client *c)
+/* One step of getting a token, made with the App's JWT; a failure to even send it fails
+ * everyone waiting for the token. */
+static void token_step(struct github_client *c, const char *method, const char *path,
+                       github_json_cb cb)
 {
-    char path[96];
-    snprintf(path, sizeof(path), "/app/installations/%lld/access_tokens",
-             (long long)c->installation_id);
-    struct call *call = call_new(c, "POST", path, NULL, CALL_AUTH_JWT, on_token, c);
+    struct call *call = call_new(c, method, path, NULL, CALL_AUTH_JWT, cb, c);
     if (!call) {
         c->token_fetching = false;
         release_token_waiters(c, -ENOMEM, "out of memory");
         return;
     }
     call_send(call);
+}
+
+static void request_token(struct github_client *c)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/app/installations/%lld/access_tokens",
+             (long long)c->installation_id);
+    token_step(c, "POST", path, on_token);
 }
 
 static void on_installation(void *data, const struct github_response *res)
@@ -817,13 +825,7 @@ static void fetch_token(struct github_client *c)
                               "no installation_id and no runner scope to look it up from");
         return;
     }
-    struct call *call = call_new(c, "GET", path, NULL, CALL_AUTH_JWT, on_installation, c);
-    if (!call) {
-        c->token_fetching = false;
-        release_token_waiters(c, -ENOMEM, "out of memory");
-        return;
-    }
-    call_send(call);
+    token_step(c, "GET", path, on_installation);
 }
 
 /* ---- client ------------------------------------------------------------------------- */
