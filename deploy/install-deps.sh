@@ -15,6 +15,8 @@ packages=(
   # guest images: cross compilers, foreign Debian packages, initramfs
   gcc-powerpc64le-linux-gnu gcc-s390x-linux-gnu libc6-dev-ppc64el-cross libc6-dev-s390x-cross
   cpio busybox-static file
+  # the runner image recipe's testable part: a foreign Debian root
+  debootstrap qemu-user-static binfmt-support
   # tests
   sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
   # benchmarks
