@@ -149,6 +149,18 @@ static int open_channel(const char *port, const char *socket_path)
     return fd;
 }
 
+static void on_sigchld(int sig);
+static volatile sig_atomic_t terminate;
+
+/* In a container the agent is PID 1, which ignores SIGTERM unless it handles it: handle it,
+ * so that a destroy does not wait out libvirt's grace period. */
+static void on_sigterm(int sig)
+{
+    (void)sig;
+    terminate = 1;
+    on_sigchld(SIGCHLD); /* wake the poll */
+}
+
 static void on_sigchld(int sig)
 {
     (void)sig;
@@ -243,6 +255,8 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
     sigaction(SIGCHLD, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    struct sigaction st = {.sa_handler = on_sigterm, .sa_flags = SA_RESTART};
+    sigaction(SIGTERM, &st, NULL);
 
     struct utsname uts;
     uname(&uts);
@@ -274,6 +288,12 @@ int main(int argc, char **argv)
         if (n < 0 && errno != EINTR)
             break;
         double now = now_s();
+        if (terminate) {
+            say("terminated");
+            if (runner.pid > 0)
+                kill(-runner.pid, SIGKILL);
+            break;
+        }
 
         if (fds[1].revents & POLLIN) {
             char drain[64];

@@ -883,8 +883,12 @@ json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)
     json_array_foreach(rows, i, row)
     {
         struct runner *r = runner_find(s, json_string_value(json_object_get(row, "name")));
+        const char *stored = json_string_value(json_object_get(row, "state"));
         if (r)
             json_object_set_new(row, "state", json_string(runner_state_names[r->state]));
+        else if (stored && strcmp(stored, "deleted") != 0 && strcmp(stored, "failed") != 0)
+            /* A record from before a restart that the reconciler has not repaired yet. */
+            json_object_set_new(row, "state", json_string("recovering"));
     }
     return rows ? rows : json_array();
 }

@@ -23,6 +23,12 @@ let tokenTtl = 3600;
 // What the stand-in runner in a test guest does is chosen by its "JIT config" (see
 // images/test-guest/fake-runner); Prism's example value is a fixed string.
 let jitConfig = null;
+// Opt-in state for long runs (the chaos test): the runners that JIT configs registered, so
+// that a name is taken until deleted (GitHub's 409), deletes of unknown runners are 404,
+// and lists show what exists. Answers keep Prism's shapes; only the values are ours.
+let stateful = false;
+const registered = new Map(); // id -> name
+let nextRunnerId = 100000;
 
 function b64urlJson(part) {
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
@@ -80,6 +86,8 @@ createServer(async (req, res) => {
     if (url === '/__double/revoke' && req.method === 'POST') { tokens = new Set(); return send(res, 200, {}, '{}'); }
     if (url === '/__double/token-ttl' && req.method === 'POST') { tokenTtl = Number(body.toString()); return send(res, 200, {}, '{}'); }
     if (url === '/__double/jit' && req.method === 'POST') { jitConfig = body.toString(); return send(res, 200, {}, '{}'); }
+    if (url === '/__double/stateful' && req.method === 'POST') { stateful = true; return send(res, 200, {}, '{}'); }
+    if (url === '/__double/runners') return send(res, 200, {}, JSON.stringify([...registered].map(([id, name]) => ({ id, name }))));
     return send(res, 404, {}, '{}');
   }
 
@@ -103,7 +111,16 @@ createServer(async (req, res) => {
     }
   }
 
-  const fault = takeFault(req.method, url);
+  let fault = takeFault(req.method, url);
+  const path = apiUrl.split('?')[0];
+  if (stateful && req.method === 'POST' && path.endsWith('/generate-jitconfig')) {
+    const name = JSON.parse(body.toString()).name;
+    if ([...registered.values()].includes(name)) fault = { ...(fault ?? {}), prefer: 409 };
+  }
+  if (stateful && req.method === 'DELETE' && /\/actions\/runners\/\d+$/.test(path)) {
+    const id = Number(path.split('/').pop());
+    if (!registered.delete(id)) return send(res, 404, {}, JSON.stringify({ message: 'Not Found' }));
+  }
   if (fault?.reset) return req.socket.destroy();
   if (fault?.hang) return; // never answer: the client's timeout must fire
   if (fault?.status) {
@@ -134,11 +151,25 @@ createServer(async (req, res) => {
     entry.issued = parsed.token;
     text = JSON.stringify(parsed);
   }
-  if (upstream.status === 201 && /\/generate-jitconfig$/.test(url) && jitConfig !== null) {
+  if (upstream.status === 201 && /\/generate-jitconfig$/.test(url)) {
     const parsed = JSON.parse(text);
     const name = JSON.parse(body.toString()).name;
-    parsed.encoded_jit_config = Buffer.from(`${jitConfig} runner=${name}`).toString('base64') + ` ${jitConfig}`;
+    if (jitConfig !== null)
+      parsed.encoded_jit_config = Buffer.from(`${jitConfig} runner=${name}`).toString('base64') + ` ${jitConfig}`;
     parsed.runner.name = name;
+    if (stateful) {
+      parsed.runner.id = nextRunnerId++;
+      registered.set(parsed.runner.id, name);
+    }
+    text = JSON.stringify(parsed);
+  }
+  if (stateful && upstream.status === 200 && req.method === 'GET' && /\/actions\/runners$/.test(path)) {
+    const parsed = JSON.parse(text);
+    const example = parsed.runners[0];
+    const wanted = new URL(url, 'http://x').searchParams.get('name');
+    parsed.runners = [...registered].filter(([, name]) => !wanted || name === wanted)
+      .map(([id, name]) => ({ ...example, id, name, busy: false, status: 'online' }));
+    parsed.total_count = parsed.runners.length;
     text = JSON.stringify(parsed);
   }
   const out = { 'Content-Type': upstream.headers.get('content-type') ?? 'application/json' };

@@ -1,0 +1,148 @@
+// Chaos: many jobs while hatcheryd is killed with SIGKILL at random moments, on real LXC
+// containers (whose leaks survive the daemon, unlike test:///default's) with real agents,
+// and GitHub played by Prism behind the stateful double. The test plays GitHub's side: it
+// queues the jobs, hands each to an idle runner (in_progress), completes it once that
+// runner is gone, and redelivers any webhook that could not be delivered while the
+// daemon was down. Afterwards: every job served, no container and no GitHub runner left,
+// and never more live runners than outstanding jobs plus min_idle.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, test } from 'node:test';
+import { Daemon, examples } from '../integration/lib/daemon.mjs';
+
+const api = process.env.GITHUB_DOUBLE_URL;
+const JOBS = Number(process.env.CHAOS_JOBS ?? 500);
+const KILLS = Number(process.env.CHAOS_KILLS ?? 10);
+const MAX = 6;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const d = new Daemon({
+  hostsExtra: `  - name: lxc
+    uri: lxc:///
+    vcpus: 16
+    memory_mib: 16384
+    max_guests: 12
+`,
+  pools: `pools:
+  - name: chaos
+    labels: [chaos]
+    arch: x86_64
+    backend: container
+    image: ${process.env.ROOTFS}
+    vcpus: 1
+    memory_mib: 256
+    max_runners: ${MAX}
+    boot_timeout_s: 30
+    runner_command: [/usr/bin/fake-runner, --jitconfig]
+    hosts: [lxc]
+`,
+  extra: `github:
+  api_url: ${api}
+  app_id: ${process.env.APP_ID}
+  app_private_key_file: ${process.env.APP_KEY_FILE}
+  runner_scopes:
+    - repo: pytorch/pytorch
+reconcile_interval_s: 2
+`,
+});
+
+function payload(action, id, runner = null) {
+  const p = structuredClone(examples('workflow_job').find((e) => e.action === action));
+  p.action = action;
+  p.workflow_job.id = id;
+  p.workflow_job.status = action;
+  p.workflow_job.labels = ['chaos'];
+  p.workflow_job.runner_name = runner;
+  return p;
+}
+
+async function deliver(action, id, runner) {
+  try {
+    const r = await d.post('workflow_job', payload(action, id, runner));
+    return r.status >= 200 && r.status < 300;
+  } catch {
+    return false; // the daemon is down: GitHub's redelivery is this test's retry
+  }
+}
+
+function live() {
+  const r = d.cli('--json', 'runners');
+  if (r.code !== 0) return null;
+  return JSON.parse(r.stdout).runners.filter((x) => !['deleted', 'failed'].includes(x.state));
+}
+
+// Supply, as the scheduler counts it: runners that have or can take a job. Runners being
+// torn down and records awaiting repair after a restart are not supply.
+function supply(runners) {
+  return runners.filter((x) => ['pending', 'creating', 'configured', 'idle', 'busy'].includes(x.state)).length;
+}
+
+const ourContainers = () => spawnSync('virsh', ['-c', 'lxc:///', 'list', '--all', '--name'], { encoding: 'utf8' })
+  .stdout.split('\n').filter((n) => n.startsWith('hatchery-it-'));
+
+before(async () => {
+  await fetch(`${api}/__double/log`, { method: 'DELETE' });
+  await fetch(`${api}/__double/stateful`, { method: 'POST' });
+  await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=1 exit=0' });
+  await d.start();
+});
+
+after(async () => {
+  await d.stop();
+  d.cleanup();
+});
+
+test(`${JOBS} jobs, hatcheryd killed ${KILLS} times: all served, nothing leaked`, { timeout: 1200000 }, async () => {
+  const jobs = Array.from({ length: JOBS }, (_, i) => ({ id: 9700000000 + i, queued: false, runner: null, started: false, done: false }));
+  const taken = new Set();
+  let kills = 0;
+  let nextKill = Date.now() + 1000 + Math.random() * 1500;
+  let worst = -Infinity;
+  const deadline = Date.now() + 15 * 60 * 1000;
+  while (jobs.some((j) => !j.done)) {
+    assert.ok(Date.now() < deadline, `timed out: ${jobs.filter((j) => !j.done).length} jobs not served\n${d.logs.split('\n').slice(-30).join('\n')}`);
+    if (kills < KILLS && Date.now() > nextKill) {
+      await d.kill9();
+      kills++;
+      await sleep(300 + Math.random() * 700);
+      await d.start();
+      nextKill = Date.now() + 800 + Math.random() * 1500;
+    }
+    for (const j of jobs.filter((x) => !x.queued).slice(0, 50)) j.queued = await deliver('queued', j.id);
+    const runners = live();
+    if (!runners) {
+      await sleep(100);
+      continue;
+    }
+    const outstanding = jobs.filter((j) => !j.done).length;
+    worst = Math.max(worst, supply(runners) - outstanding);
+    const names = new Set(runners.map((r) => r.name));
+    for (const r of runners.filter((x) => x.state === 'idle' && !taken.has(x.name))) {
+      const j = jobs.find((x) => x.queued && !x.runner);
+      if (!j) break;
+      taken.add(r.name);
+      j.runner = r.name;
+    }
+    for (const j of jobs.filter((x) => x.runner && !x.started)) j.started = await deliver('in_progress', j.id, j.runner);
+    // A runner that is gone finished (or lost) its job: GitHub reports it completed.
+    for (const j of jobs.filter((x) => x.started && !x.done && !names.has(x.runner))) j.done = await deliver('completed', j.id, j.runner);
+    await sleep(150);
+  }
+  assert.equal(kills, KILLS);
+  assert.ok(worst <= 0, `at some moment ${worst} more runners than outstanding jobs (min_idle 0)`);
+  // Let the reconciler and the teardowns finish, then nothing may be left anywhere.
+  let left = null;
+  for (let i = 0; i < 100; i++) {
+    const runners = live() ?? [];
+    const containers = ourContainers();
+    const github = await (await fetch(`${api}/__double/runners`)).json();
+    left = { runners: runners.length, containers, github: github.filter((r) => r.name.startsWith('hatchery-it-')) };
+    if (!left.runners && !left.containers.length && !left.github.length) break;
+    await sleep(300);
+  }
+  assert.deepEqual(left, { runners: 0, containers: [], github: [] });
+  const { violations } = await (await fetch(`${api}/__double/log`)).json();
+  assert.deepEqual(violations, []);
+  const created = Number(/hatchery_runners_created_total (\d+)/.exec(await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text())?.[1] ?? 0);
+  console.log(`chaos: ${JOBS} jobs served, ${kills} SIGKILLs, ${taken.size} runners took jobs, worst surplus ${worst}, runners created since the last start ${created}`);
+});
