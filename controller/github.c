@@ -830,6 +830,21 @@ static void fetch_token(struct github_client *c)
 
 /* ---- client ------------------------------------------------------------------------- */
 
+/* The client's own memory, apart from the multi handle and the timer. */
+static void client_release(struct github_client *c)
+{
+    EVP_PKEY_free(c->app_key);
+    secret_free(c->token);
+    free(c->api_url);
+    free(c->user_agent);
+    free(c->ca_file);
+    free(c->lookup_repo);
+    free(c->lookup_org);
+    c->app_key = NULL;
+    c->token = NULL;
+    c->api_url = c->user_agent = c->ca_file = c->lookup_repo = c->lookup_org = NULL;
+}
+
 int github_client_new(uv_loop_t *loop, const struct github_options *o,
                       struct github_client **ret_client, char *err, size_t err_size)
 {
@@ -877,13 +892,7 @@ int github_client_new(uv_loop_t *loop, const struct github_options *o,
         }
     }
     if (r < 0) {
-        EVP_PKEY_free(c->app_key);
-        secret_free(c->token);
-        free(c->api_url);
-        free(c->user_agent);
-        free(c->ca_file);
-        free(c->lookup_repo);
-        free(c->lookup_org);
+        client_release(c);
         free(c);
         return r;
     }
@@ -919,13 +928,7 @@ void github_client_free(struct github_client *c)
         call->cb = NULL;
         call_free(call);
     }
-    EVP_PKEY_free(c->app_key);
-    secret_free(c->token);
-    free(c->api_url);
-    free(c->user_agent);
-    free(c->ca_file);
-    free(c->lookup_repo);
-    free(c->lookup_org);
+    client_release(c);
     uv_close((uv_handle_t *)&c->curl_timer, on_client_timer_closed);
 }
 

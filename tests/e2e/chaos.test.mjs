@@ -8,7 +8,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
-import { Daemon, examples } from '../integration/lib/daemon.mjs';
+import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const JOBS = Number(process.env.CHAOS_JOBS ?? 500);
@@ -36,25 +36,10 @@ const d = new Daemon({
     runner_command: [/usr/bin/fake-runner, --jitconfig]
     hosts: [lxc]
 `,
-  extra: `github:
-  api_url: ${api}
-  app_id: ${process.env.APP_ID}
-  app_private_key_file: ${process.env.APP_KEY_FILE}
-  runner_scopes:
-    - repo: pytorch/pytorch
-reconcile_interval_s: 2
-`,
+  extra: githubConfig({ reconcileIntervalS: 2 }),
 });
 
-function payload(action, id, runner = null) {
-  const p = structuredClone(examples('workflow_job').find((e) => e.action === action));
-  p.action = action;
-  p.workflow_job.id = id;
-  p.workflow_job.status = action;
-  p.workflow_job.labels = ['chaos'];
-  p.workflow_job.runner_name = runner;
-  return p;
-}
+const payload = (action, id, runner = null) => workflowJob(action, id, ['chaos'], runner);
 
 async function deliver(action, id, runner) {
   try {
@@ -99,7 +84,7 @@ test(`${JOBS} jobs, hatcheryd killed ${KILLS} times: all served, nothing leaked`
   let nextKill = Date.now() + 1000 + Math.random() * 1500;
   let worst = -Infinity;
   const deadline = Date.now() + 15 * 60 * 1000;
-  while (jobs.some((j) => !j.done)) {
+  while (jobs.some((j) => !j.done) || kills < KILLS) {
     assert.ok(Date.now() < deadline, `timed out: ${jobs.filter((j) => !j.done).length} jobs not served\n${d.logs.split('\n').slice(-30).join('\n')}`);
     if (kills < KILLS && Date.now() > nextKill) {
       await d.kill9();

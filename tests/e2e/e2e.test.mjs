@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
-import { Daemon, examples } from '../integration/lib/daemon.mjs';
+import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
@@ -43,14 +43,7 @@ const config = {
   pools: 'pools:\n' + pool('linux.ppc64le', 'linux.ppc64le', 'ppc64le') +
     pool('linux.s390x', 'linux.s390x', 's390x', { max: 1 }) +
     pool('linux.s390x.warm', 'linux.s390x.warm', 's390x', { max: 1, minIdle: 1 }),
-  extra: `github:
-  api_url: ${api}
-  app_id: ${process.env.APP_ID}
-  app_private_key_file: ${process.env.APP_KEY_FILE}
-  runner_scopes:
-    - repo: pytorch/pytorch
-reconcile_interval_s: 5
-`,
+  extra: githubConfig({ reconcileIntervalS: 5 }),
 };
 
 const d = new Daemon(config);
@@ -67,15 +60,7 @@ async function until(what, predicate, ms = 180000) {
   assert.fail(`timed out waiting for ${what}\n${d.logs.split('\n').slice(-40).join('\n')}`);
 }
 
-function payload(action, id, label, runner = null) {
-  const p = structuredClone(examples('workflow_job').find((e) => e.action === action) ?? examples('workflow_job')[5]);
-  p.action = action;
-  p.workflow_job.id = id;
-  p.workflow_job.status = action;
-  p.workflow_job.labels = [label];
-  p.workflow_job.runner_name = runner;
-  return p;
-}
+const payload = (action, id, label, runner = null) => workflowJob(action, id, [label], runner);
 
 const runners = () => d.cliJson('runners', '--all').runners;
 const domains = () => spawnSync('virsh', ['-c', 'qemu:///system', 'list', '--name'], { encoding: 'utf8' })

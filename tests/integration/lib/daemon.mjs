@@ -193,3 +193,29 @@ export function examples(name) {
   return JSON.parse(readFileSync(new URL(import.meta.resolve('@octokit/webhooks-examples')), 'utf8'))
     .find((e) => e.name === name).examples;
 }
+
+// The `github` section for a daemon talking to the GitHub double (tests/github/with-prism.sh
+// exports its URL and the App's key).
+export function githubConfig({ reconcileIntervalS = 5 } = {}) {
+  return `github:
+  api_url: ${process.env.GITHUB_DOUBLE_URL}
+  app_id: ${process.env.APP_ID}
+  app_private_key_file: ${process.env.APP_KEY_FILE}
+  runner_scopes:
+    - repo: pytorch/pytorch
+reconcile_interval_s: ${reconcileIntervalS}
+`;
+}
+
+// GitHub's own example workflow_job delivery for `action`, with our job id, labels and
+// runner name.
+export function workflowJob(action, id, labels, runner = null) {
+  const all = examples('workflow_job');
+  const p = structuredClone(all.find((e) => e.action === action) ?? all[5]);
+  p.action = action;
+  p.workflow_job.id = id;
+  p.workflow_job.status = action;
+  p.workflow_job.labels = labels;
+  p.workflow_job.runner_name = runner;
+  return p;
+}
