@@ -29,6 +29,9 @@ let jitConfig = null;
 let stateful = false;
 const registered = new Map(); // id -> name
 let nextRunnerId = 100000;
+let registrations = 0;
+// Jobs GitHub holds as queued (for the reconciler's lost-webhook search): id -> job.
+const queuedJobs = new Map();
 
 function b64urlJson(part) {
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
@@ -88,6 +91,15 @@ createServer(async (req, res) => {
     if (url === '/__double/jit' && req.method === 'POST') { jitConfig = body.toString(); return send(res, 200, {}, '{}'); }
     if (url === '/__double/stateful' && req.method === 'POST') { stateful = true; return send(res, 200, {}, '{}'); }
     if (url === '/__double/runners') return send(res, 200, {}, JSON.stringify([...registered].map(([id, name]) => ({ id, name }))));
+    if (url === '/__double/registrations') return send(res, 200, {}, JSON.stringify({ registrations }));
+    if (url === '/__double/queued' && req.method === 'POST') {
+      for (const j of JSON.parse(body.toString())) queuedJobs.set(j.id, j);
+      return send(res, 200, {}, '{}');
+    }
+    if (url === '/__double/dequeue' && req.method === 'POST') {
+      for (const id of JSON.parse(body.toString())) queuedJobs.delete(id);
+      return send(res, 200, {}, '{}');
+    }
     return send(res, 404, {}, '{}');
   }
 
@@ -160,6 +172,7 @@ createServer(async (req, res) => {
     if (stateful) {
       parsed.runner.id = nextRunnerId++;
       registered.set(parsed.runner.id, name);
+      registrations++;
     }
     text = JSON.stringify(parsed);
   }
@@ -170,6 +183,23 @@ createServer(async (req, res) => {
     parsed.runners = [...registered].filter(([, name]) => !wanted || name === wanted)
       .map(([id, name]) => ({ ...example, id, name, busy: false, status: 'online' }));
     parsed.total_count = parsed.runners.length;
+    text = JSON.stringify(parsed);
+  }
+  if (stateful && upstream.status === 200 && /\/actions\/runs$/.test(path)) {
+    const parsed = JSON.parse(text);
+    const example = parsed.workflow_runs[0];
+    const runIds = [...new Set([...queuedJobs.values()].map((j) => j.run_id))];
+    parsed.workflow_runs = runIds.map((id) => ({ ...example, id, status: 'queued', conclusion: null }));
+    parsed.total_count = parsed.workflow_runs.length;
+    text = JSON.stringify(parsed);
+  }
+  const runJobs = /\/actions\/runs\/(\d+)\/jobs$/.exec(path);
+  if (stateful && upstream.status === 200 && runJobs) {
+    const parsed = JSON.parse(text);
+    const example = parsed.jobs[0];
+    parsed.jobs = [...queuedJobs.values()].filter((j) => j.run_id === Number(runJobs[1]))
+      .map((j) => ({ ...example, id: j.id, run_id: j.run_id, labels: j.labels, status: 'queued', conclusion: null, runner_name: null, runner_id: null }));
+    parsed.total_count = parsed.jobs.length;
     text = JSON.stringify(parsed);
   }
   const out = { 'Content-Type': upstream.headers.get('content-type') ?? 'application/json' };
