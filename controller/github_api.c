@@ -302,7 +302,8 @@ static void on_deleted(void *data, const struct github_response *res)
     int err = res->err;
     if (err < 0 && res->status == 404)
         err = 0; /* already gone */
-    d->cb(d->data, err, err < 0 ? res->message : NULL);
+    if (d->cb)
+        d->cb(d->data, err, err < 0 ? res->message : NULL);
     free(d);
 }
 

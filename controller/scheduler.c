@@ -326,6 +326,13 @@ static const struct guest_events guest_events = {
 
 /* ---- creation ------------------------------------------------------------------------------ */
 
+static void on_github_deleted_quiet(void *data, int err, const char *message)
+{
+    (void)data;
+    (void)err;
+    (void)message;
+}
+
 static void on_jit(void *data, int err, const char *message, int64_t runner_id, struct secret *jit)
 {
     struct runner *r = data;
@@ -333,7 +340,8 @@ static void on_jit(void *data, int err, const char *message, int64_t runner_id, 
         secret_free(jit);
         /* Registered after all: delete it, or it lingers. */
         if (err == 0 && r->s->d->github)
-            github_runner_delete(r->s->d->github, r->scope, runner_id, NULL, NULL);
+            github_runner_delete(r->s->d->github, r->scope, runner_id, on_github_deleted_quiet,
+                                 NULL);
         return;
     }
     if (err < 0) {
@@ -344,13 +352,6 @@ static void on_jit(void *data, int err, const char *message, int64_t runner_id, 
     r->jit = jit;
     record(r);
     maybe_configure(r);
-}
-
-static void on_github_deleted_quiet(void *data, int err, const char *message)
-{
-    (void)data;
-    (void)err;
-    (void)message;
 }
 
 static void runner_start(struct runner *r)
@@ -698,8 +699,6 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
         char delivery[64];
         snprintf(delivery, sizeof(delivery), "reconcile-%lld", (long long)json_integer_value(id));
         const struct config_pool *pool = job_pool_match(s->d->config, values, n);
-        const char *repo_url = json_string_value(json_object_get(job, "html_url"));
-        (void)repo_url;
         ev->delivery_id = strdup(delivery);
         ev->job_id = json_integer_value(id);
         ev->run_id = json_integer_value(json_object_get(job, "run_id"));
