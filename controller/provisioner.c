@@ -722,9 +722,18 @@ static void create_done(uv_work_t *w, int status)
         teardown_start(g);
         return;
     }
-    g->state = GUEST_BOOTING;
     log_info("guest.created", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
              g->pool->name);
+    /* A container's agent can connect, say hello and even finish before this callback
+     * runs: only a guest not heard from yet is booting. */
+    if (g->state != GUEST_CREATING) {
+        if (g->domain_stopped && g->state == GUEST_EXITED)
+            guest_teardown(g, "the guest powered off after the job");
+        else if (g->domain_stopped)
+            guest_fail(g, "the guest stopped before its runner reported an exit");
+        return;
+    }
+    g->state = GUEST_BOOTING;
     uv_timer_start(&g->timer, on_boot_timeout, (uint64_t)g->pool->boot_timeout_s * 1000, 0);
     if (g->pool->backend == BACKEND_VM)
         channel_connect(g);
@@ -912,9 +921,11 @@ static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int det
     if (event != VIR_DOMAIN_EVENT_STOPPED)
         return 0;
     struct guest *g = h->prov->closing ? NULL : guest_by_name(h, virDomainGetName(dom));
-    if (!g || g->state >= GUEST_DELETING || g->busy)
+    if (!g || g->state >= GUEST_DELETING)
         return 0;
     g->domain_stopped = true;
+    if (g->busy)
+        return 0; /* a worker still has it: create_done looks at domain_stopped */
     if (g->state == GUEST_EXITED)
         guest_teardown(g, "the guest powered off after the job");
     else
