@@ -434,9 +434,11 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
 
 /* ---- demand and placement ------------------------------------------------------------------- */
 
+/* Hosts whose files are this machine's (qemu:///system, lxc:///): the image can be checked
+ * here. test:/// paths are the test driver's own and remote hosts' are theirs. */
 static bool host_is_local(const char *uri)
 {
-    return strstr(uri, "://") && strstr(uri, ":///") != NULL && !strchr(uri, '+');
+    return strstr(uri, ":///") != NULL && !strchr(uri, '+') && strncmp(uri, "test:", 5) != 0;
 }
 
 /* A host for one more guest of `pool`, or NULL with the reason in `why`. */

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Scale benchmark: 1,000 queued jobs over 20 test:///default hosts. Measures the time
+# until every job has a runner (created: JIT config fetched, guest defined and started),
+# hatcheryd's CPU time and RSS, and the reconcile tick's duration; beside the raw libvirt
+# create+destroy rate measured in the same run (provision_bench overhead), as a ratio.
+# GitHub is played by Prism behind the double. It prints figures; it asserts nothing.
+# usage: tests/bench/scale_bench.sh [JOBS] [HOSTS]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+jobs=${1:-1000}
+hosts=${2:-20}
+if [ -z "${GITHUB_DOUBLE_URL:-}" ]; then
+  ./deploy/install-deps.sh >/dev/null
+  cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DHATCHERY_TESTS=OFF -DHATCHERY_BENCH=ON >/dev/null
+  cmake --build build-bench -j"$(nproc)" >/dev/null
+  exec tests/github/with-prism.sh "$0" "$jobs" "$hosts"
+fi
+work=$(mktemp -d /tmp/hatchery-scale-XXXXXX)
+trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+od -An -N16 -tx1 /dev/urandom | tr -d ' \n' > "$work/secret"
+chmod 600 "$work/secret"
+port=$(node -e 's=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
+{
+  echo "controller_id: scale"
+  echo "listen: 127.0.0.1:$port"
+  echo "state_dir: $work/state"
+  echo "admin_socket: $work/admin.sock"
+  echo "webhook_secret_file: $work/secret"
+  echo "reconcile_interval_s: 5"
+  echo "github:"
+  echo "  api_url: $GITHUB_DOUBLE_URL"
+  echo "  app_id: $APP_ID"
+  echo "  app_private_key_file: $APP_KEY_FILE"
+  echo "  runner_scopes: [{repo: pytorch/pytorch}]"
+  echo "hosts:"
+  for i in $(seq "$hosts"); do
+    echo "  - {name: h$i, uri: 'test:///default', vcpus: 4096, memory_mib: 4194304, max_guests: 4096, storage_pool: default-pool}"
+  done
+  echo "pools:"
+  echo "  - {name: scale, labels: [scale], arch: s390x, image: /default-pool/base.qcow2, vcpus: 1, memory_mib: 64, disk_mib: 64, network: none, max_runners: $jobs, boot_timeout_s: 3600}"
+} > "$work/hatchery.yaml"
+curl -sf -X POST "$GITHUB_DOUBLE_URL/__double/stateful" >/dev/null
+"${HATCHERYD_BIN:-build-bench/hatcheryd}" --config "$work/hatchery.yaml" 2>"$work/log" &
+pid=$!
+for _ in $(seq 100); do [ "$(grep -c 'event=host.up' "$work/log" 2>/dev/null)" = "$hosts" ] && break; sleep 0.1; done
+cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+cpu0=$(cpu)
+t0=$(date +%s.%N)
+node tests/tools/send-burst.mjs "http://127.0.0.1:$port/webhook" "$work/secret" "$jobs" scale
+while :; do
+  have=$(build-bench/hatchery --socket "$work/admin.sock" --json capacity | node -e 'console.log(JSON.parse(require("fs").readFileSync(0)).pools[0].runners)')
+  [ "$have" -ge "$jobs" ] && break
+  sleep 0.2
+done
+t1=$(date +%s.%N)
+cpu1=$(cpu)
+rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
+sleep 6 # one reconcile pass over all of it
+tick=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^hatchery_reconcile_last_tick_seconds/ {print $2}')
+hz=$(getconf CLK_TCK)
+raw=$(build-bench/provision_bench overhead 300 | awk '/raw libvirt loop/ {print $4}')
+node -e '
+  const [jobs, hosts, t0, t1, cpu0, cpu1, hz, rss, tick, raw] = process.argv.slice(1).map(Number);
+  const secs = t1 - t0, rate = jobs / secs;
+  console.log(`${jobs} queued jobs over ${hosts} test:///default hosts`);
+  console.log(`  all have runners after      ${secs.toFixed(1)} s  (${(rate * 60).toFixed(0)} runners/min; GARM users report ~200/min)`);
+  console.log(`  hatcheryd CPU               ${((cpu1 - cpu0) / hz).toFixed(1)} s`);
+  console.log(`  hatcheryd RSS               ${(rss / 1024).toFixed(1)} MiB (goal < 64 MiB)`);
+  console.log(`  reconcile tick              ${(tick * 1000).toFixed(2)} ms on the loop (goal < 20 ms)`);
+  console.log(`  raw libvirt cycles/s        ${raw.toFixed(0)}  -> ratio ${(rate / raw).toFixed(3)} (runner creations/s over raw create+destroy/s)`);
+' "$jobs" "$hosts" "$t0" "$t1" "$cpu0" "$cpu1" "$hz" "$rss" "$tick" "$raw"
