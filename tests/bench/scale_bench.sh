@@ -49,6 +49,9 @@ cpu0=$(cpu)
 t0=$(date +%s.%N)
 node tests/tools/send-burst.mjs "http://127.0.0.1:$port/webhook" "$work/secret" "$jobs" scale
 while :; do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "hatcheryd died; the end of its log:"; tail -n 60 "$work/log"; exit 1
+  fi
   have=$(build-bench/hatchery --socket "$work/admin.sock" --json capacity | node -e 'console.log(JSON.parse(require("fs").readFileSync(0)).pools[0].runners)')
   [ "$have" -ge "$jobs" ] && break
   sleep 0.2
