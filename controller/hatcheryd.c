@@ -366,9 +366,8 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
                 if (!json_is_string(pool)) {
                     why = json_string("no matching pool");
                 } else if (d->scheduler) {
-                    json_t *sp = scheduler_pool_json(d->scheduler, json_string_value(pool));
-                    why = json_incref(json_object_get(sp, "waiting"));
-                    json_decref(sp);
+                    const char *w = scheduler_pool_waiting(d->scheduler, json_string_value(pool));
+                    why = w ? json_string(w) : json_null();
                 }
             }
             json_object_set_new(job, "waiting", why ? why : json_null());

@@ -907,12 +907,17 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
         json_integer_set(n, json_integer_value(n) + 1);
         live++;
     }
-    const char *why = "";
+    const char *why = scheduler_pool_waiting(s, pool);
+    return json_pack("{s:I, s:o, s:o}", "live", (json_int_t)live, "by_state", states, "waiting",
+                     why ? json_string(why) : json_null());
+}
+
+const char *scheduler_pool_waiting(struct scheduler *s, const char *pool)
+{
     for (size_t p = 0; p < s->d->config->n_pools; p++)
         if (strcmp(s->d->config->pools[p].name, pool) == 0)
-            why = s->why[p];
-    return json_pack("{s:I, s:o, s:o}", "live", (json_int_t)live, "by_state", states, "waiting",
-                     why[0] ? json_string(why) : json_null());
+            return s->why[p][0] ? s->why[p] : NULL;
+    return NULL;
 }
 
 int scheduler_host_drain(struct scheduler *s, const char *host, bool drained)

@@ -57,6 +57,8 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
 json_t *scheduler_runners_json(struct scheduler *s, bool include_ended);
 /* Per pool: live runners by state and why queued jobs wait. */
 json_t *scheduler_pool_json(struct scheduler *s, const char *pool);
+/* Why queued jobs of `pool` wait, or NULL when they do not. */
+const char *scheduler_pool_waiting(struct scheduler *s, const char *pool);
 int scheduler_host_drain(struct scheduler *s, const char *host, bool drained);
 bool scheduler_host_drained(struct scheduler *s, const char *host);
 int scheduler_runner_delete(struct scheduler *s, const char *name);
