@@ -590,6 +590,13 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
             if (h->name && c->hosts[j].name && strcmp(h->name, c->hosts[j].name) == 0)
                 fail(l, line_node(h->line, &at), "hosts[].name", "host '%s' is defined twice",
                      h->name);
+        /* One libvirt under two names would be counted twice, and each name's reconciler
+         * would remove the other's guests as orphans. */
+        for (size_t j = 0; j < i; j++)
+            if (h->uri && c->hosts[j].uri && strcmp(h->uri, c->hosts[j].uri) == 0)
+                fail(l, line_node(h->line, &at), "hosts[].uri",
+                     "host '%s' has the same uri as host '%s': one libvirt must be one host",
+                     h->name ? h->name : "?", c->hosts[j].name ? c->hosts[j].name : "?");
     }
     for (size_t i = 0; i < c->n_pools; i++) {
         struct config_pool *p = &c->pools[i];

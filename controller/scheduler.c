@@ -48,6 +48,8 @@ struct runner {
     int64_t github_runner_id;
     bool hello;
     bool ever_busy;
+    bool jit_pending; /* GitHub's JIT answer still owes us a callback with this runner */
+    bool forget_after_jit;
     int64_t job_id;
     int exit_code;
     int64_t created_ms, online_ms, busy_ms, finished_ms;
@@ -183,7 +185,11 @@ static void on_github_deleted(void *data, int err, const char *message)
     r->finished_ms = r->finished_ms ? r->finished_ms : now_ms();
     set_state(r, RUNNER_DELETED);
     r->s->stats.deleted++;
-    runner_forget(r);
+    /* A JIT request still in flight will call back with this runner: it is freed then. */
+    if (r->jit_pending)
+        r->forget_after_jit = true;
+    else
+        runner_forget(r);
 }
 
 /* The guest is gone: remove the GitHub runner if it may still exist (never used, or its
@@ -336,12 +342,15 @@ static void on_github_deleted_quiet(void *data, int err, const char *message)
 static void on_jit(void *data, int err, const char *message, int64_t runner_id, struct secret *jit)
 {
     struct runner *r = data;
+    r->jit_pending = false;
     if (r->state >= RUNNER_DELETING || r->state == RUNNER_FAILED) {
         secret_free(jit);
         /* Registered after all: delete it, or it lingers. */
         if (err == 0 && r->s->d->github)
             github_runner_delete(r->s->d->github, r->scope, runner_id, on_github_deleted_quiet,
                                  NULL);
+        if (r->forget_after_jit)
+            runner_forget(r);
         return;
     }
     if (err < 0) {
@@ -364,11 +373,17 @@ static void runner_start(struct runner *r)
     labels[n++] = "self-hosted";
     for (size_t i = 0; i < p->n_labels && n < CONFIG_MAX_POOL_LABELS + 1; i++)
         labels[n++] = p->labels[i];
+    r->jit_pending = true;
     int e = github_jitconfig_generate(d->github, r->scope, r->name, labels, n, "_work", on_jit, r);
     if (e < 0) {
+        r->jit_pending = false;
         runner_fail(r, "cannot ask GitHub for a JIT config: %s", strerror(-e));
         return;
     }
+    /* A request that failed at once has already called back and failed the runner (whose
+     * memory lasts until its timer's close callback): create no guest for it. */
+    if (r->state != RUNNER_CREATING)
+        return;
     struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = p};
     e = provisioner_guest_create(d->provisioner, r->host, &spec, &guest_events, r, &r->guest);
     if (e < 0) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale benchmark: 1,000 queued jobs over 20 test:///default hosts. Measures the time
+# Scale benchmark: 1,000 queued jobs over 20 libvirt test-driver hosts. Measures the time
 # until every job has a runner (created: JIT config fetched, guest defined and started),
 # hatcheryd's CPU time and RSS, and the reconcile tick's duration; beside the raw libvirt
 # create+destroy rate measured in the same run (provision_bench overhead), as a ratio.
@@ -17,7 +17,7 @@ if [ -z "${GITHUB_DOUBLE_URL:-}" ]; then
   exec tests/github/with-prism.sh "$0" "$jobs" "$hosts"
 fi
 work=$(mktemp -d /tmp/hatchery-scale-XXXXXX)
-trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; [ -n "${SCALE_KEEP:-}" ] || rm -rf "$work"' EXIT
 od -An -N16 -tx1 /dev/urandom | tr -d ' \n' > "$work/secret"
 chmod 600 "$work/secret"
 port=$(node -e 's=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
@@ -35,11 +35,28 @@ port=$(node -e 's=require("net").createServer().listen(0,"127.0.0.1",()=>{consol
   echo "  runner_scopes: [{repo: pytorch/pytorch}]"
   echo "hosts:"
   for i in $(seq "$hosts"); do
-    echo "  - {name: h$i, uri: 'test:///default', vcpus: 4096, memory_mib: 4194304, max_guests: 4096, storage_pool: default-pool}"
+    echo "  - {name: h$i, uri: 'test://$work/h$i.xml', vcpus: 4096, memory_mib: 4194304, max_guests: 4096, storage_pool: default-pool}"
   done
   echo "pools:"
   echo "  - {name: scale, labels: [scale], arch: s390x, image: /default-pool/base.qcow2, vcpus: 1, memory_mib: 64, disk_mib: 64, network: none, max_runners: $jobs, boot_timeout_s: 3600}"
 } > "$work/hatchery.yaml"
+# test:///default is one instance per process, shared by every connection to it; a
+# test driver given a file is private to its connection: 20 files are 20 hosts.
+for i in $(seq "$hosts"); do
+  cat > "$work/h$i.xml" <<EOF
+<node>
+  <cpu><nodes>1</nodes><sockets>1</sockets><cores>64</cores><threads>1</threads><active>64</active><mhz>4000</mhz><model>host</model></cpu>
+  <memory>4294967296</memory>
+  <pool type='dir'>
+    <name>default-pool</name>
+    <capacity unit='bytes'>1099511627776</capacity>
+    <allocation unit='bytes'>0</allocation>
+    <available unit='bytes'>1099511627776</available>
+    <target><path>/default-pool</path></target>
+  </pool>
+</node>
+EOF
+done
 curl -sf -X POST "$GITHUB_DOUBLE_URL/__double/stateful" >/dev/null
 "${HATCHERYD_BIN:-build-bench/hatcheryd}" --config "$work/hatchery.yaml" 2>"$work/log" &
 pid=$!
@@ -52,7 +69,11 @@ while :; do
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "hatcheryd died; the end of its log:"; tail -n 60 "$work/log"; exit 1
   fi
-  have=$(build-bench/hatchery --socket "$work/admin.sock" --json capacity | node -e 'console.log(JSON.parse(require("fs").readFileSync(0)).pools[0].runners)')
+  if ! answer=$(build-bench/hatchery --socket "$work/admin.sock" --json capacity); then
+    sleep 1; kill -0 "$pid" 2>/dev/null || continue
+    echo "hatchery capacity failed; the end of hatcheryd's log:"; tail -n 60 "$work/log"; exit 1
+  fi
+  have=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(0)).pools[0].runners)' <<<"$answer")
   [ "$have" -ge "$jobs" ] && break
   sleep 0.2
 done
@@ -66,7 +87,7 @@ raw=$(build-bench/provision_bench overhead 300 | awk '/raw libvirt loop/ {print 
 node -e '
   const [jobs, hosts, t0, t1, cpu0, cpu1, hz, rss, tick, raw] = process.argv.slice(1).map(Number);
   const secs = t1 - t0, rate = jobs / secs;
-  console.log(`${jobs} queued jobs over ${hosts} test:///default hosts`);
+  console.log(`${jobs} queued jobs over ${hosts} test-driver hosts (one private test:/// instance each)`);
   console.log(`  all have runners after      ${secs.toFixed(1)} s  (${(rate * 60).toFixed(0)} runners/min; GARM users report ~200/min)`);
   console.log(`  hatcheryd CPU               ${((cpu1 - cpu0) / hz).toFixed(1)} s`);
   console.log(`  hatcheryd RSS               ${(rss / 1024).toFixed(1)} MiB (goal < 64 MiB)`);

@@ -5,8 +5,9 @@
 //    signature, iat/exp window, iss;
 //  - it issues installation tokens of varying length and format, and can revoke them, so
 //    refresh and "never assume a token's shape" are tested;
-//  - it injects faults on request (5xx, resets, timeouts, 429/403 rate limits, 409s,
-//    malformed or oversized bodies, pagination links);
+//  - it injects faults on request (5xx, resets, timeouts, delays, 429/403 rate limits,
+//    409s, malformed or oversized bodies, pagination links, an answer lost after GitHub
+//    acted on the request);
 //  - it logs every request, and every Prism validation failure as a violation.
 // usage: node github-double.mjs PORT PRISM_URL APP_PUBLIC_KEY_PEM APP_ID
 import { createPublicKey, randomBytes, verify } from 'node:crypto';
@@ -133,6 +134,7 @@ createServer(async (req, res) => {
     const id = Number(path.split('/').pop());
     if (!registered.delete(id)) return send(res, 404, {}, JSON.stringify({ message: 'Not Found' }));
   }
+  if (fault?.delay_ms) await new Promise((r) => setTimeout(r, fault.delay_ms));
   if (fault?.reset) return req.socket.destroy();
   if (fault?.hang) return; // never answer: the client's timeout must fire
   if (fault?.status) {
@@ -205,5 +207,7 @@ createServer(async (req, res) => {
   const out = { 'Content-Type': upstream.headers.get('content-type') ?? 'application/json' };
   if (fault?.link) out.Link = fault.link.replaceAll('SELF', `http://127.0.0.1:${port}`);
   if (fault?.ratelimit) Object.assign(out, fault.ratelimit);
+  // GitHub acted, but its answer is lost on the way: the client cannot know.
+  if (fault?.lose_answer) return req.socket.destroy();
   send(res, upstream.status, out, text);
 }).listen(Number(port), '127.0.0.1', () => console.log(`github-double listening on ${port}`));

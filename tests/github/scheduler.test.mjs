@@ -1,0 +1,110 @@
+// The scheduler against GitHub's misbehaviour, on libvirt's test driver (whose guests never
+// run, so a runner stays `creating` until its boot timeout: what is measured here is only
+// the GitHub side). GitHub is Prism behind the stateful double, which keeps the runners
+// that GitHub would have registered: a runner name stays taken until deleted.
+//  - a JIT answer that arrives after its runner was deleted must not touch the freed
+//    runner (a use-after-free found by the scale benchmark), and the GitHub runner it
+//    registered must be deleted, not left behind;
+//  - 502 bursts, a 429 and an answer lost after GitHub registered the runner: one queued
+//    job still ends with exactly one registered runner, never two.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
+
+const api = process.env.GITHUB_DOUBLE_URL;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const d = new Daemon({
+  pools: `pools:
+  - name: sim
+    labels: [sim]
+    arch: s390x
+    image: /default-pool/base.qcow2
+    vcpus: 1
+    memory_mib: 256
+    network: none
+    max_runners: 4
+    boot_timeout_s: 600
+`,
+  extra: githubConfig({ reconcileIntervalS: 60 }),
+});
+
+const fault = (list) => fetch(`${api}/__double/faults`, { method: 'POST', body: JSON.stringify(list) });
+const registered = async () => (await fetch(`${api}/__double/runners`)).json();
+const registrations = async () => (await (await fetch(`${api}/__double/registrations`)).json()).registrations;
+const live = () => d.cliJson('runners').runners.filter((r) => !['deleted', 'failed'].includes(r.state));
+
+async function until(what, check, ms = 15000) {
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(50)) {
+    const v = await check();
+    if (v) return v;
+  }
+  assert.fail(`timed out waiting for ${what}\n${d.logs.split('\n').slice(-20).join('\n')}`);
+}
+
+before(async () => {
+  await fetch(`${api}/__double/log`, { method: 'DELETE' });
+  await fetch(`${api}/__double/stateful`, { method: 'POST' });
+  await d.start();
+});
+
+after(async () => {
+  const { code, signal } = await d.stop();
+  d.cleanup();
+  assert.equal(signal, null);
+  assert.equal(code, 0); // ASan's reports end the daemon non-zero
+});
+
+test('a JIT answer arriving after its runner was deleted: the daemon lives and the late registration is deleted', async () => {
+  await fault([{ method: 'POST', path: 'generate-jitconfig', delay_ms: 2000 }]);
+  assert.equal((await d.post('workflow_job', workflowJob('queued', 8100000001, ['sim']))).status, 202);
+  const [runner] = await until('a runner for the job', () => live().length === 1 && live());
+  assert.equal(runner.state, 'creating');
+  const del = d.cli('delete', runner.name);
+  assert.equal(del.code, 0, del.stderr);
+  await until('the deleted runner to be forgotten', () =>
+    !live().some((r) => r.name === runner.name));
+  // The job is still queued: a replacement is made. Its JIT answer comes back at once.
+  const replacement = await until('a replacement runner registered', async () => {
+    const names = (await registered()).map((r) => r.name);
+    return names.length >= 1 && names.find((n) => n !== runner.name);
+  });
+  assert.notEqual(replacement, runner.name);
+  await sleep(2500); // the late answer for the deleted runner arrives now
+  assert.equal(d.proc.exitCode, null, `hatcheryd died:\n${d.logs.split('\n').slice(-30).join('\n')}`);
+  assert.equal(d.proc.signalCode, null);
+  await until('the late registration to be deleted', async () =>
+    !(await registered()).some((r) => r.name === runner.name));
+  assert.deepEqual((await registered()).map((r) => r.name), [replacement]);
+  const stateful = await (await fetch(`${api}/__double/log`)).json();
+  assert.deepEqual(stateful.violations, []);
+  // Clean up for the next test: the job is done, its runner goes.
+  assert.equal((await d.post('workflow_job', workflowJob('completed', 8100000001, ['sim'], null))).status, 202);
+  d.cli('delete', replacement);
+  await until('no live runner and no registration', async () => live().length === 0 && (await registered()).length === 0);
+});
+
+test('502 bursts, a 429 and a lost answer after registration: one job, exactly one registered runner', async () => {
+  const before = await registrations();
+  await fault([
+    { method: 'POST', path: 'generate-jitconfig', status: 502, times: 3 },
+    { method: 'POST', path: 'generate-jitconfig', status: 429, headers: { 'Retry-After': '1' } },
+    // GitHub registers the runner, then the answer is lost: the retry finds the name taken.
+    { method: 'POST', path: 'generate-jitconfig', lose_answer: true },
+  ]);
+  assert.equal((await d.post('workflow_job', workflowJob('queued', 8100000002, ['sim']))).status, 202);
+  const runner = await until('a runner with its JIT config', () => {
+    const rs = live();
+    return rs.length === 1 && rs[0].github_runner_id && rs[0];
+  }, 30000);
+  // Let every retry settle, then look: one live runner here, one registration there.
+  await sleep(2000);
+  assert.deepEqual(live().map((r) => r.name), [runner.name]);
+  const names = (await registered()).map((r) => r.name);
+  assert.deepEqual(names, [runner.name], `registered: ${JSON.stringify(names)}`);
+  // The lost answer's registration was replaced, not duplicated: two made, one left.
+  assert.equal((await registrations()) - before, 2);
+  assert.match(d.logs, /event=github.retry .*generate-jitconfig.*status=502/);
+  const { violations } = await (await fetch(`${api}/__double/log`)).json();
+  assert.deepEqual(violations, []);
+});
