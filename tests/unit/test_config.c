@@ -155,8 +155,8 @@ static void test_missing_and_cross_references(void **state)
                                "max_runners: 1}\n"),
                  "pools: key given twice");
     expect_error(variant("    max_guests: 8", "    max_guests: 8\n"
-                                            "  - {name: p10-b, uri: 'qemu:///system', vcpus: 8, "
-                                            "memory_mib: 8192, max_guests: 4}"),
+                                              "  - {name: p10-b, uri: 'qemu:///system', vcpus: 8, "
+                                              "memory_mib: 8192, max_guests: 4}"),
                  ":12: hosts[].uri: host 'p10-b' has the same uri as host 'p10-a'");
 }
 
