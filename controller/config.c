@@ -114,6 +114,7 @@ static const struct key host_keys[] = {
     INT_KEY_REQUIRED(struct config_host, max_guests, 0, 4096),
     STRING_KEY(struct config_host, storage_pool, false, "hatchery"),
     STRING_KEY(struct config_host, storage_dir, false, "/var/lib/hatchery/volumes"),
+    INT_KEY(struct config_host, down_grace_s, 0, 86400, 120),
     {.name = NULL},
 };
 

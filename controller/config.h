@@ -32,6 +32,7 @@ struct config_host {
     int64_t max_guests;
     char *storage_pool; /* libvirt storage pool for overlays; made as a dir pool if missing */
     char *storage_dir;
+    int64_t down_grace_s; /* guests outlive a dropped connection this long, for its return */
     int line;
 };
 

@@ -38,6 +38,14 @@ struct host {
     int attempt;
     int64_t reconnects;
     uv_timer_t reconnect;
+    uv_timer_t grace; /* guests kept through a drop are given up when it fires */
+    int open_handles; /* the two timers: the host is freed when both have closed */
+    bool ever_up;
+    /* On a reconnect, the worker lists the running domains here; the loop compares them
+     * with the guests it kept, because their stop events were lost with the connection. */
+    char **active;
+    size_t n_active;
+    bool inventory_failed;
     uv_work_t work;
     char error[256];
     struct host_usage used;
@@ -149,6 +157,24 @@ static void host_down(struct host *h, const char *why)
     uv_timer_start(&h->reconnect, on_reconnect_timer, (uint64_t)delay, 0);
 }
 
+/* Guests on a host that stays away are failed: nobody can reach them. Their domains, if
+ * the host comes back, carry our tag and are removed by the reconciler. */
+static void host_give_up_guests(struct host *h)
+{
+    for (struct guest *g = h->guests; g; g = g->next)
+        guest_fail(g, "host %s went down (%s)", h->cfg.name, h->error);
+}
+
+static void on_grace_timer(uv_timer_t *t)
+{
+    struct host *h = t->data;
+    if (!h->up) {
+        log_warn("host.guests_given_up", "host=%s after_s=%lld", h->cfg.name,
+                 (long long)h->cfg.down_grace_s);
+        host_give_up_guests(h);
+    }
+}
+
 static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
 {
     (void)conn;
@@ -160,10 +186,21 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
     h->dropped = true;
     const char *why = reason >= 0 && reason < 4 ? reasons[reason] : "connection closed";
     host_down(h, why);
-    /* Guests on a host that dropped are failed: nobody can reach them. Their domains, if
-     * the host comes back, carry our tag and are removed by the reconciler. */
+    /* A libvirtd restart (an upgrade) or a short network cut must not kill running jobs:
+     * QEMU and the agent channels live on without libvirtd. The guests are kept for
+     * down_grace_s; if the host is back by then, they go on, else they are failed. */
+    size_t kept = 0;
     for (struct guest *g = h->guests; g; g = g->next)
-        guest_fail(g, "host %s went down (%s)", h->cfg.name, why);
+        kept += g->state < GUEST_DELETING;
+    if (h->cfg.down_grace_s == 0) {
+        host_give_up_guests(h);
+        return;
+    }
+    if (kept) {
+        log_warn("host.guests_kept", "host=%s guests=%zu grace_s=%lld", h->cfg.name, kept,
+                 (long long)h->cfg.down_grace_s);
+        uv_timer_start(&h->grace, on_grace_timer, (uint64_t)h->cfg.down_grace_s * 1000, 0);
+    }
 }
 
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
@@ -202,6 +239,20 @@ static void connect_work(uv_work_t *w)
     }
     h->lxc = strncmp(h->cfg.uri, "lxc:", 4) == 0;
     h->simulated = strncmp(h->cfg.uri, "test:", 5) == 0;
+    if (h->ever_up) {
+        virDomainPtr *doms = NULL;
+        int n = virConnectListAllDomains(h->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+        h->inventory_failed = n < 0;
+        h->active = n > 0 ? calloc((size_t)n, sizeof(char *)) : NULL;
+        for (int i = 0; i < n; i++) {
+            const char *name = virDomainGetName(doms[i]);
+            if (h->active && name)
+                h->active[h->n_active++] = strdup(name);
+            virDomainFree(doms[i]);
+        }
+        free(doms);
+        h->inventory_failed = h->inventory_failed || (n > 0 && !h->active);
+    }
     char *caps = virConnectGetCapabilities(h->conn);
     if (caps) {
         /* KVM is there when the capabilities offer a kvm domain for the guest's arch. */
@@ -215,6 +266,50 @@ static void connect_work(uv_work_t *w)
         }
         free(caps);
     }
+}
+
+static bool host_runs(const struct host *h, const char *name)
+{
+    for (size_t i = 0; i < h->n_active; i++)
+        if (h->active[i] && strcmp(h->active[i], name) == 0)
+            return true;
+    return false;
+}
+
+static void host_active_free(struct host *h)
+{
+    for (size_t i = 0; i < h->n_active; i++)
+        free(h->active[i]);
+    free(h->active);
+    h->active = NULL;
+    h->n_active = 0;
+}
+
+static void guest_stopped(struct guest *g, const char *why);
+
+/* Back after a drop: the guests kept through it go on if their domains still run; the
+ * ones that stopped meanwhile are handled as their lost stop events would have been. */
+static void host_reinventory(struct host *h)
+{
+    uv_timer_stop(&h->grace);
+    size_t kept = 0, stopped = 0;
+    for (struct guest *g = h->guests, *next; g; g = next) {
+        next = g->next;
+        if (g->busy || g->failed || g->state == GUEST_CREATING || g->state >= GUEST_DELETING)
+            continue;
+        if (h->inventory_failed) {
+            guest_fail(g, "host %s came back, but its domains could not be listed", h->cfg.name);
+        } else if (host_runs(h, g->name)) {
+            kept++;
+        } else {
+            stopped++;
+            guest_stopped(g, "while the host was unreachable");
+        }
+    }
+    log_info("host.reinventoried", "host=%s guests_running=%zu guests_stopped=%zu", h->cfg.name,
+             kept, stopped);
+    host_active_free(h);
+    h->inventory_failed = false;
 }
 
 static void connect_done(uv_work_t *w, int status)
@@ -246,6 +341,9 @@ static void connect_done(uv_work_t *w, int status)
     h->attempt = 0;
     h->error[0] = 0;
     log_info("host.up", "host=%s uri=%s", h->cfg.name, h->cfg.uri);
+    if (h->ever_up)
+        host_reinventory(h);
+    h->ever_up = true;
 }
 
 static void host_connect(struct host *h)
@@ -269,7 +367,9 @@ int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
     h->cfg = *cfg;
     h->lifecycle_id = -1;
     uv_timer_init(p->loop, &h->reconnect);
-    h->reconnect.data = h;
+    uv_timer_init(p->loop, &h->grace);
+    h->reconnect.data = h->grace.data = h;
+    h->open_handles = 2;
     h->next = p->hosts;
     p->hosts = h;
     host_connect(h);
@@ -329,7 +429,11 @@ int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct
 
 static void on_host_closed(uv_handle_t *handle)
 {
-    free(handle->data);
+    struct host *h = handle->data;
+    if (--h->open_handles == 0) {
+        host_active_free(h);
+        free(h);
+    }
 }
 
 static void on_guest_handle_closed(uv_handle_t *handle)
@@ -357,6 +461,7 @@ static void finalize(struct provisioner *p)
         }
         host_conn_drop(h);
         uv_close((uv_handle_t *)&h->reconnect, on_host_closed);
+        uv_close((uv_handle_t *)&h->grace, on_host_closed);
         h = next;
     }
     free(p->controller_id);
@@ -369,8 +474,10 @@ void provisioner_free(struct provisioner *p)
     if (!p || p->closing)
         return;
     p->closing = true;
-    for (struct host *h = p->hosts; h; h = h->next)
+    for (struct host *h = p->hosts; h; h = h->next) {
         uv_timer_stop(&h->reconnect);
+        uv_timer_stop(&h->grace);
+    }
     if (p->works == 0)
         finalize(p);
 }
@@ -931,12 +1038,17 @@ static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int det
     g->domain_stopped = true;
     if (g->busy)
         return 0; /* a worker still has it: create_done looks at domain_stopped */
+    guest_stopped(g, detail == VIR_DOMAIN_EVENT_STOPPED_CRASHED ? "crashed" : "powered off");
+    return 0;
+}
+
+static void guest_stopped(struct guest *g, const char *why)
+{
+    g->domain_stopped = true;
     if (g->state == GUEST_EXITED)
         guest_teardown(g, "the guest powered off after the job");
     else
-        guest_fail(g, "the guest stopped (%s) before its runner reported an exit",
-                   detail == VIR_DOMAIN_EVENT_STOPPED_CRASHED ? "crashed" : "powered off");
-    return 0;
+        guest_fail(g, "the guest stopped (%s) before its runner reported an exit", why);
 }
 
 int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***ret_names,

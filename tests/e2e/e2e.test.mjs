@@ -1,12 +1,16 @@
 // From queued job to destroyed guest, on real emulated guests. The test plays GitHub's
 // side that no description can: it sends the webhooks (signed like GitHub) and, when a
 // runner is online, tells hatcheryd a job went to it (in_progress), as GitHub would.
+// Last, libvirtd is restarted under running guests.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
+const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
 const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
 
 function pool(name, label, arch, { max = 2, minIdle = 0 } = {}) {
@@ -142,5 +146,55 @@ describe('end to end on real guests', () => {
     const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
     assert.match(text, /hatchery_runners\{pool="linux.s390x.warm",state="idle"\} 1/);
     assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
+  });
+
+  test('libvirtd restarted mid-run: a guest that kept running goes on, one that died meanwhile is failed and replaced', async () => {
+    // Runners that outlive the restart: the stand-in runner waits 40 s before exiting.
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=40 exit=0' });
+    const before = new Set(runners().map((r) => r.name));
+    const id = nextJob++;
+    assert.equal((await d.post('workflow_job', payload('queued', id, 'linux.ppc64le'))).status, 202);
+    const keeper = await until('an idle ppc64le runner', () =>
+      runners().find((r) => r.pool === 'linux.ppc64le' && r.state === 'idle' && !before.has(r.name)));
+    const victim = await until('a new warm s390x runner', () =>
+      runners().find((r) => r.pool === 'linux.s390x.warm' && r.state === 'idle' && !before.has(r.name)));
+    const host = () => d.cliJson('hosts').hosts.find((h) => h.name === 'local');
+    const reconnects = host().reconnects;
+
+    assert.equal(spawnSync(libvirtd, ['stop']).status, 0);
+    await until('the host to go down', () => host().state === 'down', 30000);
+    // While libvirtd is away, one guest dies; libvirt cannot tell hatcheryd.
+    const pid = Number(readFileSync(`/run/libvirt/qemu/${victim.name}.pid`, 'utf8'));
+    process.kill(pid, 'SIGKILL');
+    await sleep(1000);
+    assert.equal(spawnSync(libvirtd, ['start']).status, 0);
+    await until('the host to come back', () => host().state === 'up', 60000);
+    assert.equal(host().reconnects, reconnects + 1);
+    await until('the re-inventory', () => /event=host.reinventoried host=local /.test(d.logs), 30000);
+    // The keeper's domain was found running after the restart.
+    const [, running] = /event=host.reinventoried host=local guests_running=(\d+)/.exec(d.logs);
+    assert.ok(Number(running) >= 1, d.logs.split('\n').slice(-20).join('\n'));
+
+    const dead = await until(`${victim.name} failed`, () => {
+      const r = runners().find((x) => x.name === victim.name);
+      return ['failed', 'deleted'].includes(r.state) && r.reason && r;
+    });
+    // Its agent channel closed with QEMU (seen without libvirtd), or, had it not, the
+    // re-inventory finds its domain stopped.
+    assert.match(dead.reason, /agent channel: the guest closed the channel|while the host was unreachable/);
+    await until('a replacement warm runner', () =>
+      runners().find((r) => r.pool === 'linux.s390x.warm' && r.state === 'idle' && r.name !== victim.name && !before.has(r.name)));
+    await until(`${victim.name}'s domain gone`, () => !domains().includes(victim.name), 30000);
+
+    // The one that kept running was not touched: same runner, still idle, domain alive,
+    // and it serves the job to the end.
+    assert.equal(runners().find((r) => r.name === keeper.name).state, 'idle');
+    assert.ok(domains().includes(keeper.name));
+    assert.equal((await d.post('workflow_job', payload('in_progress', id, 'linux.ppc64le', keeper.name))).status, 202);
+    await until(`${keeper.name} to finish`, () => runners().find((r) => r.name === keeper.name).state === 'deleted', 120000);
+    assert.equal(runners().find((r) => r.name === keeper.name).exit_code, 0);
+    assert.equal((await d.post('workflow_job', payload('completed', id, 'linux.ppc64le', keeper.name))).status, 202);
+    assert.ok(!domains().includes(keeper.name));
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
   });
 });

@@ -95,6 +95,7 @@ static void test_good_config_and_defaults(void **state)
     assert_string_equal(c->controller_id, "p10");
     assert_int_equal(c->n_hosts, 1);
     assert_int_equal(c->hosts[0].memory_mib, 131072);
+    assert_int_equal(c->hosts[0].down_grace_s, 120);
     assert_int_equal(c->n_pools, 1);
     assert_int_equal(c->pools[0].arch, ARCH_PPC64LE);
     assert_int_equal(c->pools[0].backend, BACKEND_VM);
