@@ -31,6 +31,20 @@ const char *const placement_names[PLACEMENT_MAX] = {
     [PLACEMENT_PACK] = "pack",
 };
 
+const char *const host_transport_names[TRANSPORT_MAX] = {
+    [TRANSPORT_AUTO] = "auto",
+    [TRANSPORT_SOCKET] = "socket",
+    [TRANSPORT_STREAM] = "stream",
+};
+
+bool config_host_streams(const struct config_host *h)
+{
+    if (h->agent_transport != TRANSPORT_AUTO)
+        return h->agent_transport == TRANSPORT_STREAM;
+    const char *rest = h->uri ? strstr(h->uri, "://") : NULL;
+    return rest && rest[3] && rest[3] != '/';
+}
+
 const char *const pool_firmware_names[FIRMWARE_MAX] = {
     [FIRMWARE_DEFAULT] = "default",
     [FIRMWARE_VOF] = "vof",
@@ -115,6 +129,7 @@ static const struct key host_keys[] = {
     STRING_KEY(struct config_host, storage_pool, false, "hatchery"),
     STRING_KEY(struct config_host, storage_dir, false, "/var/lib/hatchery/volumes"),
     INT_KEY(struct config_host, down_grace_s, 0, 86400, 120),
+    ENUM_KEY(struct config_host, agent_transport, host_transport_names, false, TRANSPORT_AUTO),
     {.name = NULL},
 };
 
@@ -188,6 +203,7 @@ static const struct key top_keys[] = {
     ENUM_KEY(struct config, placement, placement_names, false, PLACEMENT_SPREAD),
     INT_KEY(struct config, reconcile_interval_s, 1, 3600, 30),
     INT_KEY(struct config, log_retention_s, 60, INT64_C(365) * 24 * 3600, 7 * 24 * 3600),
+    INT_KEY(struct config, history_retention_s, 60, INT64_C(3650) * 24 * 3600, 30 * 24 * 3600),
     {.name = "http",
      .type = KEY_MAPPING,
      .offset = offsetof(struct config, http),
@@ -627,10 +643,23 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
                      p->hosts[k] ? p->hosts[k] : "?");
             else if (c->hosts[j].vcpus >= p->vcpus && c->hosts[j].memory_mib >= p->memory_mib)
                 fits = true;
+            if (j < c->n_hosts && p->backend == BACKEND_CONTAINER &&
+                config_host_streams(&c->hosts[j]))
+                fail(l, line_node(p->line, &at), "pools[].hosts",
+                     "container pool '%s' on host '%s', which is reached through streams: "
+                     "containers need a host on this machine (lxc:///)",
+                     p->name ? p->name : "?", c->hosts[j].name);
         }
-        for (size_t j = 0; p->n_hosts == 0 && j < c->n_hosts; j++)
+        for (size_t j = 0; p->n_hosts == 0 && j < c->n_hosts; j++) {
             if (c->hosts[j].vcpus >= p->vcpus && c->hosts[j].memory_mib >= p->memory_mib)
                 fits = true;
+            if (p->backend == BACKEND_CONTAINER && config_host_streams(&c->hosts[j]))
+                fail(l, line_node(p->line, &at), "pools[].hosts",
+                     "container pool '%s' may use host '%s', which is reached through "
+                     "streams: containers need a host on this machine (lxc:///); list the "
+                     "pool's hosts",
+                     p->name ? p->name : "?", c->hosts[j].name);
+        }
         if (!fits)
             fail(l, line_node(p->line, &at), "pools[].vcpus",
                  "pool '%s' (%lld vCPUs, %lld MiB) fits on none of its hosts",

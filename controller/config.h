@@ -24,6 +24,17 @@ enum pool_backend {
 extern const char *const pool_arch_names[ARCH_MAX];
 extern const char *const pool_backend_names[BACKEND_MAX];
 
+/* How hatcheryd reaches a guest's agent channel and console: through a unix socket and a
+ * file on this machine, or through libvirt streams over the connection (a remote host). */
+enum host_transport {
+    TRANSPORT_AUTO, /* streams when the URI names a host (qemu+ssh://h/system), else socket */
+    TRANSPORT_SOCKET,
+    TRANSPORT_STREAM,
+    TRANSPORT_MAX,
+};
+
+extern const char *const host_transport_names[TRANSPORT_MAX];
+
 struct config_host {
     char *name;
     char *uri;
@@ -32,7 +43,8 @@ struct config_host {
     int64_t max_guests;
     char *storage_pool; /* libvirt storage pool for overlays; made as a dir pool if missing */
     char *storage_dir;
-    int64_t down_grace_s; /* guests outlive a dropped connection this long, for its return */
+    int64_t down_grace_s;    /* guests outlive a dropped connection this long, for its return */
+    int64_t agent_transport; /* enum host_transport */
     int line;
 };
 
@@ -124,6 +136,7 @@ struct config {
     int64_t placement; /* enum placement */
     int64_t reconcile_interval_s;
     int64_t log_retention_s;
+    int64_t history_retention_s; /* ended runner and job records */
     struct config_http http;
     struct config_github github;
     struct config_host *hosts;
@@ -135,6 +148,8 @@ struct config {
 /* Loads and validates `path`. On failure returns a negative errno and writes every problem
  * found, one per line as `FILE:LINE: KEY: message`, to `errors` (a NUL-terminated string
  * the caller frees). */
+/* The host's transport with `auto` resolved. */
+bool config_host_streams(const struct config_host *host);
 int config_load(const char *path, struct config **ret_config, char **ret_errors);
 void config_free(struct config *config);
 

@@ -87,12 +87,15 @@ static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
         W(end(w));
     }
 
-    /* The console goes to a per-runner log file, kept after teardown. */
+    /* The console goes to a per-runner log file, kept after teardown; on a remote host
+     * to a pty that hatcheryd reads through a stream into that file. */
     W(start(w, s->arch == ARCH_X86_64 ? "serial" : "console"));
-    W(attr(w, "type", "file"));
-    W(start(w, "source"));
-    W(attr(w, "path", s->console_log));
-    W(end(w));
+    W(attr(w, "type", s->streams ? "pty" : "file"));
+    if (!s->streams) {
+        W(start(w, "source"));
+        W(attr(w, "path", s->console_log));
+        W(end(w));
+    }
     W(start(w, "target"));
     W(attr(w, "type",
            s->arch == ARCH_S390X     ? "sclp"
@@ -105,7 +108,8 @@ static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
     W(attr(w, "type", "unix"));
     W(start(w, "source"));
     W(attr(w, "mode", "bind"));
-    W(attr(w, "path", s->channel_path));
+    if (!s->streams)
+        W(attr(w, "path", s->channel_path));
     W(end(w));
     W(start(w, "target"));
     W(attr(w, "type", "virtio"));
@@ -170,7 +174,8 @@ char *domain_xml_build(const struct domain_spec *s, char *err, size_t err_size)
     bool lxc = s->backend == BACKEND_CONTAINER;
     if (!s->name || !s->controller_id ||
         (lxc ? !s->root_dir || !s->channel_dir || !s->init
-             : !s->storage_pool || !s->volume || !s->channel_path || !s->console_log)) {
+             : !s->storage_pool || !s->volume ||
+                   (!s->streams && (!s->channel_path || !s->console_log)))) {
         snprintf(err, err_size, "domain spec is incomplete");
         return NULL;
     }

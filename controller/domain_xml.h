@@ -33,6 +33,11 @@ struct domain_spec {
     const char *network;      /* "user", "none", or a libvirt network name */
     const char *channel_path; /* the agent's virtio-serial port, bound by QEMU */
     const char *console_log;
+    /* A remote host: no path of ours exists there. The channel's socket path is left to
+     * libvirt and the console is a pty; both are reached through libvirt streams
+     * (virDomainOpenChannel, virDomainOpenConsole), and channel_path and console_log are
+     * not used. */
+    bool streams;
     /* containers */
     const char *root_dir;    /* read-only root filesystem */
     const char *channel_dir; /* holds the controller's socket; mounted at /run/hatchery */

@@ -558,11 +558,25 @@ static void prune_logs(struct daemon *d)
         log_info("logs.pruned", "count=%d", removed);
 }
 
+/* Ended runners and completed jobs are history: kept history_retention_s for `hatchery
+ * runners --all` and `jobs`, then dropped so the tables do not grow without end. */
+static void prune_history(struct daemon *d)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t cutoff_ms = ((int64_t)ts.tv_sec - d->config->history_retention_s) * 1000;
+    store_sql_submit(d->store, "DELETE FROM runners WHERE state = 'deleted' AND updated_at < ?1",
+                     json_pack("[I]", (json_int_t)cutoff_ms), NULL, NULL);
+    store_sql_submit(d->store, "DELETE FROM jobs WHERE status = 'completed' AND updated_at < ?1",
+                     json_pack("[I]", (json_int_t)cutoff_ms), NULL, NULL);
+}
+
 static void on_prune(uv_timer_t *timer)
 {
     struct daemon *d = timer->data;
     store_deliveries_prune(d->store, d->config->delivery_retention_s);
     prune_logs(d);
+    prune_history(d);
 }
 
 static void on_signal(uv_signal_t *sig, int signum)

@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include "domain_xml.h"
+#include "hatchery/agent_protocol.h"
+#include "hatchery/limits.h"
+#include "stream_bridge.h"
 #include "log.h"
 
 #define RECONNECT_MIN_MS      500
@@ -33,6 +36,7 @@ struct host {
     bool dropped; /* libvirt closed the connection; conn is dead until the reconnect */
     bool lxc;
     bool simulated; /* libvirt's test driver: domains exist, but no guest ever runs */
+    bool streams;   /* channels and consoles through libvirt streams (a remote host) */
     bool kvm[ARCH_MAX];
     int lifecycle_id;
     int attempt;
@@ -77,6 +81,10 @@ struct guest {
     uv_timer_t timer; /* boot timeout, channel connect retries */
     uv_pipe_t *pipe;  /* connecting (VM) or listening (container) */
     struct agent_channel *channel;
+    /* A host reached through streams: the opened streams (a worker fills them), then
+     * the bridges that carry them. */
+    virStreamPtr opened_channel, opened_console;
+    struct stream_bridge *channel_bridge, *console_bridge;
     struct guest *next;
 };
 
@@ -365,6 +373,7 @@ int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
         return -ENOMEM;
     h->prov = p;
     h->cfg = *cfg;
+    h->streams = config_host_streams(cfg);
     h->lifecycle_id = -1;
     uv_timer_init(p->loop, &h->reconnect);
     uv_timer_init(p->loop, &h->grace);
@@ -456,6 +465,8 @@ static void finalize(struct provisioner *p)
                 agent_channel_close(g->channel);
             if (g->pipe)
                 uv_close((uv_handle_t *)g->pipe, on_pipe_closed);
+            stream_bridge_close(g->channel_bridge);
+            stream_bridge_close(g->console_bridge);
             uv_close((uv_handle_t *)&g->timer, on_guest_handle_closed);
             g = gn;
         }
@@ -571,6 +582,7 @@ static void create_work(uv_work_t *w)
         .root_dir = pool->image,
         .channel_dir = g->channel_dir,
         .init = "/usr/bin/hatchery-agent",
+        .streams = h->streams,
     };
     if (!lxc) {
         virStoragePoolPtr sp = storage_pool(h, err, sizeof(err));
@@ -814,6 +826,118 @@ static int container_listen(struct guest *g)
     return 0;
 }
 
+/* -- a remote host: the channel and the console through libvirt streams -- */
+
+static void streams_release(struct guest *g)
+{
+    /* Streams a worker opened that no bridge took over (a teardown came first). */
+    if (g->opened_channel) {
+        virStreamAbort(g->opened_channel);
+        virStreamFree(g->opened_channel);
+        g->opened_channel = NULL;
+    }
+    if (g->opened_console) {
+        virStreamAbort(g->opened_console);
+        virStreamFree(g->opened_console);
+        g->opened_console = NULL;
+    }
+}
+
+static void streams_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    struct host *h = g->host;
+    g->error[0] = 0;
+    virDomainPtr dom = h->conn && !h->dropped ? virDomainLookupByName(h->conn, g->name) : NULL;
+    if (!dom) {
+        snprintf(g->error, sizeof(g->error), "the domain is gone: %s", virt_error());
+        return;
+    }
+    /* The console first: it carries the boot, and losing it costs only the log. */
+    virStreamPtr console = virStreamNew(h->conn, VIR_STREAM_NONBLOCK);
+    if (console && virDomainOpenConsole(dom, NULL, console, VIR_DOMAIN_CONSOLE_FORCE) == 0) {
+        g->opened_console = console;
+    } else if (console) {
+        virStreamFree(console);
+    }
+    virStreamPtr channel = virStreamNew(h->conn, VIR_STREAM_NONBLOCK);
+    if (channel && virDomainOpenChannel(dom, AGENT_CHANNEL_NAME, channel, 0) == 0) {
+        g->opened_channel = channel;
+    } else {
+        snprintf(g->error, sizeof(g->error), "cannot open the agent channel through libvirt: %s",
+                 virt_error());
+        if (channel)
+            virStreamFree(channel);
+    }
+    virDomainFree(dom);
+}
+
+static void streams_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    if (work_done_closing(g->prov)) {
+        streams_release(g);
+        return;
+    }
+    g->busy = false;
+    if (g->teardown_queued || g->state >= GUEST_DELETING || g->failed) {
+        streams_release(g);
+        if (g->teardown_queued)
+            teardown_start(g);
+        return;
+    }
+    if (g->opened_console) {
+        if (stream_bridge_log(g->prov->loop, g->opened_console, g->console_log, CONSOLE_MAX_BYTES,
+                              &g->console_bridge) == 0)
+            g->opened_console = NULL;
+        else
+            log_warn("guest.console_lost", "guest=%s reason=\"cannot write %s\"", g->name,
+                     g->console_log);
+    } else {
+        log_warn("guest.console_lost", "guest=%s reason=\"no console stream\"", g->name);
+    }
+    if (!g->opened_channel) {
+        char reason[sizeof(g->error)];
+        snprintf(reason, sizeof(reason), "%s", g->error);
+        streams_release(g);
+        guest_fail(g, "%s", reason);
+        return;
+    }
+    int fd = -1;
+    uv_pipe_t *pipe = malloc(sizeof(*pipe));
+    int r = pipe ? stream_bridge_channel(g->prov->loop, g->opened_channel, &fd, &g->channel_bridge)
+                 : -ENOMEM;
+    if (r == 0)
+        g->opened_channel = NULL;
+    if (r == 0) {
+        uv_pipe_init(g->prov->loop, pipe, 0);
+        r = uv_pipe_open(pipe, fd);
+        if (r < 0)
+            close(fd);
+        if (r == 0 && agent_channel_open((uv_stream_t *)pipe, &channel_events, g, &g->channel) < 0)
+            r = -EIO;
+        if (r < 0)
+            uv_close((uv_handle_t *)pipe, on_pipe_closed);
+    } else {
+        free(pipe);
+    }
+    streams_release(g);
+    if (r < 0)
+        guest_fail(g, "cannot bridge the agent channel: %s", strerror(-r));
+}
+
+static void streams_open(struct guest *g)
+{
+    g->busy = true;
+    g->work.data = g;
+    if (queue_work(g->prov, &g->work, streams_work, streams_done) < 0) {
+        g->busy = false;
+        guest_fail(g, "cannot queue the opening of the agent channel");
+    }
+}
+
 static void create_done(uv_work_t *w, int status)
 {
     struct guest *g = w->data;
@@ -847,8 +971,12 @@ static void create_done(uv_work_t *w, int status)
     /* The test driver runs nothing, so no agent will ever answer: such a guest waits
      * for its boot timeout like a silent one, without knocking on a socket that no
      * QEMU will create. */
-    if (g->pool->backend == BACKEND_VM && !g->host->simulated)
-        channel_connect(g);
+    if (g->pool->backend == BACKEND_VM && !g->host->simulated) {
+        if (g->host->streams)
+            streams_open(g);
+        else
+            channel_connect(g);
+    }
 }
 
 int provisioner_guest_create(struct provisioner *p, const char *host_name,
@@ -945,6 +1073,9 @@ static void teardown_done(uv_work_t *w, int status)
     g->busy = false;
     if (g->error[0])
         log_warn("guest.teardown_incomplete", "guest=%s error=\"%s\"", g->name, g->error);
+    /* The console's last lines came before the destroy. */
+    stream_bridge_close(g->console_bridge);
+    g->console_bridge = NULL;
     if (g->pool->backend == BACKEND_CONTAINER) {
         char path[PATH_MAX + 16];
         snprintf(path, sizeof(path), "%s/agent.sock", g->channel_dir);
@@ -974,6 +1105,8 @@ static void teardown_start(struct guest *g)
         uv_close((uv_handle_t *)g->pipe, on_pipe_closed);
         g->pipe = NULL;
     }
+    stream_bridge_close(g->channel_bridge);
+    g->channel_bridge = NULL;
     g->busy = true;
     g->work.data = g;
     if (queue_work(g->prov, &g->work, teardown_work, teardown_done) < 0) {

@@ -56,13 +56,19 @@ struct runner {
     char reason[256];
     uv_timer_t timer;
     struct runner *next;
+    struct runner *next_in_bucket;
 };
+
+#define RUNNER_BUCKETS 1024 /* by id; a power of two */
 
 struct scheduler {
     struct daemon *d;
     struct runner *runners;
+    struct runner *by_id[RUNNER_BUCKETS];
     int64_t next_id;
-    char prefix[64]; /* hatchery-<controller>- */
+    int64_t first_id; /* records below it are an earlier process's */
+    double pass_ms;   /* the loop time of the reconciler pass so far, callbacks included */
+    char prefix[64];  /* hatchery-<controller>- */
     uv_timer_t tick;
     uv_timer_t reconcile;
     bool *drained;        /* per config host */
@@ -96,12 +102,46 @@ static bool state_live(enum runner_state st)
     return st < RUNNER_DELETED;
 }
 
+/* Runners by name, which is the prefix and the id: the reconciler looks up every domain
+ * and GitHub runner, so this must not walk a list of thousands. */
 static struct runner *runner_find(struct scheduler *s, const char *name)
 {
-    for (struct runner *r = s->runners; r; r = r->next)
-        if (strcmp(r->name, name) == 0)
+    size_t n = strlen(s->prefix);
+    if (strncmp(name, s->prefix, n) != 0 || name[n] < '1' || name[n] > '9')
+        return NULL;
+    char *end = NULL;
+    errno = 0;
+    long long id = strtoll(name + n, &end, 10);
+    if (errno || *end)
+        return NULL;
+    for (struct runner *r = s->by_id[(uint64_t)id & (RUNNER_BUCKETS - 1)]; r; r = r->next_in_bucket)
+        if (r->id == id)
             return r;
     return NULL;
+}
+
+static void runner_index(struct runner *r)
+{
+    struct runner **bucket = &r->s->by_id[(uint64_t)r->id & (RUNNER_BUCKETS - 1)];
+    r->next_in_bucket = *bucket;
+    *bucket = r;
+}
+
+static void runner_unindex(struct runner *r)
+{
+    for (struct runner **pp = &r->s->by_id[(uint64_t)r->id & (RUNNER_BUCKETS - 1)]; *pp;
+         pp = &(*pp)->next_in_bucket)
+        if (*pp == r) {
+            *pp = r->next_in_bucket;
+            return;
+        }
+}
+
+/* Time a reconciler callback spends on the loop counts to its pass. */
+static void pass_add(struct scheduler *s, uint64_t t0)
+{
+    s->pass_ms += (double)(uv_hrtime() - t0) / 1e6;
+    s->stats.reconcile_last_ms = s->pass_ms;
 }
 
 /* ---- the store record ------------------------------------------------------------------ */
@@ -172,6 +212,7 @@ static void runner_forget(struct runner *r)
             *pp = r->next;
             break;
         }
+    runner_unindex(r);
     uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
     scheduler_kick(s);
 }
@@ -434,6 +475,7 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
     r->timer.data = r;
     r->next = s->runners;
     s->runners = r;
+    runner_index(r);
     s->stats.created++;
     log_info("runner.created", "runner=%s pool=%s host=%s", r->name, pool->name, host);
     json_t *params = json_pack("[I, s, s, s, s, I, I, I]", (json_int_t)r->id, r->name, pool->name,
@@ -636,6 +678,7 @@ static void on_orphan_removed(void *data, int err)
 static void on_tagged(void *data, const char *host, char **names, size_t n)
 {
     struct scheduler *s = data;
+    uint64_t t0 = uv_hrtime();
     for (size_t i = 0; i < n; i++) {
         struct runner *r = runner_find(s, names[i]);
         if (r && state_live(r->state))
@@ -643,6 +686,7 @@ static void on_tagged(void *data, const char *host, char **names, size_t n)
         log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
         provisioner_domain_remove(s->d->provisioner, host, names[i], on_orphan_removed, s);
     }
+    pass_add(s, t0);
 }
 
 static void on_orphan_runner_deleted(void *data, int err, const char *message)
@@ -662,6 +706,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
 {
     struct scope_ctx *ctx = data;
     struct scheduler *s = ctx->s;
+    uint64_t t0 = uv_hrtime();
     size_t i;
     json_t *gr;
     if (err < 0)
@@ -682,6 +727,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
                              on_orphan_runner_deleted, s);
     }
     free(ctx);
+    pass_add(s, t0);
 }
 
 static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
@@ -691,19 +737,44 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
         log_warn("reconcile.queued_list_failed", "error=\"%s\"", message ? message : "?");
         return;
     }
+    uint64_t t0 = uv_hrtime();
+    /* One query for all of them: which ids has the store never seen? */
+    json_t *ids = json_array();
     size_t i;
     json_t *job;
+    json_array_foreach(jobs, i, job)
+    {
+        if (json_is_integer(json_object_get(job, "id")))
+            json_array_append(ids, json_object_get(job, "id"));
+    }
+    char *ids_text = json_dumps(ids, JSON_COMPACT);
+    json_decref(ids);
+    json_t *unknown_rows =
+        ids_text ? store_query(s->d->store,
+                               "SELECT value AS id FROM json_each(?1) WHERE value NOT IN "
+                               "(SELECT id FROM jobs)",
+                               json_pack("[s]", ids_text))
+                 : NULL;
+    free(ids_text);
+    json_t *unknown = json_object();
+    json_t *row;
+    json_array_foreach(unknown_rows, i, row)
+    {
+        char key[32];
+        snprintf(key, sizeof(key), "%lld",
+                 (long long)json_integer_value(json_object_get(row, "id")));
+        json_object_set_new(unknown, key, json_true());
+    }
+    json_decref(unknown_rows);
     json_array_foreach(jobs, i, job)
     {
         json_t *id = json_object_get(job, "id");
         json_t *labels = json_object_get(job, "labels");
         if (!json_is_integer(id) || !json_is_array(labels))
             continue;
-        json_t *known = store_query(s->d->store, "SELECT 1 FROM jobs WHERE id = ?1",
-                                    json_pack("[I]", (json_int_t)json_integer_value(id)));
-        bool have = json_array_size(known) > 0;
-        json_decref(known);
-        if (have)
+        char key[32];
+        snprintf(key, sizeof(key), "%lld", (long long)json_integer_value(id));
+        if (!json_object_get(unknown, key))
             continue;
         const char *values[WEBHOOK_MAX_LABELS];
         size_t n = 0;
@@ -712,7 +783,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
                 values[n++] = json_string_value(json_array_get(labels, k));
         struct job_event *ev = calloc(1, sizeof(*ev));
         if (!ev)
-            return;
+            break;
         char delivery[64];
         snprintf(delivery, sizeof(delivery), "reconcile-%lld", (long long)json_integer_value(id));
         const struct config_pool *pool = job_pool_match(s->d->config, values, n);
@@ -735,17 +806,22 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
         s->stats.reconcile_jobs_found++;
         store_job_event_submit(s->d->store, ev, NULL, NULL);
     }
+    json_decref(unknown);
     scheduler_kick(s);
+    pass_add(s, t0);
 }
 
 /* Records the store holds as live that no runner in memory owns: after a crash. They are
  * failed and their guests removed, never trusted. */
 static void recover(struct scheduler *s)
 {
+    /* This process's records all have a runner in memory until they are final: only an
+     * earlier process's can be stale. */
     json_t *rows = store_query(s->d->store,
                                "SELECT id, name, host, state, github_runner_id FROM runners WHERE "
-                               "state NOT IN ('deleted')",
-                               json_array());
+                               "id < ?1 AND state IN ('pending', 'creating', 'configured', "
+                               "'idle', 'busy', 'finishing', 'deleting', 'failed')",
+                               json_pack("[I]", (json_int_t)s->first_id));
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -784,6 +860,7 @@ static void reconcile(struct scheduler *s)
     uint64_t t0 = uv_hrtime();
     struct daemon *d = s->d;
     s->stats.reconcile_ticks++;
+    s->pass_ms = 0;
     recover(s);
     for (size_t i = 0; i < d->config->n_hosts; i++)
         if (provisioner_host_up(d->provisioner, d->config->hosts[i].name))
@@ -802,7 +879,7 @@ static void reconcile(struct scheduler *s)
                 github_queued_jobs_list(d->github, d->scopes[i].repo, on_queued_jobs, s);
         }
     }
-    s->stats.reconcile_last_ms = (double)(uv_hrtime() - t0) / 1e6;
+    pass_add(s, t0);
 }
 
 static void on_reconcile(uv_timer_t *t)
@@ -833,11 +910,16 @@ int scheduler_new(struct daemon *d, struct scheduler **ret)
         free(s);
         return -ENOMEM;
     }
-    json_t *rows =
-        store_query(d->store, "SELECT COALESCE(max(id), 0) + 1 AS next FROM runners", json_array());
+    /* Ids are never reused, even once old records are pruned: AUTOINCREMENT remembers. */
+    json_t *rows = store_query(d->store,
+                               "SELECT max(COALESCE((SELECT max(id) FROM runners), 0), "
+                               "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'runners'), "
+                               "0)) + 1 AS next",
+                               json_array());
     s->next_id = json_integer_value(json_object_get(json_array_get(rows, 0), "next"));
     if (s->next_id <= 0)
         s->next_id = 1;
+    s->first_id = s->next_id;
     json_decref(rows);
     rows = store_query(d->store, "SELECT name FROM hosts WHERE drained = 1", json_array());
     size_t i;

@@ -48,4 +48,7 @@
 /* Logging: a longer line is cut and marked. */
 #define LOG_MAX_LINE_BYTES 4096
 
+/* A remote guest's console, copied from its stream into the runner's log. */
+#define CONSOLE_MAX_BYTES (64 * 1024 * 1024)
+
 #endif

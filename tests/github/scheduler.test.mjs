@@ -6,8 +6,10 @@
 //    runner (a use-after-free found by the scale benchmark), and the GitHub runner it
 //    registered must be deleted, not left behind;
 //  - 502 bursts, a 429 and an answer lost after GitHub registered the runner: one queued
-//    job still ends with exactly one registered runner, never two.
+//    job still ends with exactly one registered runner, never two;
+//  - history older than history_retention_s is pruned, and runner ids are never reused.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 
@@ -26,12 +28,17 @@ const d = new Daemon({
     max_runners: 4
     boot_timeout_s: 600
 `,
-  extra: githubConfig({ reconcileIntervalS: 60 }),
+  extra: githubConfig({ reconcileIntervalS: 60 }) + 'history_retention_s: 3600\n',
 });
 
 const fault = (list) => fetch(`${api}/__double/faults`, { method: 'POST', body: JSON.stringify(list) });
 const registered = async () => (await fetch(`${api}/__double/runners`)).json();
 const registrations = async () => (await (await fetch(`${api}/__double/registrations`)).json()).registrations;
+const sql = (q) => {
+  const r = spawnSync('sqlite3', [d.db, q], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.trim();
+};
 const live = () => d.cliJson('runners').runners.filter((r) => !['deleted', 'failed'].includes(r.state));
 
 async function until(what, check, ms = 15000) {
@@ -107,4 +114,20 @@ test('502 bursts, a 429 and a lost answer after registration: one job, exactly o
   assert.match(d.logs, /event=github.retry .*generate-jitconfig.*status=502/);
   const { violations } = await (await fetch(`${api}/__double/log`)).json();
   assert.deepEqual(violations, []);
+});
+
+test('history older than history_retention_s is pruned at start, and runner ids are not reused', async () => {
+  await d.stop();
+  // Age every record: all runners ended long ago, and the completed job too.
+  const maxId = Number(sql('SELECT max(id) FROM runners'));
+  assert.ok(maxId >= 3);
+  sql("UPDATE runners SET state = 'deleted', updated_at = 0; UPDATE jobs SET updated_at = 0;");
+  await d.start();
+  await until('the pruning', () => sql('SELECT count(*) FROM runners WHERE updated_at = 0') === '0');
+  await until('the completed job pruned', () => sql('SELECT count(*) FROM jobs WHERE id = 8100000001') === '0');
+  // A job still queued is not history: it stays, and is served.
+  assert.equal(sql('SELECT status FROM jobs WHERE id = 8100000002'), 'queued');
+  const [fresh] = await until('a new runner for the queued job', () => live().length === 1 && live());
+  const id = Number(fresh.name.split('-').pop());
+  assert.ok(id > maxId, `runner id ${id} reused (the pruned ones went up to ${maxId})`);
 });

@@ -94,6 +94,24 @@ static void test_s390x(void **state)
     check("s390x", &s);
 }
 
+/* A remote host: the channel's path is libvirt's to choose, the console a pty, and no
+ * path of this machine appears. */
+static void test_remote_streams(void **state)
+{
+    (void)state;
+    struct domain_spec s = vm(ARCH_PPC64LE);
+    s.streams = true;
+    s.channel_path = NULL;
+    s.console_log = NULL;
+    check("ppc64le-remote-streams", &s);
+    char err[256];
+    char *xml = domain_xml_build(&s, err, sizeof(err));
+    assert_non_null(xml);
+    assert_null(strstr(xml, "/var/lib/hatchery"));
+    assert_non_null(strstr(xml, "<console type=\"pty\">"));
+    free(xml);
+}
+
 static void test_x86_64(void **state)
 {
     (void)state;
@@ -151,6 +169,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ppc64le),
         cmocka_unit_test(test_s390x),
+        cmocka_unit_test(test_remote_streams),
         cmocka_unit_test(test_x86_64),
         cmocka_unit_test(test_lxc),
         cmocka_unit_test(test_hostile_strings_are_escaped),

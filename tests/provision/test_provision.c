@@ -171,17 +171,27 @@ static struct config_host host_cfg(const char *name, const char *uri, int64_t ma
     };
 }
 
-static void add_host(const char *name, const char *uri, int64_t max_guests)
+static void add_host_via(const char *name, const char *uri, int64_t max_guests,
+                         enum host_transport transport)
 {
     static struct config_host hosts[4];
     static int n;
     hosts[n] = host_cfg(name, uri, max_guests);
+    hosts[n].agent_transport = transport;
     assert_int_equal(provisioner_host_add(prov, &hosts[n]), 0);
     n++;
     for (int i = 0; i < 200 && !provisioner_host_up(prov, name); i++)
         uv_run(&loop, UV_RUN_ONCE);
     assert_true(provisioner_host_up(prov, name));
 }
+
+static void add_host(const char *name, const char *uri, int64_t max_guests)
+{
+    add_host_via(name, uri, max_guests, TRANSPORT_AUTO);
+}
+
+/* The host the real guests below are made on. */
+static const char *guest_host = "local";
 
 static int setup(void **state)
 {
@@ -327,7 +337,7 @@ static void boot_one(struct config_pool *pool, const char *name, const char *jit
     struct run r = {.jit = jit};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = name, .runner_id = 1, .pool = pool};
-    assert_int_equal(provisioner_guest_create(prov, "local", &spec, &events, &r, &g), 0);
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec, &events, &r, &g), 0);
     wait_for(&r.exited, 120);
     if (!r.exited)
         fail_msg("%s: no exit (failed=%d: %s)", name, r.failed, r.reason);
@@ -373,7 +383,7 @@ static void bad_guest(const char *mode, int boot_timeout_s, const char *expect)
     struct run r = {.jit = "exit=0"};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = name, .runner_id = 2, .pool = &pool};
-    assert_int_equal(provisioner_guest_create(prov, "local", &spec, &events, &r, &g), 0);
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec, &events, &r, &g), 0);
     wait_for(&r.gone, boot_timeout_s + 60);
     assert_true(r.failed);
     if (!strstr(r.reason, expect))
@@ -402,6 +412,25 @@ static void test_lying_guest_is_cut_off(void **state)
     /* The controller is unaffected: a good guest right after works. */
     struct config_pool pool = real_pool("s390x");
     boot_one(&pool, "hatchery-ptest-z-after", "exit=0 jit-secret-7d3f1a", 0);
+}
+
+/* A remote host's guests are reached through libvirt streams only: the channel and the
+ * console both. Forced here on the local libvirtd (qemu:///system already talks to it
+ * over libvirt's RPC, as qemu+ssh:// would). The console must arrive in the runner's log,
+ * and a flooding guest must be cut off through the bridge as it is through a socket. */
+static void test_guests_through_streams(void **state)
+{
+    (void)state;
+    add_host_via("streamed", "qemu:///system", 4, TRANSPORT_STREAM);
+    guest_host = "streamed";
+    struct config_pool pool = real_pool("ppc64le");
+    boot_one(&pool, "hatchery-ptest-stream-0", "exit=0 jit-secret-7d3f1a", 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "grep -q 'fake-runner: done' %s/logs/hatchery-ptest-stream-0.console.log", state_dir);
+    assert_int_equal(system(cmd), 0);
+    bad_guest("flood", 60, "a line longer than");
+    guest_host = "local";
 }
 
 static void test_lxc_container(void **state)
@@ -485,6 +514,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_silent_guest_dies_at_boot_timeout),
         cmocka_unit_test(test_flooding_guest_is_cut_off),
         cmocka_unit_test(test_lying_guest_is_cut_off),
+        cmocka_unit_test(test_guests_through_streams),
         cmocka_unit_test(test_lxc_container),
         cmocka_unit_test(test_secret_in_no_log_or_xml),
     };
