@@ -38,6 +38,7 @@ struct run {
     struct secret *jit_secret;
     bool secret_scan_done;
     bool secret_in_argv;
+    bool xml_names_state_dir; /* the running domain's XML holds a path of ours */
 };
 
 static bool process_argv_contains(const char *needle)
@@ -93,6 +94,7 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
         virDomainPtr d = c ? virDomainLookupByName(c, guest_name(g)) : NULL;
         char *xml = d ? virDomainGetXMLDesc(d, 0) : NULL;
         r->secret_in_argv = r->secret_in_argv || !xml || strstr(xml, r->jit) != NULL;
+        r->xml_names_state_dir = xml && strstr(xml, state_dir) != NULL;
         free(xml);
         if (d)
             virDomainFree(d);
@@ -353,6 +355,9 @@ static void boot_one(struct config_pool *pool, const char *name, const char *jit
     assert_false(domain_exists(name));
     assert_true(r.secret_scan_done);
     assert_false(r.secret_in_argv);
+    /* A socket host's guest uses our channel socket and console file; a stream host's
+     * guest names no path of this machine. */
+    assert_int_equal(r.xml_names_state_dir, strcmp(guest_host, "streamed") != 0);
 }
 
 static void test_ppc64le_guest(void **state)

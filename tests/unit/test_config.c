@@ -159,6 +159,34 @@ static void test_missing_and_cross_references(void **state)
                                               "  - {name: p10-b, uri: 'qemu:///system', vcpus: 8, "
                                               "memory_mib: 8192, max_guests: 4}"),
                  ":12: hosts[].uri: host 'p10-b' has the same uri as host 'p10-a'");
+    /* Containers bind-mount a directory of this machine: not on a host reached by streams. */
+    char text[4096];
+    snprintf(text, sizeof(text), "%s    backend: container\n",
+             variant("    max_guests: 8", "    max_guests: 8\n    agent_transport: stream"));
+    expect_error(text, "container pool 'linux.ppc64le' on host 'p10-a', which is reached through "
+                       "streams");
+    expect_error(variant("    max_guests: 8", "    max_guests: 8\n    agent_transport: ssh"),
+                 "hosts[0].agent_transport: 'ssh' is not one of");
+}
+
+static void test_host_transport(void **state)
+{
+    (void)state;
+    struct config_host h = {.uri = (char *)"qemu:///system"};
+    assert_false(config_host_streams(&h));
+    h.uri = (char *)"qemu+ssh://hatchery@p10-b.example.com/system";
+    assert_true(config_host_streams(&h));
+    h.uri = (char *)"qemu+unix:///system?socket=/run/libvirt/libvirt-sock";
+    assert_false(config_host_streams(&h));
+    h.uri = (char *)"lxc:///";
+    assert_false(config_host_streams(&h));
+    h.agent_transport = TRANSPORT_STREAM;
+    assert_true(config_host_streams(&h));
+    h.uri = (char *)"qemu+tcp://10.0.0.5/system";
+    h.agent_transport = TRANSPORT_SOCKET;
+    assert_false(config_host_streams(&h));
+    h.agent_transport = TRANSPORT_AUTO;
+    assert_true(config_host_streams(&h));
 }
 
 static void test_yaml_syntax_error(void **state)
@@ -219,6 +247,7 @@ int main(void)
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_missing_and_cross_references),
+        cmocka_unit_test(test_host_transport),
         cmocka_unit_test(test_yaml_syntax_error),
         cmocka_unit_test(test_listen_parse),
         cmocka_unit_test(test_secret_file_permissions),
