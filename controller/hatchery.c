@@ -319,20 +319,20 @@ static char *fmt_used(json_t *obj, const char *used, const char *total)
 static void print_hosts(json_t *answer)
 {
     struct table t = {
-        .n_columns = 7,
-        .headers = {"HOST", "STATE", "URI", "VCPUS", "MEMORY_MIB", "GUESTS", "ERROR"}};
+        .n_columns = 8,
+        .headers = {"HOST", "STATE", "URI", "TRANSPORT", "VCPUS", "MEMORY_MIB", "GUESTS", "ERROR"}};
     size_t i;
     json_t *h;
     json_array_foreach(json_object_get(answer, "hosts"), i, h)
     {
-        char *cells[7] = {
-            fmt_value(json_object_get(h, "name")),        fmt_value(json_object_get(h, "state")),
-            fmt_value(json_object_get(h, "uri")),         fmt_used(h, "vcpus_used", "vcpus"),
-            fmt_used(h, "memory_mib_used", "memory_mib"), fmt_used(h, "guests", "max_guests"),
-            fmt_value(json_object_get(h, "error")),
+        char *cells[8] = {
+            fmt_value(json_object_get(h, "name")), fmt_value(json_object_get(h, "state")),
+            fmt_value(json_object_get(h, "uri")),  fmt_value(json_object_get(h, "transport")),
+            fmt_used(h, "vcpus_used", "vcpus"),    fmt_used(h, "memory_mib_used", "memory_mib"),
+            fmt_used(h, "guests", "max_guests"),   fmt_value(json_object_get(h, "error")),
         };
         table_add_row(&t, cells);
-        free_cells(cells, 7);
+        free_cells(cells, 8);
     }
     table_print(&t);
 }

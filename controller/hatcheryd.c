@@ -421,8 +421,9 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
             if (provisioner_host_status(d->provisioner, h->name, &st) < 0)
                 continue;
             json_t *row = json_pack(
-                "{s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "name",
-                h->name, "uri", h->uri, "state",
+                "{s:s, s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "name",
+                h->name, "uri", h->uri, "transport", config_host_streams(h) ? "stream" : "socket",
+                "state",
                 st.up           ? "up"
                 : st.connecting ? "connecting"
                                 : "down",

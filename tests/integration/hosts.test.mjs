@@ -34,6 +34,7 @@ describe('hosts', () => {
         const a = json.hosts.find((h) => h.name === 'host-a');
         const down = json.hosts.find((h) => h.name === 'down-host');
         assert.equal(a.state, 'up');
+        assert.equal(a.transport, 'socket');
         assert.equal(a.error, null);
         assert.equal(a.vcpus, 16);
         assert.equal(a.guests, 0);
