@@ -43,7 +43,7 @@ describe('hosts', () => {
         const table = d.cli('hosts');
         assert.equal(table.code, 0);
         assert.match(table.stdout, /^HOST\s+STATE\s+URI/);
-        assert.match(table.stdout, /^host-a\s+up\s+test:\/\/\/default\s+0\/16\s+0\/32768\s+0\/8/m);
+        assert.match(table.stdout, /^host-a\s+up\s+test:\/\/\/default\s+socket\s+0\/16\s+0\/32768\s+0\/8/m);
         assert.match(table.stdout, /^down-host\s+down\s+/m);
     });
 
