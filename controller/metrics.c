@@ -185,6 +185,10 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
         histogram(&b, "hatchery_runner_online_seconds",
                   "From a runner's creation to its runner process online (registered, waiting).",
                   sch->online_buckets, sch->online_count, sch->online_sum);
+        histogram(&b, "hatchery_job_runner_online_seconds",
+                  "From a job's queued webhook to a runner online for it (each online runner "
+                  "counts for its pool's oldest queued job without one).",
+                  sch->supplied_buckets, sch->supplied_count, sch->supplied_sum);
         histogram(&b, "hatchery_job_start_seconds",
                   "From a job's queued webhook to its in_progress webhook.", sch->start_buckets,
                   sch->start_count, sch->start_sum);

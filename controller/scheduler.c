@@ -68,7 +68,10 @@ struct scheduler {
     int64_t next_id;
     int64_t first_id; /* records below it are an earlier process's */
     double pass_ms;   /* the loop time of the reconciler pass so far, callbacks included */
-    char prefix[64];  /* hatchery-<controller>- */
+    /* Jobs credited with an online runner whose write may not be committed yet. */
+    int64_t supplied_recent[64];
+    size_t supplied_next;
+    char prefix[64]; /* hatchery-<controller>- */
     uv_timer_t tick;
     uv_timer_t reconcile;
     bool *drained;        /* per config host */
@@ -317,6 +320,44 @@ static void ev_hello(void *data, struct guest *g, const struct agent_hello *hell
     maybe_configure(r);
 }
 
+static bool supplied_recently(const struct scheduler *s, int64_t job_id)
+{
+    for (size_t i = 0; i < sizeof(s->supplied_recent) / sizeof(s->supplied_recent[0]); i++)
+        if (s->supplied_recent[i] == job_id)
+            return true;
+    return false;
+}
+
+/* Runners serve demand, not a job each: a runner that comes online is counted against its
+ * pool's oldest queued job that no runner came online for yet, and the wait from that
+ * job's `queued` is observed. A min_idle runner with no job waiting counts for none. */
+static void credit_oldest_queued_job(struct runner *r)
+{
+    struct scheduler *s = r->s;
+    json_t *rows = store_query(s->d->store,
+                               "SELECT id, queued_at FROM jobs WHERE pool = ?1 AND status = "
+                               "'queued' AND supplied_at IS NULL ORDER BY queued_at, id LIMIT 65",
+                               json_pack("[s]", r->pool->name));
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        int64_t id = json_integer_value(json_object_get(row, "id"));
+        json_t *queued_at = json_object_get(row, "queued_at");
+        if (supplied_recently(s, id))
+            continue;
+        s->supplied_recent[s->supplied_next++ % 64] = id;
+        if (json_is_integer(queued_at))
+            observe(s->stats.supplied_buckets, &s->stats.supplied_count, &s->stats.supplied_sum,
+                    (double)(r->online_ms - json_integer_value(queued_at)) / 1000.0);
+        store_sql_submit(s->d->store,
+                         "UPDATE jobs SET supplied_at = ?2 WHERE id = ?1 AND supplied_at IS NULL",
+                         json_pack("[I, I]", (json_int_t)id, (json_int_t)r->online_ms), NULL, NULL);
+        break;
+    }
+    json_decref(rows);
+}
+
 static void ev_started(void *data, struct guest *g, int64_t pid)
 {
     (void)g;
@@ -326,6 +367,7 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
     r->online_ms = now_ms();
     observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
             (double)(r->online_ms - r->created_ms) / 1000.0);
+    credit_oldest_queued_job(r);
     set_state(r, RUNNER_IDLE);
     uv_timer_start(&r->timer, on_runner_timer, (uint64_t)r->pool->idle_max_age_s * 1000, 0);
 }

@@ -77,6 +77,8 @@ struct scheduler_stats {
     double start_sum;
     uint64_t boot_buckets[10], boot_count;
     double boot_sum;
+    uint64_t supplied_buckets[10], supplied_count; /* a job's queued to a runner online */
+    double supplied_sum;
 };
 extern const double scheduler_seconds_bounds[10];
 const struct scheduler_stats *scheduler_stats_get(const struct scheduler *s);

@@ -104,6 +104,8 @@ static const char *const migrations[] = {
     "  name TEXT PRIMARY KEY,"
     "  drained INTEGER NOT NULL DEFAULT 0"
     ");",
+    /* 3: when a runner came online for a queued job (demand-based: the pool's oldest) */
+    "ALTER TABLE jobs ADD COLUMN supplied_at INTEGER;",
 };
 
 static int64_t now_ms(void)

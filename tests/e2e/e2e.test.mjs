@@ -112,6 +112,11 @@ describe('end to end on real guests', () => {
     assert.equal(logs.code, 0);
     assert.match(logs.stdout, /hatchery-agent: runner .* started/);
     assert.ok(!logs.stdout.includes('sleep=4'), 'no JIT config in the console log');
+    // The job's wait for a runner online, and for its start, are observed.
+    const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+    const count = (name) => Number(new RegExp(`^${name}_count (\\d+)$`, 'm').exec(text)?.[1]);
+    assert.equal(count('hatchery_job_runner_online_seconds'), 1);
+    assert.equal(count('hatchery_job_start_seconds'), 1);
   });
 
   test('one s390x job', async () => {
