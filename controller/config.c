@@ -607,6 +607,13 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
             if (h->name && c->hosts[j].name && strcmp(h->name, c->hosts[j].name) == 0)
                 fail(l, line_node(h->line, &at), "hosts[].name", "host '%s' is defined twice",
                      h->name);
+        /* Through streams the JIT config crosses libvirt's connection: never in clear. */
+        if (h->uri && config_host_streams(h) && strstr(h->uri, "+tcp://"))
+            fail(l, line_node(h->line, &at), "hosts[].uri",
+                 "host '%s': agent channels go through this connection, and %s is not "
+                 "encrypted: the runners' JIT configs would cross the network in clear; use "
+                 "qemu+ssh:// or qemu+tls://",
+                 h->name ? h->name : "?", h->uri);
         /* One libvirt under two names would be counted twice, and each name's reconciler
          * would remove the other's guests as orphans. */
         for (size_t j = 0; j < i; j++)

@@ -167,6 +167,10 @@ static void test_missing_and_cross_references(void **state)
                        "streams");
     expect_error(variant("    max_guests: 8", "    max_guests: 8\n    agent_transport: ssh"),
                  "hosts[0].agent_transport: 'ssh' is not one of");
+    /* Secrets never cross the network in clear. */
+    expect_error(variant("    uri: qemu:///system", "    uri: qemu+tcp://p10-a/system"),
+                 ":7: hosts[].uri: host 'p10-a': agent channels go through this connection, and "
+                 "qemu+tcp://p10-a/system is not encrypted");
 }
 
 static void test_host_transport(void **state)
