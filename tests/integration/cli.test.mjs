@@ -2,6 +2,7 @@
 // systemd's notify protocol.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, HATCHERY_CLI, examples, tempDir } from './lib/daemon.mjs';
@@ -67,6 +68,22 @@ describe('hatchery CLI', () => {
     const st = spawnSync('stat', ['-c', '%a', d.socket], { encoding: 'utf8' });
     assert.equal(st.stdout.trim(), '660');
   });
+});
+
+test('--help names every command the README documents', () => {
+  const r = spawnSync(HATCHERY_CLI, ['--help'], { encoding: 'utf8' });
+  assert.equal(r.status, 0);
+  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const block = /hatchery \[--socket PATH\] \[--json\] COMMAND \[ARGS\]\n([\s\S]*?)```/.exec(readme)[1];
+  const documented = [...block.matchAll(/^ {2}([a-z]+)/gm)].map((m) => m[1]);
+  assert.ok(documented.length >= 10, `README commands: ${documented}`);
+  for (const cmd of [...documented, 'undrain']) assert.match(r.stdout, new RegExp(`\\b${cmd}\\b`), `--help lacks ${cmd}`);
+  // And each is a command the CLI accepts: without a daemon it fails to connect (3), not on usage (2).
+  for (const cmd of documented) {
+    const args = ['drain', 'undrain', 'delete', 'logs'].includes(cmd) ? [cmd, 'x'] : [cmd];
+    const c = spawnSync(HATCHERY_CLI, ['--socket', '/nonexistent/admin.sock', ...args], { encoding: 'utf8' });
+    assert.equal(c.status, 3, `${cmd}: ${c.stderr}`);
+  }
 });
 
 test('no daemon: a clear message and exit status 3', () => {
