@@ -285,6 +285,12 @@ static void test_create_destroy_cycles_and_capacity(void **state)
 
 /* ---- a real libvirtd ---------------------------------------------------------------------- */
 
+static void on_removed(void *data, int err)
+{
+    assert_int_equal(err, 0);
+    *(bool *)data = true;
+}
+
 static struct config_pool real_pool(const char *arch)
 {
     char var[64];
@@ -471,6 +477,54 @@ static void test_lxc_container(void **state)
     virConnectClose(c);
 }
 
+/* A host that stays away longer than down_grace_s: its guests are given up (failed, and
+ * gone from the provisioner), though their domains may still run there; when the host
+ * returns, those are the reconciler's to remove. */
+static void test_host_away_past_its_grace(void **state)
+{
+    (void)state;
+    const char *libvirtd = getenv("LIBVIRTD_SH");
+    assert_non_null(libvirtd);
+    static struct config_host brief;
+    brief = host_cfg("brief", "qemu:///system", 2);
+    brief.down_grace_s = 2;
+    assert_int_equal(provisioner_host_add(prov, &brief), 0);
+    for (int i = 0; i < 200 && !provisioner_host_up(prov, "brief"); i++)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(provisioner_host_up(prov, "brief"));
+    struct config_pool pool = real_pool("s390x");
+    struct run r = {.jit = NULL}; /* booted and waiting: never configured */
+    struct guest *g = NULL;
+    struct guest_spec spec = {.name = "hatchery-ptest-away", .runner_id = 4, .pool = &pool};
+    assert_int_equal(provisioner_guest_create(prov, "brief", &spec, &events, &r, &g), 0);
+    wait_for(&r.hello, 120);
+    assert_true(r.hello);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "%s stop", libvirtd);
+    assert_int_equal(system(cmd), 0);
+    /* Kept through the grace, then given up. */
+    uint64_t t0 = uv_now(&loop);
+    wait_for(&r.failed, 30);
+    assert_true(r.failed);
+    assert_true(uv_now(&loop) - t0 >= 1500);
+    if (!strstr(r.reason, "host brief went down"))
+        fail_msg("reason: %s", r.reason);
+    wait_for(&r.gone, 30);
+    assert_true(r.gone);
+    snprintf(cmd, sizeof(cmd), "%s start >/dev/null", libvirtd);
+    assert_int_equal(system(cmd), 0);
+    for (int i = 0; i < 600 && !provisioner_host_up(prov, "brief"); i++)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(provisioner_host_up(prov, "brief"));
+    /* QEMU outlived libvirtd: the domain is there for the reconciler. Remove it. */
+    assert_true(domain_exists("hatchery-ptest-away"));
+    bool removed = false;
+    assert_int_equal(
+        provisioner_domain_remove(prov, "brief", "hatchery-ptest-away", on_removed, &removed), 0);
+    wait_for(&removed, 30);
+    assert_false(domain_exists("hatchery-ptest-away"));
+}
+
 static int teardown_real(void **state)
 {
     (void)state;
@@ -521,6 +575,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lying_guest_is_cut_off),
         cmocka_unit_test(test_guests_through_streams),
         cmocka_unit_test(test_lxc_container),
+        cmocka_unit_test(test_host_away_past_its_grace),
         cmocka_unit_test(test_secret_in_no_log_or_xml),
     };
     if (argc > 1 && strcmp(argv[1], "real") == 0)
