@@ -1036,6 +1036,26 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
 
 /* ---- guests: teardown --------------------------------------------------------------------- */
 
+/* Destroys and undefines a domain, on a worker. A transient domain that is shut off should
+ * not exist (libvirt drops transient domains when they stop), but libvirt's LXC driver
+ * leaves one behind when a container died while libvirtd was away: destroying it is
+ * refused ("not running") yet drops the stale object. */
+static int domain_remove(struct host *h, const char *name)
+{
+    virDomainPtr dom = virDomainLookupByName(h->conn, name);
+    if (!dom)
+        return 0;
+    int persistent = virDomainIsPersistent(dom);
+    int r = 0;
+    if ((virDomainIsActive(dom) == 1 || persistent == 0) && virDomainDestroy(dom) < 0 &&
+        virDomainIsActive(dom) == 1)
+        r = -EIO;
+    if (persistent == 1)
+        virDomainUndefineFlags(dom, VIR_DOMAIN_UNDEFINE_NVRAM);
+    virDomainFree(dom);
+    return r;
+}
+
 static void teardown_work(uv_work_t *w)
 {
     struct guest *g = w->data;
@@ -1044,14 +1064,8 @@ static void teardown_work(uv_work_t *w)
     g->error[0] = 0;
     if (!h->conn || h->dropped)
         return; /* the host is down: the reconciler finishes this when it returns */
-    virDomainPtr dom = virDomainLookupByName(h->conn, g->name);
-    if (dom) {
-        if (virDomainIsActive(dom) == 1 && virDomainDestroy(dom) < 0 && virDomainIsActive(dom) == 1)
-            snprintf(g->error, sizeof(g->error), "destroy: %s", virt_error());
-        if (virDomainIsPersistent(dom) == 1)
-            virDomainUndefineFlags(dom, VIR_DOMAIN_UNDEFINE_NVRAM);
-        virDomainFree(dom);
-    }
+    if (domain_remove(h, g->name) < 0)
+        snprintf(g->error, sizeof(g->error), "destroy: %s", virt_error());
     if (g->pool->backend == BACKEND_VM) {
         virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
         virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
@@ -1201,8 +1215,17 @@ int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***
             virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
         char needle[128];
         snprintf(needle, sizeof(needle), "controller>%s</", p->controller_id);
-        if (md && strstr(md, needle) && names)
-            names[found++] = strdup(virDomainGetName(doms[i]));
+        const char *name = virDomainGetName(doms[i]);
+        bool ours = md && strstr(md, needle);
+        /* A stale transient domain that is shut off (see domain_remove) has no readable
+         * metadata: a name of ours is all that is left to go by. */
+        char prefix[128];
+        snprintf(prefix, sizeof(prefix), "hatchery-%s-", p->controller_id);
+        if (!md && name && strncmp(name, prefix, strlen(prefix)) == 0 &&
+            virDomainIsActive(doms[i]) == 0 && virDomainIsPersistent(doms[i]) == 0)
+            ours = true;
+        if (ours && names && name)
+            names[found++] = strdup(name);
         free(md);
         virDomainFree(doms[i]);
     }
@@ -1280,14 +1303,8 @@ static void remove_work(uv_work_t *w)
         nw->err = -ENODEV;
         return;
     }
-    virDomainPtr dom = virDomainLookupByName(h->conn, nw->name);
-    if (dom) {
-        if (virDomainIsActive(dom) == 1 && virDomainDestroy(dom) < 0 && virDomainIsActive(dom) == 1)
-            nw->err = -EIO;
-        if (virDomainIsPersistent(dom) == 1)
-            virDomainUndefineFlags(dom, VIR_DOMAIN_UNDEFINE_NVRAM);
-        virDomainFree(dom);
-    }
+    if (domain_remove(h, nw->name) < 0)
+        nw->err = -EIO;
     char vol_name[300];
     snprintf(vol_name, sizeof(vol_name), "%s.qcow2", nw->name);
     virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);

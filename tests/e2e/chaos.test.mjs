@@ -5,16 +5,20 @@
 // runner is gone, and redelivers any webhook that could not be delivered while the
 // daemon was down. On top, GitHub misbehaves: 30% of the `queued` webhooks are never
 // sent (the reconciler must find those jobs through the API), and generate-jitconfig
-// answers with bursts of 502s and 429s. Afterwards: every job served, no container and no
+// answers with bursts of 502s and 429s; and libvirtd itself is restarted twice under the
+// running containers. Afterwards: every job served, no container and no
 // GitHub runner left, and never more live runners than outstanding jobs plus min_idle.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const JOBS = Number(process.env.CHAOS_JOBS ?? 500);
 const KILLS = Number(process.env.CHAOS_KILLS ?? 10);
+const RESTARTS = Number(process.env.CHAOS_LIBVIRTD_RESTARTS ?? 2);
+const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
 const MAX = 6;
 const DROP = 0.3;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -90,8 +94,10 @@ test(`${JOBS} jobs, hatcheryd killed ${KILLS} times: all served, nothing leaked`
   let kills = 0;
   let nextKill = Date.now() + 1000 + Math.random() * 1500;
   let worst = -Infinity;
+  let restarts = 0;
+  let nextRestart = Date.now() + 15000;
   const deadline = Date.now() + 15 * 60 * 1000;
-  while (jobs.some((j) => !j.done) || kills < KILLS) {
+  while (jobs.some((j) => !j.done) || kills < KILLS || restarts < RESTARTS) {
     assert.ok(Date.now() < deadline, `timed out: ${jobs.filter((j) => !j.done).length} jobs not served\n${d.logs.split('\n').slice(-30).join('\n')}`);
     if (kills < KILLS && Date.now() > nextKill) {
       await d.kill9();
@@ -99,6 +105,17 @@ test(`${JOBS} jobs, hatcheryd killed ${KILLS} times: all served, nothing leaked`
       await sleep(300 + Math.random() * 700);
       await d.start();
       nextKill = Date.now() + 800 + Math.random() * 1500;
+    }
+    // libvirtd itself restarts (an upgrade) under running containers, once the kills are
+    // over, so that the daemon that saw them go is the one that sees them back.
+    // The next only once hatcheryd is back on the last one.
+    const reinventoried = (d.logs.match(/event=host.reinventoried/g) ?? []).length;
+    if (restarts < RESTARTS && kills === KILLS && Date.now() > nextRestart && reinventoried >= restarts) {
+      assert.equal(spawnSync(libvirtd, ['stop']).status, 0);
+      await sleep(500 + Math.random() * 1000);
+      assert.equal(spawnSync(libvirtd, ['start']).status, 0);
+      restarts++;
+      nextRestart = Date.now() + 10000 + Math.random() * 10000;
     }
     if (Date.now() > nextFault) {
       await fetch(`${api}/__double/faults`, { method: 'POST', body: JSON.stringify([
@@ -132,6 +149,10 @@ test(`${JOBS} jobs, hatcheryd killed ${KILLS} times: all served, nothing leaked`
     await sleep(150);
   }
   assert.equal(kills, KILLS);
+  assert.equal(restarts, RESTARTS);
+  const reinventories = (d.logs.match(/event=host.reinventoried/g) ?? []).length;
+  assert.ok(reinventories >= RESTARTS, `${reinventories} re-inventories for ${RESTARTS} libvirtd restarts:\n` +
+    d.logs.split('\n').filter((l) => /event=(host\.|daemon\.)/.test(l)).join('\n'));
   assert.ok(worst <= 0, `at some moment ${worst} more runners than outstanding jobs (min_idle 0)`);
   // Let the reconciler and the teardowns finish, then nothing may be left anywhere.
   let left = null;
@@ -148,7 +169,7 @@ test(`${JOBS} jobs, hatcheryd killed ${KILLS} times: all served, nothing leaked`
   assert.deepEqual(violations, []);
   const { registrations } = await (await fetch(`${api}/__double/registrations`)).json();
   const dropped = jobs.filter((j) => j.dropped).length;
-  console.log(`chaos: ${JOBS} jobs served (${dropped} of their queued webhooks never sent), ${kills} SIGKILLs, ${faults} GitHub fault bursts (3x502 + 429), ${registrations} GitHub runners registered for ${taken.size} jobs taken, worst surplus ${worst}`);
+  console.log(`chaos: ${JOBS} jobs served (${dropped} of their queued webhooks never sent), ${kills} SIGKILLs, ${restarts} libvirtd restarts (${reinventories} re-inventories), ${faults} GitHub fault bursts (3x502 + 429), ${registrations} GitHub runners registered for ${taken.size} jobs taken, worst surplus ${worst}`);
   // Lost webhooks were found: jobs whose queued webhook never came were served too, and
   // the reconciler says it stored them (in the daemon that found them).
   assert.ok(dropped > 0);

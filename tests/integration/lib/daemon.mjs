@@ -87,10 +87,12 @@ export class Daemon {
     });
     this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
     await new Promise((resolve, reject) => {
+      const from = this.logs.length;
       const timer = setTimeout(() => reject(new Error('hatcheryd did not become ready:\n' + this.logs)), 15000);
       this.proc.stderr.on('data', (d) => {
         this.logs += d.toString();
-        if (this.logs.includes('event=daemon.ready')) { clearTimeout(timer); resolve(); }
+        // This start's readiness: the log runs on across restarts.
+        if (this.logs.indexOf('event=daemon.ready', from) >= 0) { clearTimeout(timer); resolve(); }
       });
       this.exited.then(({ code, signal }) => { clearTimeout(timer); reject(new Error(`hatcheryd exited ${code ?? signal}:\n${this.logs}`)); });
     });
