@@ -44,13 +44,22 @@ CONF
   grep -q '^libvirt-qemu:' "$state/group" || echo 'libvirt-qemu:x:64055:' >> "$state/group"
   grep -q '^kvm:' "$state/group" || echo 'kvm:x:64056:' >> "$state/group"
   rm -f "$state/pid"
-  unshare --mount --propagation private -- bash -c "
-    mount --bind '$state/etc-libvirt' /etc/libvirt
-    mount --bind '$state/passwd' /etc/passwd
-    mount --bind '$state/group' /etc/group
-    umount -l /sys/fs/cgroup/unified 2>/dev/null || true
-    exec tini -s -- /usr/sbin/libvirtd
-  " >"$state/libvirtd.log" 2>&1 &
+  (
+    # A daemon keeps no descriptor of whoever started it: an inherited pipe (a test's
+    # `2> >(tee …)`) would stay open as long as libvirtd lives, and its reader, and the
+    # test runner reading that, would wait for ever.
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      [ "$n" -gt 2 ] && eval "exec $n>&-" 2>/dev/null
+    done
+    exec unshare --mount --propagation private -- bash -c "
+      mount --bind '$state/etc-libvirt' /etc/libvirt
+      mount --bind '$state/passwd' /etc/passwd
+      mount --bind '$state/group' /etc/group
+      umount -l /sys/fs/cgroup/unified 2>/dev/null || true
+      exec tini -s -- /usr/sbin/libvirtd
+    "
+  ) </dev/null >"$state/libvirtd.log" 2>&1 &
   echo $! > "$state/pid"
   for _ in $(seq 100); do
     virsh -c qemu:///system list >/dev/null 2>&1 && virsh -c lxc:/// list >/dev/null 2>&1 && { echo "libvirtd: started"; exit 0; }
