@@ -17,6 +17,7 @@
 #include <libvirt/libvirt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -525,6 +526,77 @@ static void test_host_away_past_its_grace(void **state)
     assert_false(domain_exists("hatchery-ptest-away"));
 }
 
+/* A container whose controller (libvirt_lxc) died while libvirtd was away comes back as a
+ * transient domain in state "shut off", which libvirt should not have kept: its metadata
+ * cannot be read and it is neither running nor defined. The reconciler's listing must
+ * still see it as ours (by name), and its removal must drop it. Found by the chaos test. */
+static void test_stale_container_after_libvirtd_restart(void **state)
+{
+    (void)state;
+    const char *libvirtd = getenv("LIBVIRTD_SH");
+    assert_non_null(libvirtd);
+    struct config_pool pool = {
+        .name = (char *)"lxc",
+        .arch = ARCH_X86_64,
+        .backend = BACKEND_CONTAINER,
+        .image = (char *)getenv("ROOTFS"),
+        .vcpus = 1,
+        .memory_mib = 256,
+        .max_runners = 2,
+        .boot_timeout_s = 30,
+    };
+    const char *name = "hatchery-ptest-stale";
+    struct run r = {.jit = NULL};
+    struct guest *g = NULL;
+    struct guest_spec spec = {.name = name, .runner_id = 5, .pool = &pool};
+    assert_int_equal(provisioner_guest_create(prov, "lxc", &spec, &events, &r, &g), 0);
+    wait_for(&r.hello, 60);
+    assert_true(r.hello);
+    char path[256], cmd[600];
+    snprintf(path, sizeof(path), "/run/libvirt/lxc/%s.pid", name);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int controller = 0;
+    assert_int_equal(fscanf(f, "%d", &controller), 1);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "%s stop", libvirtd);
+    assert_int_equal(system(cmd), 0);
+    /* The container's init first (the controller's child), then the controller. */
+    snprintf(cmd, sizeof(cmd), "pkill -KILL -P %d", controller);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(kill(controller, SIGKILL), 0);
+    wait_for(&r.gone, 30); /* the host dropped: the guest is given up (down_grace_s 0) */
+    assert_true(r.gone);
+    snprintf(cmd, sizeof(cmd), "%s start >/dev/null", libvirtd);
+    assert_int_equal(system(cmd), 0);
+    for (int i = 0; i < 600 && !provisioner_host_up(prov, "lxc"); i++)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(provisioner_host_up(prov, "lxc"));
+    virConnectPtr c = virConnectOpen("lxc:///");
+    virDomainPtr d = virDomainLookupByName(c, name);
+    assert_non_null(d); /* the stale object libvirt kept */
+    assert_int_equal(virDomainIsActive(d), 0);
+    assert_int_equal(virDomainIsPersistent(d), 0);
+    virDomainFree(d);
+    char **names = NULL;
+    size_t n = 0;
+    assert_int_equal(provisioner_tagged_domains(prov, "lxc", &names, &n), 0);
+    bool listed = false;
+    for (size_t i = 0; i < n; i++) {
+        listed = listed || strcmp(names[i], name) == 0;
+        free(names[i]);
+    }
+    free(names);
+    assert_true(listed);
+    bool removed = false;
+    assert_int_equal(provisioner_domain_remove(prov, "lxc", name, on_removed, &removed), 0);
+    wait_for(&removed, 30);
+    assert_true(removed);
+    d = virDomainLookupByName(c, name);
+    assert_null(d);
+    virConnectClose(c);
+}
+
 static int teardown_real(void **state)
 {
     (void)state;
@@ -576,6 +648,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_guests_through_streams),
         cmocka_unit_test(test_lxc_container),
         cmocka_unit_test(test_host_away_past_its_grace),
+        cmocka_unit_test(test_stale_container_after_libvirtd_restart),
         cmocka_unit_test(test_secret_in_no_log_or_xml),
     };
     if (argc > 1 && strcmp(argv[1], "real") == 0)
