@@ -445,11 +445,9 @@ static void test_guests_through_streams(void **state)
     guest_host = "local";
 }
 
-static void test_lxc_container(void **state)
+static struct config_pool lxc_pool(void)
 {
-    (void)state;
-    add_host("lxc", "lxc:///", 4);
-    struct config_pool pool = {
+    return (struct config_pool){
         .name = (char *)"lxc",
         .arch = ARCH_X86_64,
         .backend = BACKEND_CONTAINER,
@@ -459,6 +457,13 @@ static void test_lxc_container(void **state)
         .max_runners = 2,
         .boot_timeout_s = 30,
     };
+}
+
+static void test_lxc_container(void **state)
+{
+    (void)state;
+    add_host("lxc", "lxc:///", 4);
+    struct config_pool pool = lxc_pool();
     assert_non_null(pool.image);
     struct run r = {.jit = "exit=3 jit-secret-7d3f1a"};
     struct guest *g = NULL;
@@ -535,16 +540,7 @@ static void test_stale_container_after_libvirtd_restart(void **state)
     (void)state;
     const char *libvirtd = getenv("LIBVIRTD_SH");
     assert_non_null(libvirtd);
-    struct config_pool pool = {
-        .name = (char *)"lxc",
-        .arch = ARCH_X86_64,
-        .backend = BACKEND_CONTAINER,
-        .image = (char *)getenv("ROOTFS"),
-        .vcpus = 1,
-        .memory_mib = 256,
-        .max_runners = 2,
-        .boot_timeout_s = 30,
-    };
+    struct config_pool pool = lxc_pool();
     const char *name = "hatchery-ptest-stale";
     struct run r = {.jit = NULL};
     struct guest *g = NULL;
