@@ -563,9 +563,7 @@ static void prune_logs(struct daemon *d)
  * runners --all` and `jobs`, then dropped so the tables do not grow without end. */
 static void prune_history(struct daemon *d)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t cutoff_ms = ((int64_t)ts.tv_sec - d->config->history_retention_s) * 1000;
+    int64_t cutoff_ms = now_ms() - d->config->history_retention_s * 1000;
     store_sql_submit(d->store, "DELETE FROM runners WHERE state = 'deleted' AND updated_at < ?1",
                      json_pack("[I]", (json_int_t)cutoff_ms), NULL, NULL);
     store_sql_submit(d->store, "DELETE FROM jobs WHERE status = 'completed' AND updated_at < ?1",

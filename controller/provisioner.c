@@ -828,19 +828,20 @@ static int container_listen(struct guest *g)
 
 /* -- a remote host: the channel and the console through libvirt streams -- */
 
+static void stream_drop(virStreamPtr *stream)
+{
+    if (*stream) {
+        virStreamAbort(*stream);
+        virStreamFree(*stream);
+        *stream = NULL;
+    }
+}
+
+/* Streams a worker opened that no bridge took over (a teardown came first). */
 static void streams_release(struct guest *g)
 {
-    /* Streams a worker opened that no bridge took over (a teardown came first). */
-    if (g->opened_channel) {
-        virStreamAbort(g->opened_channel);
-        virStreamFree(g->opened_channel);
-        g->opened_channel = NULL;
-    }
-    if (g->opened_console) {
-        virStreamAbort(g->opened_console);
-        virStreamFree(g->opened_console);
-        g->opened_console = NULL;
-    }
+    stream_drop(&g->opened_channel);
+    stream_drop(&g->opened_console);
 }
 
 static void streams_work(uv_work_t *w)
@@ -1210,17 +1211,16 @@ int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***
         return -EIO;
     char **names = calloc((size_t)n + 1, sizeof(char *));
     size_t found = 0;
+    char needle[128], prefix[128];
+    snprintf(needle, sizeof(needle), "controller>%s</", p->controller_id);
+    snprintf(prefix, sizeof(prefix), "hatchery-%s-", p->controller_id);
     for (int i = 0; i < n; i++) {
         char *md =
             virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
-        char needle[128];
-        snprintf(needle, sizeof(needle), "controller>%s</", p->controller_id);
         const char *name = virDomainGetName(doms[i]);
         bool ours = md && strstr(md, needle);
         /* A stale transient domain that is shut off (see domain_remove) has no readable
          * metadata: a name of ours is all that is left to go by. */
-        char prefix[128];
-        snprintf(prefix, sizeof(prefix), "hatchery-%s-", p->controller_id);
         if (!md && name && strncmp(name, prefix, strlen(prefix)) == 0 &&
             virDomainIsActive(doms[i]) == 0 && virDomainIsPersistent(doms[i]) == 0)
             ours = true;

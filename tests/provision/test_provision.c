@@ -174,18 +174,30 @@ static struct config_host host_cfg(const char *name, const char *uri, int64_t ma
     };
 }
 
+static void wait_host_up(const char *name, int rounds)
+{
+    for (int i = 0; i < rounds && !provisioner_host_up(prov, name); i++)
+        uv_run(&loop, UV_RUN_ONCE);
+    assert_true(provisioner_host_up(prov, name));
+}
+
+/* The provisioner borrows the host's config: it lives here. */
+static void add_host_cfg(struct config_host cfg)
+{
+    static struct config_host hosts[8];
+    static int n;
+    assert_true(n < 8);
+    hosts[n] = cfg;
+    assert_int_equal(provisioner_host_add(prov, &hosts[n]), 0);
+    wait_host_up(hosts[n++].name, 200);
+}
+
 static void add_host_via(const char *name, const char *uri, int64_t max_guests,
                          enum host_transport transport)
 {
-    static struct config_host hosts[4];
-    static int n;
-    hosts[n] = host_cfg(name, uri, max_guests);
-    hosts[n].agent_transport = transport;
-    assert_int_equal(provisioner_host_add(prov, &hosts[n]), 0);
-    n++;
-    for (int i = 0; i < 200 && !provisioner_host_up(prov, name); i++)
-        uv_run(&loop, UV_RUN_ONCE);
-    assert_true(provisioner_host_up(prov, name));
+    struct config_host cfg = host_cfg(name, uri, max_guests);
+    cfg.agent_transport = transport;
+    add_host_cfg(cfg);
 }
 
 static void add_host(const char *name, const char *uri, int64_t max_guests)
@@ -285,6 +297,16 @@ static void test_create_destroy_cycles_and_capacity(void **state)
 }
 
 /* ---- a real libvirtd ---------------------------------------------------------------------- */
+
+/* Stops or starts the test libvirtd (tests/libvirt/libvirtd.sh, from run-real.sh). */
+static void libvirtd_do(const char *action)
+{
+    const char *sh = getenv("LIBVIRTD_SH");
+    assert_non_null(sh);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "%s %s >/dev/null", sh, action);
+    assert_int_equal(system(cmd), 0);
+}
 
 static void on_removed(void *data, int err)
 {
@@ -489,15 +511,9 @@ static void test_lxc_container(void **state)
 static void test_host_away_past_its_grace(void **state)
 {
     (void)state;
-    const char *libvirtd = getenv("LIBVIRTD_SH");
-    assert_non_null(libvirtd);
-    static struct config_host brief;
-    brief = host_cfg("brief", "qemu:///system", 2);
+    struct config_host brief = host_cfg("brief", "qemu:///system", 2);
     brief.down_grace_s = 2;
-    assert_int_equal(provisioner_host_add(prov, &brief), 0);
-    for (int i = 0; i < 200 && !provisioner_host_up(prov, "brief"); i++)
-        uv_run(&loop, UV_RUN_ONCE);
-    assert_true(provisioner_host_up(prov, "brief"));
+    add_host_cfg(brief);
     struct config_pool pool = real_pool("s390x");
     struct run r = {.jit = NULL}; /* booted and waiting: never configured */
     struct guest *g = NULL;
@@ -505,9 +521,7 @@ static void test_host_away_past_its_grace(void **state)
     assert_int_equal(provisioner_guest_create(prov, "brief", &spec, &events, &r, &g), 0);
     wait_for(&r.hello, 120);
     assert_true(r.hello);
-    char cmd[600];
-    snprintf(cmd, sizeof(cmd), "%s stop", libvirtd);
-    assert_int_equal(system(cmd), 0);
+    libvirtd_do("stop");
     /* Kept through the grace, then given up. */
     uint64_t t0 = uv_now(&loop);
     wait_for(&r.failed, 30);
@@ -517,11 +531,8 @@ static void test_host_away_past_its_grace(void **state)
         fail_msg("reason: %s", r.reason);
     wait_for(&r.gone, 30);
     assert_true(r.gone);
-    snprintf(cmd, sizeof(cmd), "%s start >/dev/null", libvirtd);
-    assert_int_equal(system(cmd), 0);
-    for (int i = 0; i < 600 && !provisioner_host_up(prov, "brief"); i++)
-        uv_run(&loop, UV_RUN_ONCE);
-    assert_true(provisioner_host_up(prov, "brief"));
+    libvirtd_do("start");
+    wait_host_up("brief", 600);
     /* QEMU outlived libvirtd: the domain is there for the reconciler. Remove it. */
     assert_true(domain_exists("hatchery-ptest-away"));
     bool removed = false;
@@ -538,8 +549,6 @@ static void test_host_away_past_its_grace(void **state)
 static void test_stale_container_after_libvirtd_restart(void **state)
 {
     (void)state;
-    const char *libvirtd = getenv("LIBVIRTD_SH");
-    assert_non_null(libvirtd);
     struct config_pool pool = lxc_pool();
     const char *name = "hatchery-ptest-stale";
     struct run r = {.jit = NULL};
@@ -555,19 +564,15 @@ static void test_stale_container_after_libvirtd_restart(void **state)
     int controller = 0;
     assert_int_equal(fscanf(f, "%d", &controller), 1);
     fclose(f);
-    snprintf(cmd, sizeof(cmd), "%s stop", libvirtd);
-    assert_int_equal(system(cmd), 0);
+    libvirtd_do("stop");
     /* The container's init first (the controller's child), then the controller. */
     snprintf(cmd, sizeof(cmd), "pkill -KILL -P %d", controller);
     assert_int_equal(system(cmd), 0);
     assert_int_equal(kill(controller, SIGKILL), 0);
     wait_for(&r.gone, 30); /* the host dropped: the guest is given up (down_grace_s 0) */
     assert_true(r.gone);
-    snprintf(cmd, sizeof(cmd), "%s start >/dev/null", libvirtd);
-    assert_int_equal(system(cmd), 0);
-    for (int i = 0; i < 600 && !provisioner_host_up(prov, "lxc"); i++)
-        uv_run(&loop, UV_RUN_ONCE);
-    assert_true(provisioner_host_up(prov, "lxc"));
+    libvirtd_do("start");
+    wait_host_up("lxc", 600);
     virConnectPtr c = virConnectOpen("lxc:///");
     virDomainPtr d = virDomainLookupByName(c, name);
     assert_non_null(d); /* the stale object libvirt kept */
