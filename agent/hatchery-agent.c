@@ -1,7 +1,20 @@
 /* hatchery-agent: runs inside each guest. It opens the agent channel (the virtio-serial
- * port named org.hatchery.agent.0, or the controller's unix socket in a container), says
- * hello, takes one config, starts the runner with the JIT config, reports started,
- * heartbeats and the exit, and then powers the guest off (VM) or exits (container).
+ * port named org.hatchery.agent.0, or the controller's unix socket in a container), waits
+ * for the kernel's CRNG, says hello, takes one config, starts the runner with the JIT
+ * config, reports started, heartbeats and the exit, and then powers the guest off (VM) or
+ * exits (container).
+ *
+ * The runner's contract (actions/runner, src/Misc/layoutroot/run-helper.sh.template and
+ * Runner.Common/Constants.cs ReturnCode) is kept here, because run.sh hides the
+ * Listener's return code (it exits 0 for every code but 2):
+ *   - the runner never runs as root: with --user NAME the agent drops to that user
+ *     (supplementary groups from /etc/group, then setgid and setuid) before exec, with a
+ *     clean environment and HOME;
+ *   - the JIT config travels in the environment as ACTIONS_RUNNER_INPUT_JITCONFIG, which the
+ *     Listener reads like `--jitconfig`, and never on an argv;
+ *   - return codes 2 (retryable), 3 and 4 (updating) re-launch the Listener after 5 s as
+ *     run-helper.sh does, at most RELAUNCH_MAX times; 0, 1, 5 and the rest end the job,
+ *     and the exit report carries the code's meaning.
  *
  * Small and static on purpose: POSIX, poll(), and jansson for the JSON. No libcurl: it
  * talks only to the channel. It never prints the JIT config. */
@@ -9,13 +22,17 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,10 +47,18 @@
 #define PORT_WAIT_S        60 /* modules may load after the agent starts */
 #define KILL_GRACE_S       10
 #define SHUTDOWN_LINGER_MS 500
+#define CRNG_WAIT_S        120 /* virtio-rng seeds it at once; jitter entropy within seconds */
+#define RELAUNCH_MAX       3   /* Listener re-launches after return codes 2, 3 and 4 */
+#define RELAUNCH_DELAY_S   5   /* as run-helper.sh */
+#define REPORT_MAX_BYTES   AGENT_MAX_REPORT_BYTES
+#define MAX_GROUPS         64
+/* The runner's clean environment; the JIT config and the report path are added to it. */
+#define RUNNER_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 static int channel = -1;
 static int sigchld_pipe[2] = {-1, -1};
 static bool power_off = true;
+static const char *state_dir = "/run/hatchery-agent";
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -171,15 +196,131 @@ static void on_sigchld(int sig)
     errno = saved;
 }
 
-static void read_boot_id(char *out, size_t size)
+static void read_line_file(const char *path, char *out, size_t size)
 {
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    FILE *f = fopen(path, "r");
     snprintf(out, size, "unknown");
     if (f) {
         if (fgets(out, (int)size, f))
             out[strcspn(out, "\n")] = 0;
         fclose(f);
     }
+}
+
+/* Blocks until the kernel's CRNG is initialised, so that nothing the runner or its job
+ * makes (keys, nonces, podman's ids) comes from a predictable pool. Returns the seconds
+ * waited, or -1 when it was not ready within CRNG_WAIT_S. */
+static double wait_for_crng(void)
+{
+    double start = now_s();
+    unsigned char b[16];
+    while (getrandom(b, sizeof(b), GRND_NONBLOCK) < 0) {
+        if (errno != EAGAIN && errno != EINTR)
+            return 0; /* no getrandom: an old kernel, nothing to wait for */
+        if (now_s() - start > CRNG_WAIT_S)
+            return -1;
+        usleep(100000);
+    }
+    explicit_bzero(b, sizeof(b));
+    return now_s() - start;
+}
+
+/* The Listener's return codes (actions/runner Runner.Common/Constants.cs, ReturnCode) and
+ * what run-helper.sh does with them. */
+static const char *listener_code_meaning(int code)
+{
+    switch (code) {
+    case 0:
+        return "success: the runner took its job and ended";
+    case 1:
+        return "terminated error: the runner stopped on an error that a retry does not fix";
+    case 2:
+        return "retryable error: the runner asked to be re-launched";
+    case 3:
+        return "runner updating: the runner replaced itself and asked to be re-launched";
+    case 4:
+        return "run-once runner updating: the ephemeral runner updated and asked to be "
+               "re-launched";
+    case 5:
+        return "session conflict: another listener holds this runner's session";
+    case 6:
+        return "runner configuration refreshed: the runner asked to be restarted";
+    case 127:
+        return "the runner could not be started (not found or not executable)";
+    default:
+        return "unknown return code";
+    }
+}
+
+static bool listener_code_relaunches(int code)
+{
+    return code == 2 || code == 3 || code == 4;
+}
+
+/* The account the runner runs as, read from /etc/passwd and /etc/group directly: the
+ * agent is static, and glibc's getpwnam/initgroups need NSS modules a static binary
+ * cannot load. */
+struct runner_user {
+    uid_t uid;
+    gid_t gid;
+    gid_t groups[MAX_GROUPS];
+    int n_groups;
+    char name[64];
+    char home[256];
+    char shell[128];
+};
+
+static int runner_user_lookup(const char *name, struct runner_user *ret_user)
+{
+    struct runner_user u = {.n_groups = 0};
+    FILE *f = fopen("/etc/passwd", "re");
+    if (!f)
+        return -errno;
+    struct passwd *pw;
+    bool found = false;
+    while ((pw = fgetpwent(f))) {
+        if (strcmp(pw->pw_name, name) == 0) {
+            u.uid = pw->pw_uid;
+            u.gid = pw->pw_gid;
+            snprintf(u.name, sizeof(u.name), "%s", pw->pw_name);
+            snprintf(u.home, sizeof(u.home), "%s", pw->pw_dir);
+            snprintf(u.shell, sizeof(u.shell), "%s", pw->pw_shell);
+            found = true;
+            break;
+        }
+    }
+    fclose(f);
+    if (!found)
+        return -ENOENT;
+    if (u.uid == 0)
+        return -EPERM; /* the point of --user is not to be root */
+    u.groups[u.n_groups++] = u.gid;
+    f = fopen("/etc/group", "re");
+    if (f) {
+        struct group *gr;
+        while ((gr = fgetgrent(f)) && u.n_groups < MAX_GROUPS) {
+            for (char **m = gr->gr_mem; m && *m; m++) {
+                if (strcmp(*m, name) == 0 && gr->gr_gid != u.gid) {
+                    u.groups[u.n_groups++] = gr->gr_gid;
+                    break;
+                }
+            }
+        }
+        fclose(f);
+    }
+    *ret_user = u;
+    return 0;
+}
+
+/* In the child: become the runner's user for good (groups first, then gid, then uid),
+ * and check that root cannot be regained. */
+static int drop_to(const struct runner_user *u)
+{
+    if (setgroups((size_t)u->n_groups, u->groups) < 0 || setgid(u->gid) < 0 || setuid(u->uid) < 0)
+        return -1;
+    if (setuid(0) == 0 || geteuid() == 0)
+        return -1;
+    return 0;
 }
 
 struct runner {
@@ -189,33 +330,200 @@ struct runner {
     bool term_sent;
     double kill_at;
     bool timed_out;
+    int relaunches;
+    double relaunch_at; /* > 0: waiting to re-launch */
+    bool jit_on_argv;   /* the JIT config was seen in some process's command line */
+    int argv_scans;
 };
 
-static pid_t start_runner(json_t *config)
+/* What the agent keeps of one config to start (and re-start) the runner. The JIT config
+ * lives here until the runner has ended for good, then it is wiped. */
+struct launch {
+    char *argv[AGENT_MAX_COMMAND_ARGS + 1];
+    char *jit;
+    size_t jit_len;
+    const struct runner_user *user;
+    char report_path[300];
+};
+
+static void launch_free(struct launch *l)
+{
+    for (int i = 0; l->argv[i]; i++)
+        free(l->argv[i]);
+    if (l->jit) {
+        explicit_bzero(l->jit, l->jit_len);
+        free(l->jit);
+    }
+    memset(l, 0, sizeof(*l));
+}
+
+static int launch_prepare(json_t *config, const struct runner_user *user, struct launch *ret)
 {
     json_t *cmd = json_object_get(config, "runner_command");
     const char *jit = json_string_value(json_object_get(config, "jit_config"));
     size_t n = json_array_size(cmd);
     if (!jit || n == 0 || n > AGENT_MAX_COMMAND_ARGS)
         return -EINVAL;
-    char *argv[AGENT_MAX_COMMAND_ARGS + 2];
+    /* Configs written for `run.sh --jitconfig JIT` end with --jitconfig: the JIT config now
+     * goes in the environment, so the flag is dropped rather than left without a value. */
+    const char *last = json_string_value(json_array_get(cmd, n - 1));
+    if (n > 1 && last && strcmp(last, "--jitconfig") == 0)
+        n--;
+    struct launch l = {.user = user};
     for (size_t i = 0; i < n; i++) {
-        argv[i] = (char *)json_string_value(json_array_get(cmd, i));
-        if (!argv[i])
+        const char *a = json_string_value(json_array_get(cmd, i));
+        if (!a || !(l.argv[i] = strdup(a))) {
+            launch_free(&l);
             return -EINVAL;
+        }
     }
-    argv[n] = (char *)jit;
-    argv[n + 1] = NULL;
-    pid_t pid = fork();
-    if (pid < 0)
+    l.jit_len = strlen(jit);
+    l.jit = strdup(jit);
+    if (!l.jit) {
+        launch_free(&l);
+        return -ENOMEM;
+    }
+    snprintf(l.report_path, sizeof(l.report_path), "%s/report.json", state_dir);
+    *ret = l;
+    return 0;
+}
+
+/* The agent's directory for the job's report: made fresh, owned by the runner's user and
+ * private to it. Anything that was there is not the job's and is refused. */
+static int make_state_dir(const struct runner_user *user)
+{
+    struct stat st;
+    if (lstat(state_dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) {
+            say("%s is not a directory", state_dir);
+            return -ENOTDIR;
+        }
+        char old[PATH_MAX];
+        snprintf(old, sizeof(old), "%s/report.json", state_dir);
+        unlink(old);
+    } else if (mkdir(state_dir, 0700) < 0) {
+        say("cannot make %s: %s", state_dir, strerror(errno));
         return -errno;
+    }
+    if (chmod(state_dir, 0700) < 0 || (user && chown(state_dir, user->uid, user->gid) < 0)) {
+        say("cannot hand %s to the runner's user: %s", state_dir, strerror(errno));
+        return -errno;
+    }
+    return 0;
+}
+
+static pid_t launch_start(const struct launch *l)
+{
+    const struct runner_user *u = l->user;
+    /* Built before the fork: the child only calls async-signal-safe functions. */
+    size_t env_len = l->jit_len + 64;
+    char *jit_env = malloc(env_len);
+    char home[300], user[100], logname[100], shell[150], report[340];
+    if (!jit_env)
+        return -ENOMEM;
+    snprintf(jit_env, env_len, "ACTIONS_RUNNER_INPUT_JITCONFIG=%s", l->jit);
+    snprintf(home, sizeof(home), "HOME=%s", u ? u->home : "/root");
+    snprintf(user, sizeof(user), "USER=%s", u ? u->name : "root");
+    snprintf(logname, sizeof(logname), "LOGNAME=%s", u ? u->name : "root");
+    snprintf(shell, sizeof(shell), "SHELL=%s", u && u->shell[0] ? u->shell : "/bin/sh");
+    snprintf(report, sizeof(report), "HATCHERY_REPORT_FILE=%s", l->report_path);
+    char xdg[64] = "", dbus[96] = "";
+    if (u) {
+        /* A lingering user session (the image enables one) gives rootless podman its
+         * runtime directory and the systemd cgroup manager its bus. */
+        char dir[48];
+        snprintf(dir, sizeof(dir), "/run/user/%u", (unsigned)u->uid);
+        if (access(dir, F_OK) == 0) {
+            snprintf(xdg, sizeof(xdg), "XDG_RUNTIME_DIR=%s", dir);
+            snprintf(dbus, sizeof(dbus), "DBUS_SESSION_BUS_ADDRESS=unix:path=%s/bus", dir);
+        }
+    }
+    char *envp[] = {
+        "PATH=" RUNNER_PATH, "LANG=C.UTF-8", home, user, logname, shell, report, jit_env,
+        xdg[0] ? xdg : NULL, dbus,           NULL};
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        explicit_bzero(jit_env, env_len);
+        free(jit_env);
+        return -e;
+    }
     if (pid == 0) {
         setsid();
         signal(SIGCHLD, SIG_DFL);
-        execv(argv[0], argv);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        if (u && drop_to(u) < 0)
+            _exit(126);
+        if (u && chdir(u->home) < 0 && chdir("/") < 0)
+            _exit(126);
+        execve(l->argv[0], l->argv, envp);
         _exit(127);
     }
+    explicit_bzero(jit_env, env_len);
+    free(jit_env);
     return pid;
+}
+
+/* Whether a distinctive slice of the JIT config appears in any process's command line:
+ * the agent's own check that nothing in the guest put it on an argv. */
+static bool jit_in_any_cmdline(const struct launch *l)
+{
+    if (!l->jit || l->jit_len < 16)
+        return false;
+    size_t slice = l->jit_len < 48 ? l->jit_len : 48;
+    const char *needle = l->jit + (l->jit_len - slice) / 2;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return false;
+    static char buf[128 * 1024];
+    bool found = false;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        char path[300];
+        snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, buf, sizeof(buf));
+        close(fd);
+        if (n > 0 && memmem(buf, (size_t)n, needle, slice))
+            found = true;
+    }
+    closedir(d);
+    return found;
+}
+
+/* The job's report: a JSON object of at most REPORT_MAX_BYTES that the job wrote to
+ * $HATCHERY_REPORT_FILE. The job is hostile: the file must be a regular file owned by the
+ * runner's user (never a link to something of root's), and it is only ever parsed. */
+static json_t *read_report(const struct launch *l)
+{
+    int fd = open(l->report_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    json_t *report = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+        st.st_uid == (l->user ? l->user->uid : 0) && st.st_size <= REPORT_MAX_BYTES) {
+        char buf[REPORT_MAX_BYTES + 1];
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n > 0 && n <= REPORT_MAX_BYTES) {
+            json_error_t jerr;
+            report = json_loadb(buf, (size_t)n, JSON_REJECT_DUPLICATES, &jerr);
+            if (!json_is_object(report)) {
+                say("the job's report is not a JSON object: ignored");
+                json_decref(report);
+                report = NULL;
+            }
+        }
+    } else {
+        say("the job's report is not a small regular file of the runner's: ignored");
+    }
+    close(fd);
+    return report;
 }
 
 static void poweroff_now(void)
@@ -228,23 +536,76 @@ static void poweroff_now(void)
     say("poweroff failed: %s", strerror(errno));
 }
 
+static void send_exited(struct runner *runner, struct launch *l, int status, bool have_status,
+                        double now)
+{
+    json_t *m = agent_msg_new(AGENT_MSG_EXITED);
+    int code = 127;
+    if (!have_status) {
+        json_object_set_new(m, "code", json_integer(code));
+    } else if (WIFEXITED(status)) {
+        code = WEXITSTATUS(status);
+        json_object_set_new(m, "code", json_integer(code));
+    } else {
+        code = -1;
+        json_object_set_new(m, "signal", json_integer(WTERMSIG(status)));
+    }
+    if (code >= 0)
+        json_object_set_new(m, "meaning",
+                            json_string(code == 126 ? "cannot become the runner's user"
+                                                    : listener_code_meaning(code)));
+    json_object_set_new(m, "duration_s",
+                        json_real(runner->started_at > 0 ? now - runner->started_at : 0));
+    json_object_set_new(m, "timed_out", json_boolean(runner->timed_out));
+    json_object_set_new(m, "relaunches", json_integer(runner->relaunches));
+    if (l->jit && jit_in_any_cmdline(l))
+        runner->jit_on_argv = true;
+    runner->argv_scans++;
+    json_object_set_new(m, "jit_on_argv", json_boolean(runner->jit_on_argv));
+    json_object_set_new(m, "argv_scans", json_integer(runner->argv_scans));
+    json_t *report = l->jit ? read_report(l) : NULL;
+    if (report)
+        json_object_set_new(m, "report", report);
+    if (code >= 0)
+        say("runner exited %d: %s", code, json_string_value(json_object_get(m, "meaning")));
+    else
+        say("runner killed by signal %d", WTERMSIG(status));
+    send_msg(m);
+}
+
 int main(int argc, char **argv)
 {
-    const char *port = NULL, *socket_path = NULL;
+    const char *port = NULL, *socket_path = NULL, *user_name = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
             port = argv[++i];
         else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
             socket_path = argv[++i];
+        else if (strcmp(argv[i], "--user") == 0 && i + 1 < argc)
+            user_name = argv[++i];
+        else if (strcmp(argv[i], "--state-dir") == 0 && i + 1 < argc)
+            state_dir = argv[++i];
         else if (strcmp(argv[i], "--no-poweroff") == 0)
             power_off = false;
         else {
-            fprintf(stderr, "usage: hatchery-agent [--port DEV | --socket PATH] [--no-poweroff]\n");
+            fprintf(stderr, "usage: hatchery-agent [--port DEV | --socket PATH] [--user NAME] "
+                            "[--state-dir DIR] [--no-poweroff]\n");
             return 2;
         }
     }
     if (socket_path)
         power_off = false; /* a container just ends */
+    struct runner_user user_buf, *user = NULL;
+    if (user_name) {
+        int r = runner_user_lookup(user_name, &user_buf);
+        if (r < 0) {
+            say("cannot run the runner as %s: %s", user_name,
+                r == -EPERM ? "that user is root" : strerror(-r));
+            poweroff_now();
+            return 1;
+        }
+        user = &user_buf;
+    }
     channel = open_channel(port, socket_path);
     if (channel < 0) {
         poweroff_now();
@@ -258,24 +619,32 @@ int main(int argc, char **argv)
     struct sigaction st = {.sa_handler = on_sigterm, .sa_flags = SA_RESTART};
     sigaction(SIGTERM, &st, NULL);
 
+    double crng_wait = wait_for_crng();
+    if (crng_wait < 0)
+        say("the kernel's CRNG is not ready after %d s: saying hello anyway", CRNG_WAIT_S);
     struct utsname uts;
     uname(&uts);
-    char boot_id[64];
-    read_boot_id(boot_id, sizeof(boot_id));
+    char boot_id[64], machine_id[64];
+    read_line_file("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id));
+    read_line_file("/etc/machine-id", machine_id, sizeof(machine_id));
     json_t *hello = agent_msg_new(AGENT_MSG_HELLO);
     json_object_set_new(hello, "version", json_string(AGENT_VERSION));
     json_object_set_new(hello, "arch", json_string(uts.machine));
     json_object_set_new(hello, "boot_id", json_string(boot_id));
+    json_object_set_new(hello, "machine_id", json_string(machine_id));
+    json_object_set_new(hello, "crng_ready", json_boolean(crng_wait >= 0));
+    json_object_set_new(hello, "crng_wait_s", json_real(crng_wait >= 0 ? crng_wait : CRNG_WAIT_S));
     if (send_msg(hello) < 0) {
         say("cannot send hello");
         poweroff_now();
         return 1;
     }
-    say("hello sent (arch %s)", uts.machine);
+    say("hello sent (arch %s, crng waited %.1f s)", uts.machine, crng_wait);
 
     char *buf = malloc(AGENT_MAX_LINE_BYTES + 1);
     size_t len = 0;
     struct runner runner = {.pid = 0};
+    struct launch launch = {.jit = NULL};
     bool configured = false, done = false;
     int exit_status = 1;
     double next_heartbeat = 0;
@@ -300,25 +669,35 @@ int main(int argc, char **argv)
             while (read(sigchld_pipe[0], drain, sizeof(drain)) > 0) {
             }
         }
+        if (runner.relaunch_at > 0 && now >= runner.relaunch_at) {
+            runner.relaunch_at = 0;
+            pid_t pid = launch_start(&launch);
+            if (pid < 0) {
+                send_exited(&runner, &launch, 0, false, now);
+                done = true;
+                break;
+            }
+            runner.pid = pid;
+            say("runner re-launched (pid %d, %d of %d)", (int)pid, runner.relaunches, RELAUNCH_MAX);
+        }
         if (runner.pid > 0) {
             int status;
             pid_t w = waitpid(runner.pid, &status, WNOHANG);
             if (w == runner.pid) {
-                json_t *m = agent_msg_new(AGENT_MSG_EXITED);
-                if (WIFEXITED(status)) {
-                    json_object_set_new(m, "code", json_integer(WEXITSTATUS(status)));
-                    exit_status = WEXITSTATUS(status);
-                } else {
-                    json_object_set_new(m, "signal", json_integer(WTERMSIG(status)));
-                }
-                json_object_set_new(m, "duration_s", json_real(now - runner.started_at));
-                json_object_set_new(m, "timed_out", json_boolean(runner.timed_out));
-                say("runner exited (%s %d)", WIFEXITED(status) ? "code" : "signal",
-                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-                send_msg(m);
                 runner.pid = 0;
-                done = true;
-                break;
+                int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+                if (listener_code_relaunches(code) && runner.relaunches < RELAUNCH_MAX &&
+                    !runner.timed_out && !runner.term_sent) {
+                    runner.relaunches++;
+                    runner.relaunch_at = now + RELAUNCH_DELAY_S;
+                    say("runner exited %d (%s): re-launching in %d s", code,
+                        listener_code_meaning(code), RELAUNCH_DELAY_S);
+                } else {
+                    exit_status = code >= 0 ? code : 1;
+                    send_exited(&runner, &launch, status, true, now);
+                    done = true;
+                    break;
+                }
             }
             if (now >= runner.deadline && !runner.term_sent) {
                 say("job timeout: stopping the runner");
@@ -329,10 +708,15 @@ int main(int argc, char **argv)
             } else if (runner.term_sent && now >= runner.kill_at) {
                 kill(-runner.pid, SIGKILL);
             }
-            if (now >= next_heartbeat) {
-                send_msg(agent_msg_new(AGENT_MSG_HEARTBEAT));
-                next_heartbeat = now + AGENT_HEARTBEAT_S;
+        }
+        if ((runner.pid > 0 || runner.relaunch_at > 0) && now >= next_heartbeat) {
+            if (!runner.jit_on_argv && jit_in_any_cmdline(&launch)) {
+                runner.jit_on_argv = true;
+                say("the JIT config is on a command line in this guest");
             }
+            runner.argv_scans++;
+            send_msg(agent_msg_new(AGENT_MSG_HEARTBEAT));
+            next_heartbeat = now + AGENT_HEARTBEAT_S;
         }
 
         if (fds[0].revents & (POLLHUP | POLLERR) && !(fds[0].revents & POLLIN)) {
@@ -372,27 +756,29 @@ int main(int argc, char **argv)
                 configured = true;
                 json_t *timeout = json_object_get(msg, "job_timeout_s");
                 const char *name = json_string_value(json_object_get(msg, "runner_name"));
-                pid_t pid = start_runner(msg);
+                int lr = make_state_dir(user);
+                if (lr == 0)
+                    lr = launch_prepare(msg, user, &launch);
+                pid_t pid = lr < 0 ? lr : launch_start(&launch);
+                runner.started_at = now_s();
                 if (pid < 0) {
                     say("cannot start the runner: %s", strerror(-pid));
-                    json_t *m = agent_msg_new(AGENT_MSG_EXITED);
-                    json_object_set_new(m, "code", json_integer(127));
-                    json_object_set_new(m, "duration_s", json_real(0));
-                    json_object_set_new(m, "timed_out", json_false());
-                    send_msg(m);
+                    send_exited(&runner, &launch, 0, false, runner.started_at);
                     done = true;
                 } else {
                     runner.pid = pid;
-                    runner.started_at = now_s();
                     runner.deadline = runner.started_at +
                                       (json_is_integer(timeout) && json_integer_value(timeout) > 0
                                            ? (double)json_integer_value(timeout)
                                            : 6 * 3600.0);
                     json_t *m = agent_msg_new(AGENT_MSG_STARTED);
                     json_object_set_new(m, "pid", json_integer(pid));
+                    if (user)
+                        json_object_set_new(m, "uid", json_integer(user->uid));
                     send_msg(m);
                     next_heartbeat = runner.started_at + AGENT_HEARTBEAT_S;
-                    say("runner %s started (pid %d)", name ? name : "?", (int)pid);
+                    say("runner %s started (pid %d, uid %u)", name ? name : "?", (int)pid,
+                        user ? (unsigned)user->uid : (unsigned)getuid());
                 }
             } else if (type == AGENT_MSG_SHUTDOWN) {
                 const char *reason = json_string_value(json_object_get(msg, "reason"));
@@ -415,6 +801,7 @@ int main(int argc, char **argv)
             len = 0;
         }
     }
+    launch_free(&launch);
     /* Let the last message reach the host before the port goes away. */
     usleep(SHUTDOWN_LINGER_MS * 1000);
     free(buf);

@@ -104,6 +104,8 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
         copy_field(hello.version, sizeof(hello.version), version);
         copy_field(hello.arch, sizeof(hello.arch), arch);
         copy_field(hello.boot_id, sizeof(hello.boot_id), json_object_get(msg, "boot_id"));
+        copy_field(hello.machine_id, sizeof(hello.machine_id), json_object_get(msg, "machine_id"));
+        hello.crng_ready = !json_is_false(json_object_get(msg, "crng_ready"));
         c->state = CHANNEL_READY;
         if (ev->on_hello)
             ev->on_hello(c->data, &hello);
@@ -144,6 +146,21 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
             return fail(c, "exited without a duration");
         exit.duration_s = json_number_value(duration);
         exit.timed_out = json_is_true(json_object_get(msg, "timed_out"));
+        copy_field(exit.meaning, sizeof(exit.meaning), json_object_get(msg, "meaning"));
+        json_t *relaunches = json_object_get(msg, "relaunches");
+        if (json_is_integer(relaunches) && json_integer_value(relaunches) >= 0 &&
+            json_integer_value(relaunches) < 1000)
+            exit.relaunches = (int)json_integer_value(relaunches);
+        exit.jit_on_argv = json_is_true(json_object_get(msg, "jit_on_argv"));
+        json_t *report = json_object_get(msg, "report");
+        if (report) {
+            /* The job wrote it: an object, small, or nothing. */
+            char *text = json_is_object(report) ? json_dumps(report, JSON_COMPACT) : NULL;
+            if (!text || strlen(text) > AGENT_MAX_REPORT_BYTES)
+                report = NULL;
+            free(text);
+            exit.report = report;
+        }
         c->state = CHANNEL_EXITED;
         if (ev->on_exited)
             ev->on_exited(c->data, &exit);

@@ -19,6 +19,8 @@ struct agent_hello {
     char version[32];
     char arch[32];
     char boot_id[64];
+    char machine_id[64]; /* /etc/machine-id: made at each boot, so distinct per guest */
+    bool crng_ready;     /* the kernel's CRNG was ready before hello */
 };
 
 struct agent_exit {
@@ -26,6 +28,10 @@ struct agent_exit {
     int signal; /* 0 when it exited */
     double duration_s;
     bool timed_out;
+    char meaning[160];    /* the agent's reading of the Listener's return code */
+    int relaunches;       /* Listener re-launches after return codes 2, 3 and 4 */
+    bool jit_on_argv;     /* the agent found the JIT config on a command line */
+    const json_t *report; /* the job's report object (<= AGENT_MAX_REPORT_BYTES), or NULL */
 };
 
 struct agent_channel_events {

@@ -14,6 +14,7 @@
 #include <yaml.h>
 
 #include "hatchery/limits.h"
+#include "image_manifest.h"
 
 const char *const pool_arch_names[ARCH_MAX] = {
     [ARCH_PPC64LE] = "ppc64le",
@@ -521,6 +522,33 @@ static yaml_node_t *line_node(int line, yaml_node_t *storage)
     return storage;
 }
 
+/* A VM pool's image manifest, when it is on this machine: an image of another arch is an
+ * error, and a pool that names no kernel boots the kernel, initrd and command line the
+ * manifest names. A missing manifest is not an error here (the image may be on a remote
+ * host, or not built yet): the scheduler gives such a pool no runner, with the reason. */
+static void pool_image_manifest(struct loader *l, yaml_node_t *at, struct config_pool *p)
+{
+    if (p->backend != BACKEND_VM || !p->image || p->arch < 0 || p->arch >= ARCH_MAX)
+        return;
+    struct image_manifest m;
+    char err[512];
+    int r = image_manifest_read(p->image, &m, err, sizeof(err));
+    if (r == -ENOENT)
+        return;
+    if (r < 0 || image_manifest_check(&m, (enum pool_arch)p->arch, err, sizeof(err)) < 0) {
+        fail(l, line_node(p->line, at), "pools[].image", "pool '%s': %s", p->name ? p->name : "?",
+             err);
+        return;
+    }
+    if (!p->kernel && m.kernel[0]) {
+        p->kernel = strdup(m.kernel);
+        if (!p->initrd && m.initrd[0])
+            p->initrd = strdup(m.initrd);
+        if (!p->cmdline && m.cmdline[0])
+            p->cmdline = strdup(m.cmdline);
+    }
+}
+
 bool config_github_enabled(const struct config *c)
 {
     return c->github.app_id > 0 || c->github.token_file || c->github.n_runner_scopes > 0;
@@ -671,6 +699,7 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
             fail(l, line_node(p->line, &at), "pools[].vcpus",
                  "pool '%s' (%lld vCPUs, %lld MiB) fits on none of its hosts",
                  p->name ? p->name : "?", (long long)p->vcpus, (long long)p->memory_mib);
+        pool_image_manifest(l, &at, p);
     }
 }
 

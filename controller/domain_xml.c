@@ -117,6 +117,16 @@ static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
     W(end(w));
     W(end(w));
 
+    /* The guest's kernel seeds its CRNG from the host at boot, so that clones of one image
+     * never start from the same randomness (the agent waits for the CRNG before hello). */
+    W(start(w, "rng"));
+    W(attr(w, "model", "virtio"));
+    W(start(w, "backend"));
+    W(attr(w, "model", "random"));
+    W(xmlTextWriterWriteString(w, BAD_CAST "/dev/urandom"));
+    W(end(w));
+    W(end(w));
+
     W(start(w, "memballoon"));
     W(attr(w, "model", "none"));
     W(end(w));

@@ -670,7 +670,9 @@ static void ch_hello(void *data, const struct agent_hello *hello)
         return;
     uv_timer_stop(&g->timer);
     g->state = GUEST_READY;
-    log_info("guest.hello", "guest=%s arch=%s agent=%s", g->name, hello->arch, hello->version);
+    log_info("guest.hello", "guest=%s arch=%s agent=%s boot_id=%s machine_id=%s crng_ready=%d",
+             g->name, hello->arch, hello->version, hello->boot_id, hello->machine_id,
+             hello->crng_ready);
     if (g->events->on_hello)
         g->events->on_hello(g->data, g, hello);
 }
@@ -691,14 +693,35 @@ static void ch_heartbeat(void *data)
     (void)data;
 }
 
+/* The job's report goes to the runner's log (`hatchery logs`), marked as the job's words:
+ * it is untrusted, so it never reaches hatcheryd's own log or the store. */
+static void append_report(struct guest *g, const json_t *report)
+{
+    char *text = json_dumps(report, JSON_COMPACT | JSON_ENSURE_ASCII);
+    FILE *f = text ? fopen(g->console_log, "ae") : NULL;
+    if (f) {
+        fprintf(f, "\nhatchery: job report: %s\n", text);
+        fclose(f);
+        log_info("guest.report", "guest=%s bytes=%zu", g->name, strlen(text));
+    }
+    free(text);
+}
+
 static void ch_exited(void *data, const struct agent_exit *exit)
 {
     struct guest *g = data;
     if (g->prov->closing)
         return;
     g->state = GUEST_EXITED;
-    log_info("guest.runner_exited", "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d",
-             g->name, exit->code, exit->signal, exit->duration_s, exit->timed_out);
+    log_info("guest.runner_exited",
+             "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d relaunches=%d meaning=\"%s\"",
+             g->name, exit->code, exit->signal, exit->duration_s, exit->timed_out, exit->relaunches,
+             exit->meaning);
+    if (exit->jit_on_argv)
+        log_error("guest.jit_on_argv", "guest=%s the agent found the JIT config on a command line",
+                  g->name);
+    if (exit->report)
+        append_report(g, exit->report);
     if (g->events->on_exited)
         g->events->on_exited(g->data, g, exit);
 }

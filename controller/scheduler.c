@@ -11,6 +11,7 @@
 
 #include "daemon.h"
 #include "hatchery/limits.h"
+#include "image_manifest.h"
 #include "log.h"
 
 #define TICK_MS              1000
@@ -32,8 +33,10 @@ const char *const runner_state_names[RUNNER_STATE_MAX] = {
 
 const double scheduler_seconds_bounds[10] = {1, 2, 5, 10, 20, 30, 60, 120, 300, 600};
 
-static const char *const default_command[DEFAULT_COMMAND_ARGS] = {"/opt/actions-runner/run.sh",
-                                                                  "--jitconfig"};
+/* The Listener itself, not run.sh: run.sh exits 0 for every return code but 2, and the
+ * agent reports what the code means (and re-launches on 2, 3 and 4 as run.sh would). */
+static const char *const default_command[DEFAULT_COMMAND_ARGS] = {
+    "/opt/actions-runner/bin/Runner.Listener", "run"};
 
 struct runner {
     struct scheduler *s;
@@ -75,7 +78,7 @@ struct scheduler {
     uv_timer_t tick;
     uv_timer_t reconcile;
     bool *drained;        /* per config host */
-    char (*why)[160];     /* per pool: why queued jobs wait, or "" */
+    char (*why)[512];     /* per pool: why queued jobs wait, or "" */
     int *failures;        /* per pool: runners that failed in a row */
     int64_t *retry_at_ms; /* per pool: no new runner before this, after failures */
     bool recovered;
@@ -382,6 +385,11 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
                  (long long)r->pool->job_timeout_s);
     else if (exit->signal)
         snprintf(r->reason, sizeof(r->reason), "runner killed by signal %d", exit->signal);
+    else if (exit->jit_on_argv)
+        snprintf(r->reason, sizeof(r->reason), "the JIT config was on a command line in the guest");
+    else if (exit->code != 0)
+        snprintf(r->reason, sizeof(r->reason), "runner exited %d: %s", exit->code,
+                 exit->meaning[0] ? exit->meaning : "no meaning given");
     set_state(r, RUNNER_FINISHING);
     uv_timer_stop(&r->timer);
     /* The guest powers itself off; tear down now either way. */
@@ -634,9 +642,19 @@ static void tick(struct scheduler *s)
         int64_t want = queued + pool->min_idle - unbusy;
         int64_t room = pool->max_runners - live;
         s->why[p][0] = 0;
-        bool local_missing = false;
-        for (size_t h = 0; h < c->n_hosts && !local_missing; h++)
-            local_missing = host_is_local(c->hosts[h].uri) && access(pool->image, R_OK) != 0;
+        bool local = false;
+        for (size_t h = 0; h < c->n_hosts; h++)
+            local = local || host_is_local(c->hosts[h].uri);
+        bool local_missing = local && want > 0 && access(pool->image, R_OK) != 0;
+        /* The image's manifest, read again whenever a runner is wanted: an image rebuilt
+         * for another arch, or one without a manifest, gets no runner. */
+        char image_error[sizeof(s->why[p])] = "";
+        if (local && want > 0 && !local_missing && pool->backend == BACKEND_VM) {
+            struct image_manifest m;
+            if (image_manifest_read(pool->image, &m, image_error, sizeof(image_error)) == 0)
+                image_manifest_check(&m, (enum pool_arch)pool->arch, image_error,
+                                     sizeof(image_error));
+        }
         while (want > 0) {
             if (room <= 0) {
                 snprintf(s->why[p], sizeof(s->why[p]), "pool at max_runners (%lld)",
@@ -655,6 +673,10 @@ static void tick(struct scheduler *s)
             }
             if (local_missing) {
                 snprintf(s->why[p], sizeof(s->why[p]), "image missing: %s", pool->image);
+                break;
+            }
+            if (image_error[0]) {
+                snprintf(s->why[p], sizeof(s->why[p]), "%s", image_error);
                 break;
             }
             const char *host = place(s, pool, s->why[p], sizeof(s->why[p]));

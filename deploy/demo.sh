@@ -76,7 +76,7 @@ pools:
     memory_mib: 512
     max_runners: 2
     boot_timeout_s: 120
-    runner_command: [/usr/bin/fake-runner, --jitconfig]
+    runner_command: [/usr/bin/fake-runner]
 YAML
 # The stand-in runner in the guest "runs the job" for 6 seconds.
 curl -sf -X POST --data 'sleep=6 exit=0' "$GITHUB_DOUBLE_URL/__double/jit" >/dev/null

@@ -17,6 +17,9 @@ packages=(
   cpio busybox-static file
   # the runner image recipe's testable part: a foreign Debian root
   debootstrap qemu-user-static binfmt-support
+  # the production runner image: a foreign Debian root by mmdebstrap, a disk without
+  # libguestfs or loop devices (mkfs.ext4 -d, qemu-img)
+  mmdebstrap arch-test e2fsprogs
   # tests
   sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
   # benchmarks

@@ -1,63 +1,259 @@
 #!/usr/bin/env bash
-# Builds the production runner guest image for ARCH (ppc64le or s390x): a qcow2 base image
-# with a minimal Debian, podman (to build docker/Dockerfile_*), the GitHub runner built
-# for that architecture, and hatchery-agent as a service that starts at boot.
+# Builds the production runner guest image for ARCH (ppc64le or s390x):
+#   OUT           a qcow2 base image: Debian bookworm with systemd, podman (+ podman-docker,
+#                 crun, fuse-overlayfs), git, curl, a C toolchain, the runner's libraries
+#                 (ICU, krb5, zlib), an unprivileged `runner` user, the GitHub runner in
+#                 /opt/actions-runner and hatchery-agent as a unit that starts at boot;
+#                 one ext4 file system on the whole disk, no partition table
+#   OUT.kernel    the image's kernel and initramfs, for direct kernel boot (see below)
+#   OUT.initrd
+#   OUT.json      the manifest hatcheryd reads for each pool: arch, Debian release, kernel,
+#                 runner and agent versions, build time, the qcow2's sha256, how it boots
 #
-# usage (as root, on a host of that architecture or with qemu-user-static):
-#   images/runner/build-image.sh ARCH RUNNER_TARBALL OUTPUT.qcow2
+# usage (as root; on amd64 through qemu-user-static and binfmt, or natively on ppc64le
+# or s390x):
+#   images/runner/build-image.sh [--preload ARCHIVE]... [--mirror URL] [--size-mib N]
+#                                ARCH RUNNER_TARBALL OUT.qcow2
 #
-# The GitHub runner: actions/runner is not released for ppc64le or s390x. Build it from
-# source with .NET for the architecture, as IBM's action-runner-image-pz does (patches to
-# the runner's build for linux-ppc64le / linux-s390x, .NET 8 from the distribution), and
-# pass the resulting actions-runner-linux-ARCH-VERSION.tar.gz here. Its version is written
-# to /opt/actions-runner/RUNNER_VERSION; check-runner-version.mjs warns before GitHub
-# refuses it (30 days after each newer runner release), so rebuild at least monthly.
+#   RUNNER_TARBALL  actions-runner-linux-ARCH-VERSION.tar.gz. actions/runner is not
+#                   released for ppc64le or s390x: build it from source with .NET 8 from
+#                   the distribution (IBM's patches to actions/runner for linux-ppc64le
+#                   and linux-s390x). images/runner/stand-in/make-tarball.sh makes a
+#                   stand-in in the same layout for the tests.
+#   --preload       an OCI archive (`podman save --format oci-archive`, `skopeo copy ...
+#                   oci-archive:`) loaded into the image's container storage at build
+#                   time, so jobs find their build image without a pull. Repeatable.
+#
+# Why direct kernel boot, not a bootloader in the image: the guests are single-use and
+# the image is rebuilt for every kernel update anyway, so a bootloader buys nothing and
+# costs a stage (SLOF's grub on pseries, zipl on s390x) on every boot. It also needs no
+# partition table, no PReP partition, no grub-install or zipl against a block device,
+# and so no loop device at build time: the disk is `mkfs.ext4 -d` on a plain file.
+# libvirt boots it the same way under KVM on a Power or Z host as under TCG here.
+#
+# Clone hygiene: /etc/machine-id is empty (made at each boot), and there is no
+# /var/lib/systemd/random-seed, no SSH host key and no runner credential in the image.
+# The domain gives each guest a virtio-rng, and the agent waits for the CRNG.
 set -euo pipefail
-arch=${1:?ARCH (ppc64le|s390x)}
-tarball=${2:?RUNNER_TARBALL}
-out=${3:?OUTPUT.qcow2}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+die() { echo "build-image: $*" >&2; exit 1; }
+usage() { echo "usage: build-image.sh [--preload ARCHIVE]... [--mirror URL] [--size-mib N] ARCH RUNNER_TARBALL OUT.qcow2" >&2; exit 2; }
+
+preloads=()
+mirror=http://deb.debian.org/debian
+free_mib=2048
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --preload) [ $# -ge 2 ] || usage; preloads+=("$(realpath "$2")"); shift 2 ;;
+    --mirror) [ $# -ge 2 ] || usage; mirror=$2; shift 2 ;;
+    --size-mib) [ $# -ge 2 ] || usage; free_mib=$2; shift 2 ;;
+    --) shift; break ;;
+    -*) usage ;;
+    *) break ;;
+  esac
+done
+[ $# -eq 3 ] || usage
+arch=$1
+tarball=$(realpath "$2")
+out=$(realpath -m "$3")
 case "$arch" in
-  ppc64le) deb_arch=ppc64el; kernel=linux-image-powerpc64le; triplet=powerpc64le-linux-gnu ;;
-  s390x) deb_arch=s390x; kernel=linux-image-s390x; triplet=s390x-linux-gnu ;;
-  *) echo "unknown arch $arch" >&2; exit 2 ;;
+  ppc64le) deb_arch=ppc64el; kernel_pkg=linux-image-powerpc64le; kernel_glob='vmlinux-*'; console=hvc0 ;;
+  s390x)   deb_arch=s390x; kernel_pkg=linux-image-s390x; kernel_glob='vmlinuz-*'; console=ttysclp0 ;;
+  *) die "unknown arch '$arch' (ppc64le or s390x)" ;;
 esac
-version=$(basename "$tarball" | sed -n 's/^actions-runner-linux-[a-z0-9]*-\([0-9.]*\)\.tar\.gz$/\1/p')
-[ -n "$version" ] || { echo "cannot read the runner version from $tarball" >&2; exit 2; }
-
-work=$(mktemp -d)
-trap 'umount -R "$work/root" 2>/dev/null || true; rm -rf "$work"' EXIT
-rootfs="$work/root"
-
-# 1. A minimal Debian for the architecture (second stage under qemu-user-static when
-#    foreign).
-if [ "$(dpkg --print-architecture)" = "$deb_arch" ]; then
-  debootstrap --variant=minbase --include=systemd-sysv,udev,ca-certificates,"$kernel" bookworm "$rootfs"
-else
-  debootstrap --foreign --arch="$deb_arch" --variant=minbase \
-    --include=systemd-sysv,udev,ca-certificates,"$kernel" bookworm "$rootfs"
-  cp "/usr/bin/qemu-$([ "$arch" = ppc64le ] && echo ppc64le || echo s390x)-static" "$rootfs/usr/bin/"
-  chroot "$rootfs" /debootstrap/debootstrap --second-stage
+[ "$(id -u)" -eq 0 ] || die "must run as root (it chroots into the new root)"
+for tool in mmdebstrap mkfs.ext4 qemu-img sha256sum; do
+  command -v "$tool" >/dev/null || die "$tool is missing (deploy/install-deps.sh installs it)"
+done
+[ -f "$tarball" ] || die "no runner tarball at $tarball"
+version=$(basename "$tarball" | sed -n "s/^actions-runner-linux-$arch-\([0-9][0-9.]*[0-9]\)\.tar\.gz\$/\1/p")
+[ -n "$version" ] || die "$tarball is not named actions-runner-linux-$arch-VERSION.tar.gz"
+listing=$(tar -tzf "$tarball") || die "$tarball is not a gzip tar archive"
+grep -qE '^(\./)?bin/Runner\.Listener$' <<<"$listing" || die "$tarball has no bin/Runner.Listener"
+grep -qE '^(\./)?run\.sh$' <<<"$listing" || die "$tarball has no run.sh"
+# A tarball taken from a configured runner carries its registration: every guest would
+# share it. A JIT runner is configured by its JIT config alone.
+if grep -qE '^(\./)?\.(runner|credentials|credentials_rsaparams)$' <<<"$listing"; then
+  die "$tarball holds a configured runner's credentials (.runner/.credentials): use a clean release tarball"
 fi
+for p in "${preloads[@]}"; do
+  [ -f "$p" ] || die "no preload archive at $p"
+  tar -tf "$p" index.json >/dev/null 2>&1 || die "$p is not an OCI archive (no index.json)"
+done
+if [ "$(dpkg --print-architecture)" != "$deb_arch" ]; then
+  command -v arch-test >/dev/null || die "arch-test is missing (deploy/install-deps.sh installs it)"
+  [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+  update-binfmts --enable >/dev/null 2>&1 || true
+  arch-test -n "$deb_arch" >/dev/null || die "this machine cannot run $deb_arch binaries: install qemu-user-static and binfmt-support"
+fi
+log() { echo "build-image($arch): $*" >&2; }
 
-# 2. The container engine, the runner's dependencies, a user for the runner.
-chroot "$rootfs" apt-get install -y --no-install-recommends podman fuse-overlayfs uidmap \
-  libicu72 libkrb5-3 zlib1g git curl
-chroot "$rootfs" useradd --create-home --shell /bin/bash runner
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/hatchery-image.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+rootfs="$work/root"
+started=$(date +%s)
 
-# 3. The GitHub runner, with its version recorded for the compliance check.
+# 1. Debian bookworm for ARCH: mmdebstrap resolves with apt and runs the foreign
+#    maintainer scripts under qemu-user. No recommends: every package is named here.
+log "Debian root (mmdebstrap)"
+packages=(
+  systemd-sysv systemd-resolved udev dbus dbus-user-session libpam-systemd "$kernel_pkg" initramfs-tools
+  podman podman-docker crun fuse-overlayfs uidmap slirp4netns containers-storage
+  git curl ca-certificates gcc libc6-dev make iproute2 procps
+  libicu72 libkrb5-3 zlib1g liblttng-ust1
+)
+mmdebstrap --mode=root --arch="$deb_arch" --variant=apt --format=directory \
+  --include="$(IFS=,; echo "${packages[*]}")" \
+  --aptopt='Apt::Install-Recommends "false"' \
+  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+  bookworm "$rootfs" "$mirror" >"$work/mmdebstrap.log" 2>&1 ||
+  { tail -n 30 "$work/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
+kernel=$(cd "$rootfs/boot" && ls $kernel_glob | head -n 1)
+kernel_version=${kernel#vmlinu?-}
+[ -f "$rootfs/boot/initrd.img-$kernel_version" ] || die "the kernel package made no initramfs"
+
+# 2. The runner's user: unprivileged, with subordinate ids for rootless podman, and a
+#    lingering user manager (its runtime directory and bus) started at boot.
+log "runner user, runner, agent, units"
+chroot "$rootfs" useradd --create-home --uid 1000 --user-group --shell /bin/bash runner
+grep -q '^runner:' "$rootfs/etc/subuid" ||
+  chroot "$rootfs" usermod --add-subuids 100000-165535 --add-subgids 100000-165535 runner
+mkdir -p "$rootfs/var/lib/systemd/linger"
+touch "$rootfs/var/lib/systemd/linger/runner"
+
+# 3. The GitHub runner, owned by its user (it updates itself in place), and its version.
 mkdir -p "$rootfs/opt/actions-runner"
-tar -xzf "$tarball" -C "$rootfs/opt/actions-runner"
-echo "$version" > "$rootfs/opt/actions-runner/RUNNER_VERSION"
+tar -xzf "$tarball" -C "$rootfs/opt/actions-runner" --no-same-owner
+echo "$version" >"$rootfs/opt/actions-runner/RUNNER_VERSION"
 chroot "$rootfs" chown -R runner:runner /opt/actions-runner
 
-# 4. hatchery-agent, static, as a service that starts at boot and powers off after.
-"$triplet-gcc" -static -Os -s -std=gnu11 -I"$root/include" "$root/agent/hatchery-agent.c" \
-  "/usr/lib/$triplet/libjansson.a" -o "$rootfs/usr/local/bin/hatchery-agent"
-cp "$here/hatchery-agent.service" "$rootfs/etc/systemd/system/"
-chroot "$rootfs" systemctl enable hatchery-agent.service
+# 4. hatchery-agent, static, as a unit that starts at boot and powers off after the job.
+agent_src=/usr/lib/hatchery/agent/$arch/hatchery-agent
+if [ -x "$agent_src" ] && [ -z "${HATCHERY_AGENT_FROM_SOURCE:-}" ]; then
+  install -m 0755 "$agent_src" "$rootfs/usr/local/bin/hatchery-agent"
+else
+  "$root/agent/build-static.sh" "$arch" "$rootfs/usr/local/bin/hatchery-agent"
+fi
+agent_version=$(sed -n 's/^#define AGENT_VERSION *"\(.*\)"/\1/p' "$root/include/hatchery/agent_protocol.h")
+install -m 0644 "$here/hatchery-agent.service" "$rootfs/etc/systemd/system/hatchery-agent.service"
+chroot "$rootfs" systemctl enable hatchery-agent.service systemd-networkd.service \
+  systemd-resolved.service >/dev/null 2>&1
 
-# 5. Into a qcow2 base image (what pools[].image names; guests get overlays on it).
-virt-make-fs --format=qcow2 --type=ext4 --size=+8G --partition=gpt "$rootfs" "$out"
-echo "built $out: Debian bookworm $arch, runner $version"
+# 5. Boot and network: the whole disk is the root file system, grown at boot to the
+#    guest's disk size; DHCP on every wired interface, waited for at most 30 s (a pool
+#    with network: none must not wait the default two minutes).
+cat >"$rootfs/etc/fstab" <<'FSTAB'
+/dev/vda / ext4 rw,discard,errors=remount-ro,x-systemd.growfs 0 1
+FSTAB
+cat >"$rootfs/etc/systemd/network/80-hatchery-dhcp.network" <<'NET'
+[Match]
+Name=en* eth*
+
+[Network]
+DHCP=yes
+NET
+mkdir -p "$rootfs/etc/systemd/system/systemd-networkd-wait-online.service.d"
+cat >"$rootfs/etc/systemd/system/systemd-networkd-wait-online.service.d/timeout.conf" <<'WAIT'
+[Service]
+ExecStart=
+ExecStart=/lib/systemd/systemd-networkd-wait-online --any --timeout=30
+WAIT
+ln -sf /run/systemd/resolve/stub-resolv.conf "$rootfs/etc/resolv.conf"
+echo hatchery-runner >"$rootfs/etc/hostname"
+printf '127.0.0.1\tlocalhost\n127.0.1.1\thatchery-runner\n::1\tlocalhost ip6-localhost ip6-loopback\n' >"$rootfs/etc/hosts"
+# Nothing logs in on the console, and no timer of a long-lived machine runs in a guest
+# that lives for one job.
+for unit in serial-getty@.service getty@.service console-getty.service apt-daily.timer \
+    apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
+    podman-auto-update.timer podman-restart.service; do
+  ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
+done
+# Rootless podman for the runner: its storage on the guest's disk.
+mkdir -p "$rootfs/etc/containers"
+
+# 6. Build images baked in (mission: no pull per job), in a store every user reads.
+preloaded=()
+if [ "${#preloads[@]}" -gt 0 ]; then
+  log "preloading ${#preloads[@]} image archive(s)"
+  store=/var/lib/containers/preload
+  mkdir -p "$rootfs$store" "$rootfs/tmp/preload"
+  for p in "${preloads[@]}"; do
+    cp "$p" "$rootfs/tmp/preload/"
+    name=$(basename "$p")
+    loaded=$(chroot "$rootfs" podman --root "$store" --runroot /tmp/preload/run --storage-driver vfs \
+      --cgroup-manager cgroupfs --events-backend none load -q -i "/tmp/preload/$name" 2>"$work/preload.log") ||
+      { cat "$work/preload.log" >&2; die "cannot load $p"; }
+    preloaded+=("$(sed -n 's/^Loaded image: //p' <<<"$loaded" | paste -sd, -)")
+  done
+  rm -rf "$rootfs/tmp/preload"
+  chmod -R a+rX "$rootfs$store"
+  cat >"$rootfs/etc/containers/storage.conf" <<CONF
+# The build images baked into this runner image (build-image.sh --preload): read-only,
+# shared by every user's podman, so a job finds them without a pull.
+[storage]
+driver = "overlay"
+
+[storage.options]
+additionalimagestores = ["$store"]
+CONF
+fi
+
+# 7. Clone hygiene: every guest made from this image is distinct and starts with no
+#    secret. Checked below, not only done.
+: >"$rootfs/etc/machine-id"
+rm -f "$rootfs/var/lib/dbus/machine-id" "$rootfs/var/lib/systemd/random-seed" \
+  "$rootfs"/etc/ssh/ssh_host_* "$rootfs/var/lib/systemd/credential.secret"
+ln -sf /etc/machine-id "$rootfs/var/lib/dbus/machine-id"
+rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/cache/apt/archives/*.deb \
+  "$rootfs"/var/log/*.log "$rootfs"/var/log/apt/* "$rootfs"/root/.bash_history "$rootfs"/tmp/* \
+  "$rootfs"/var/tmp/*
+[ ! -s "$rootfs/etc/machine-id" ] || die "clone hygiene: /etc/machine-id is not empty"
+[ ! -e "$rootfs/var/lib/systemd/random-seed" ] || die "clone hygiene: a random seed is left"
+! ls "$rootfs"/etc/ssh/ssh_host_* >/dev/null 2>&1 || die "clone hygiene: SSH host keys are left"
+! ls -a "$rootfs/opt/actions-runner" | grep -qE '^\.(runner|credentials)' ||
+  die "clone hygiene: runner credentials are left"
+
+# 8. The disk, without libguestfs or a loop device: ext4 made from the directory into a
+#    sparse file, then qcow2. The guest's overlay is larger; x-systemd.growfs grows the
+#    file system to it at boot.
+log "disk"
+cp "$rootfs/boot/$kernel" "$work/kernel"
+cp "$rootfs/boot/initrd.img-$kernel_version" "$work/initrd"
+used_mib=$(du -sm --apparent-size "$rootfs" | cut -f1)
+size_mib=$((used_mib * 12 / 10 + free_mib))
+truncate -s "${size_mib}M" "$work/root.raw"
+mkfs.ext4 -q -F -L hatchery-root -E root_owner=0:0 -d "$rootfs" "$work/root.raw"
+qemu-img convert -O qcow2 "$work/root.raw" "$work/image.qcow2"
+sha=$(sha256sum "$work/image.qcow2" | cut -d' ' -f1)
+
+preloaded_list=$(IFS=,; echo "${preloaded[*]:-}")
+built_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+base=$(basename "$out")
+cat >"$work/manifest.json" <<JSON
+{
+  "arch": "$arch",
+  "debian": "bookworm",
+  "kernel_version": "$kernel_version",
+  "runner_version": "$version",
+  "agent_version": "$agent_version",
+  "built_at": "$built_at",
+  "sha256": "$sha",
+  "size_bytes": $(stat -c %s "$work/image.qcow2"),
+  "preloaded": "$preloaded_list",
+  "boot": {
+    "kernel": "$base.kernel",
+    "initrd": "$base.initrd",
+    "cmdline": "root=/dev/vda rw console=$console"
+  }
+}
+JSON
+mkdir -p "$(dirname "$out")"
+# The manifest goes last: a reader that sees it sees a complete image.
+rm -f "$out.json"
+mv "$work/image.qcow2" "$out"
+mv "$work/kernel" "$out.kernel"
+mv "$work/initrd" "$out.initrd"
+mv "$work/manifest.json" "$out.json"
+log "built $out in $(($(date +%s) - started)) s: Debian bookworm, kernel $kernel_version, runner $version, $(du -m "$out" | cut -f1) MiB"

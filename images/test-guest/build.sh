@@ -14,9 +14,9 @@ root=$(cd "$here/../.." && pwd)
 arch=${1:?usage: build.sh ppc64le|s390x [CACHE_DIR]}
 cache=${2:-$root/build-images}
 case "$arch" in
-  ppc64le) deb_arch=ppc64el; triplet=powerpc64le-linux-gnu; flavour=powerpc64le; kernel_glob='boot/vmlinux-*'
+  ppc64le) deb_arch=ppc64el; flavour=powerpc64le; kernel_glob='boot/vmlinux-*'
            modules="virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_console" ;;
-  s390x)   deb_arch=s390x; triplet=s390x-linux-gnu; flavour=s390x; kernel_glob='boot/vmlinuz-*'
+  s390x)   deb_arch=s390x; flavour=s390x; kernel_glob='boot/vmlinuz-*'
            modules="virtio_console" ;;
   *) echo "build.sh: unknown arch $arch (ppc64le or s390x)" >&2; exit 2 ;;
 esac
@@ -34,7 +34,7 @@ fi
 kernel_pkg=${kernel_pkg%%:*}
 pkgs=("$kernel_pkg:$deb_arch" "busybox-static:$deb_arch" "libjansson-dev:$deb_arch")
 versions=$(for p in "${pkgs[@]}"; do echo "$p=$(apt-cache policy "$p" | awk '/Candidate:/ {print $2}')"; done)
-key=$( { cat "$here/build.sh" "$here/init" "$here/fake-runner" "$root/agent/hatchery-agent.c" \
+key=$( { cat "$here/build.sh" "$here/init" "$here/fake-runner" "$root/agent/hatchery-agent.c" "$root/agent/build-static.sh" \
          "$root/include/hatchery/agent_protocol.h"; echo "$versions"; echo "$modules"; } | sha256sum | cut -c1-16)
 out="$cache/test-guest-$arch-$key"
 if [ -f "$out/initrd" ] && [ -f "$out/kernel" ]; then
@@ -51,9 +51,8 @@ for p in "${pkgs[@]}"; do
   dpkg-deb -x "$(ls -t "$cache/debs/${name}"_*_"$deb_arch".deb | head -n 1)" "$work/x"
 done
 
-# The agent, cross-built static against the foreign libjansson.a.
-"$triplet-gcc" -static -Os -s -std=gnu11 -Wall -Wextra -Werror -I"$root/include" -I"$work/x/usr/include" \
-  "$root/agent/hatchery-agent.c" "$work/x/usr/lib/$triplet/libjansson.a" -o "$work/hatchery-agent"
+# The agent, cross-built static.
+"$root/agent/build-static.sh" "$arch" "$work/hatchery-agent" "$cache"
 
 r="$work/root"
 mkdir -p "$r/bin" "$r/usr/bin" "$r/proc" "$r/sys" "$r/dev" "$r/etc" "$r/lib/modules"
@@ -73,6 +72,21 @@ mkdir -p "$out.tmp"
 cp $work/x/$kernel_glob "$out.tmp/kernel"
 cp "$work/hatchery-agent" "$out.tmp/hatchery-agent"
 qemu-img create -q -f qcow2 "$out.tmp/base.qcow2" 64M
+# The manifest hatcheryd checks each VM pool's image against (see images/runner/).
+agent_version=$(sed -n 's/^#define AGENT_VERSION *"\(.*\)"/\1/p' "$root/include/hatchery/agent_protocol.h")
+kernel_version=$(basename "$(ls $work/x/$kernel_glob | head -n 1)" | sed 's/^vmlinu[xz]-//')
+cat > "$out.tmp/base.qcow2.json" <<JSON
+{
+  "arch": "$arch",
+  "debian": "bookworm",
+  "kernel_version": "$kernel_version",
+  "runner_version": "stand-in",
+  "agent_version": "$agent_version",
+  "built_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+  "sha256": "$(sha256sum "$out.tmp/base.qcow2" | cut -d' ' -f1)",
+  "boot": {"kernel": "kernel", "initrd": "initrd"}
+}
+JSON
 rm -rf "$out"
 mv "$out.tmp" "$out"
 log "built: agent $(stat -c %s "$out/hatchery-agent") bytes, initrd $(stat -c %s "$out/initrd") bytes"

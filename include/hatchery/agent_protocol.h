@@ -7,15 +7,21 @@
  * type is an error that ends the conversation. Text (JSON), never raw structs: ppc64le is
  * little-endian, s390x big-endian.
  *
- *   agent -> controller  hello      {version, arch, boot_id}
+ *   agent -> controller  hello      {version, arch, boot_id, machine_id, crng_ready,
+ *                                    crng_wait_s}
  *   controller -> agent  config     {runner_name, jit_config, job_timeout_s, runner_command[]}
- *   agent -> controller  started    {pid}
+ *   agent -> controller  started    {pid, uid}
  *   agent -> controller  heartbeat  {}
- *   agent -> controller  exited     {code | signal, duration_s, timed_out}
+ *   agent -> controller  exited     {code | signal, meaning, duration_s, timed_out,
+ *                                    relaunches, jit_on_argv, argv_scans, report}
  *   controller -> agent  shutdown   {reason}
  *
- * The runner is started as runner_command followed by one more argument, the JIT config
- * (the GitHub runner's `run.sh --jitconfig` takes it that way). */
+ * The runner is started as runner_command, with the JIT config in its environment as
+ * ACTIONS_RUNNER_INPUT_JITCONFIG (the GitHub runner reads it like `--jitconfig`), never
+ * on an argv; a trailing `--jitconfig` in runner_command is dropped. `report` is the JSON
+ * object of at most AGENT_MAX_REPORT_BYTES the job wrote to $HATCHERY_REPORT_FILE: the
+ * job's own words, untrusted. Fields added since version 1 are optional, so an older
+ * agent is still understood. */
 #ifndef HATCHERY_AGENT_PROTOCOL_H
 #define HATCHERY_AGENT_PROTOCOL_H
 
@@ -27,13 +33,14 @@
 
 #define AGENT_PROTOCOL_VERSION 1
 #define AGENT_CHANNEL_NAME     "org.hatchery.agent.0"
-#define AGENT_VERSION          "0.1.0"
+#define AGENT_VERSION          "0.2.0"
 /* A JIT config is a few KB of base64; everything else is small. */
 #define AGENT_MAX_LINE_BYTES (64 * 1024)
 #define AGENT_HEARTBEAT_S    5
 /* The controller closes a channel that sends more than this many messages a second. */
 #define AGENT_MAX_MESSAGES_PER_S 20
 #define AGENT_MAX_COMMAND_ARGS   64
+#define AGENT_MAX_REPORT_BYTES   4096
 /* Inside the container, where the controller's socket appears. */
 #define AGENT_CONTAINER_SOCKET "/run/hatchery/agent.sock"
 

@@ -40,7 +40,7 @@ const d = new Daemon({
     memory_mib: 256
     max_runners: ${MAX}
     boot_timeout_s: 30
-    runner_command: [/usr/bin/fake-runner, --jitconfig]
+    runner_command: [/usr/bin/fake-runner]
     hosts: [lxc]
 `,
   extra: githubConfig({ reconcileIntervalS: 2 }),

@@ -30,7 +30,7 @@ function pool(name, label, arch, { max = 2, minIdle = 0 } = {}) {
     min_idle: ${minIdle}
     max_runners: ${max}
     boot_timeout_s: 120
-    runner_command: [/usr/bin/fake-runner, --jitconfig]
+    runner_command: [/usr/bin/fake-runner]
     hosts: [local]
 `;
 }

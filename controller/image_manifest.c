@@ -1,0 +1,141 @@
+/* Guest image manifests; see image_manifest.h. */
+#include "image_manifest.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+static int field(json_t *obj, const char *key, bool required, char *out, size_t size,
+                 const char *path, char *err, size_t err_size)
+{
+    json_t *v = json_object_get(obj, key);
+    out[0] = 0;
+    if (!v && !required)
+        return 0;
+    const char *s = json_string_value(v);
+    if (!s || !s[0] || json_string_length(v) >= size) {
+        snprintf(err, err_size, "%s: %s must be a string of 1 to %zu characters", path, key,
+                 size - 1);
+        return -EINVAL;
+    }
+    for (const char *p = s; *p; p++) {
+        if ((unsigned char)*p < 0x20 || *p == '"' || *p == '\\') {
+            snprintf(err, err_size, "%s: %s holds a control character or quote", path, key);
+            return -EINVAL;
+        }
+    }
+    snprintf(out, size, "%s", s);
+    return 0;
+}
+
+/* A boot file named by the manifest: a plain file name in the image's directory, so a
+ * manifest cannot point hatcheryd at any other file of the host. */
+static int boot_file(json_t *boot, const char *key, const char *dir, char *out, size_t size,
+                     const char *path, char *err, size_t err_size)
+{
+    char name[256];
+    int r = field(boot, key, false, name, sizeof(name), path, err, err_size);
+    if (r < 0 || !name[0])
+        return r;
+    if (strchr(name, '/') || strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+        snprintf(err, err_size, "%s: boot.%s must be a file name beside the image", path, key);
+        return -EINVAL;
+    }
+    if ((size_t)snprintf(out, size, "%s/%s", dir, name) >= size) {
+        snprintf(err, err_size, "%s: boot.%s: path too long", path, key);
+        return -ENAMETOOLONG;
+    }
+    return 0;
+}
+
+int image_manifest_read(const char *image, struct image_manifest *ret_manifest, char *err,
+                        size_t err_size)
+{
+    char path[PATH_MAX], dir[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof(path), "%s.json", image) >= sizeof(path)) {
+        snprintf(err, err_size, "image path too long");
+        return -ENAMETOOLONG;
+    }
+    snprintf(dir, sizeof(dir), "%s", image);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        snprintf(dir, sizeof(dir), ".");
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        int e = errno;
+        snprintf(err, err_size, "image manifest %s: %s", path,
+                 e == ENOENT ? "missing (build the image with images/runner/build-image.sh)"
+                             : strerror(e));
+        return -e;
+    }
+    char *buf = malloc(IMAGE_MANIFEST_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, IMAGE_MANIFEST_MAX_BYTES + 1, f) : 0;
+    fclose(f);
+    if (!buf)
+        return -ENOMEM;
+    if (n > IMAGE_MANIFEST_MAX_BYTES) {
+        free(buf);
+        snprintf(err, err_size, "image manifest %s: larger than %d bytes", path,
+                 IMAGE_MANIFEST_MAX_BYTES);
+        return -EFBIG;
+    }
+    json_error_t jerr;
+    json_t *m = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (!json_is_object(m)) {
+        snprintf(err, err_size, "image manifest %s: not a JSON object%s%s", path, m ? "" : ": ",
+                 m ? "" : jerr.text);
+        json_decref(m);
+        return -EINVAL;
+    }
+    struct image_manifest out;
+    json_t *boot = json_object_get(m, "boot");
+    int r = 0;
+    if (boot && !json_is_object(boot)) {
+        snprintf(err, err_size, "%s: boot must be an object", path);
+        r = -EINVAL;
+    }
+    if (r == 0)
+        r = field(m, "arch", true, out.arch, sizeof(out.arch), path, err, err_size);
+    if (r == 0)
+        r = field(m, "debian", false, out.debian, sizeof(out.debian), path, err, err_size);
+    if (r == 0)
+        r = field(m, "kernel_version", false, out.kernel_version, sizeof(out.kernel_version), path,
+                  err, err_size);
+    if (r == 0)
+        r = field(m, "runner_version", true, out.runner_version, sizeof(out.runner_version), path,
+                  err, err_size);
+    if (r == 0)
+        r = field(m, "agent_version", true, out.agent_version, sizeof(out.agent_version), path, err,
+                  err_size);
+    if (r == 0)
+        r = field(m, "built_at", false, out.built_at, sizeof(out.built_at), path, err, err_size);
+    if (r == 0)
+        r = field(m, "sha256", false, out.sha256, sizeof(out.sha256), path, err, err_size);
+    if (r == 0)
+        r = field(m, "preloaded", false, out.preloaded, sizeof(out.preloaded), path, err, err_size);
+    if (r == 0)
+        r = boot_file(boot, "kernel", dir, out.kernel, sizeof(out.kernel), path, err, err_size);
+    if (r == 0)
+        r = boot_file(boot, "initrd", dir, out.initrd, sizeof(out.initrd), path, err, err_size);
+    if (r == 0)
+        r = field(boot, "cmdline", false, out.cmdline, sizeof(out.cmdline), path, err, err_size);
+    json_decref(m);
+    if (r == 0)
+        *ret_manifest = out;
+    return r;
+}
+
+int image_manifest_check(const struct image_manifest *m, enum pool_arch arch, char *err,
+                         size_t err_size)
+{
+    if (strcmp(m->arch, pool_arch_names[arch]) != 0) {
+        snprintf(err, err_size, "image is built for %s, the pool is %s", m->arch,
+                 pool_arch_names[arch]);
+        return -EINVAL;
+    }
+    return 0;
+}

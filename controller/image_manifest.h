@@ -1,0 +1,41 @@
+/* The manifest a guest image carries beside it (`IMAGE.json`, written by
+ * images/runner/build-image.sh and images/test-guest/build.sh): what the image is (arch,
+ * Debian release, kernel, runner and agent versions, build time, sha256 of the qcow2) and
+ * how it boots (kernel, initrd and command line, relative to the image's directory).
+ * hatcheryd reads it for each VM pool whose image is on this machine: an image built for
+ * another architecture, or without a manifest, gets no runner. */
+#ifndef HATCHERY_IMAGE_MANIFEST_H
+#define HATCHERY_IMAGE_MANIFEST_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config.h"
+
+#define IMAGE_MANIFEST_MAX_BYTES (64 * 1024)
+
+struct image_manifest {
+    char arch[16];
+    char debian[32];
+    char kernel_version[64];
+    char runner_version[32];
+    char agent_version[32];
+    char built_at[40];
+    char sha256[72];
+    char preloaded[256]; /* container images baked into the image, comma-separated */
+    /* Direct kernel boot: absolute paths (resolved against the image's directory). */
+    char kernel[PATH_MAX];
+    char initrd[PATH_MAX];
+    char cmdline[512];
+};
+
+/* Reads `IMAGE.json` for `image`. On failure returns a negative errno and a reason
+ * (naming the file) in `err`. */
+int image_manifest_read(const char *image, struct image_manifest *ret_manifest, char *err,
+                        size_t err_size);
+/* 0 when the manifest fits a pool of `arch`; else -EINVAL and the reason in `err`. */
+int image_manifest_check(const struct image_manifest *m, enum pool_arch arch, char *err,
+                         size_t err_size);
+
+#endif

@@ -1,0 +1,168 @@
+// The agent's side of the runner's contract, on this machine: the native hatchery-agent
+// talks to this test over a unix socket (as in a container) and runs stand-in runners.
+// Every return code of the Listener, the drop to an unprivileged user, the JIT config in
+// the environment and never on an argv, and the job's report, hostile ones included.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+
+const agentBin = process.env.HATCHERY_AGENT;
+const dir = mkdtempSync(join(tmpdir(), 'hatchery-agent-test-'));
+chmodSync(dir, 0o777); // the unprivileged runner of some tests writes here
+const JIT = 'jit-config-agent-test-5b1e0c9d7f3a4e2b8c6d1f0a9e8b7c6d5a4f3e2d1c0b9a8f';
+
+// One conversation: the agent says hello, gets `config`, and the test collects every
+// message until `exited` (or the agent hangs up).
+function converse({ command, user, timeoutS = 60 }) {
+  const sock = join(dir, `agent-${Math.random().toString(16).slice(2)}.sock`);
+  return new Promise((resolve, reject) => {
+    const messages = [];
+    const server = net.createServer((c) => {
+      let buf = '';
+      c.on('data', (d) => {
+        buf += d;
+        let nl;
+        while ((nl = buf.indexOf('\n')) >= 0) {
+          const msg = JSON.parse(buf.slice(0, nl));
+          buf = buf.slice(nl + 1);
+          messages.push(msg);
+          if (msg.type === 'hello')
+            c.write(JSON.stringify({ v: 1, type: 'config', runner_name: 'hatchery-test-1', jit_config: JIT,
+              job_timeout_s: timeoutS, runner_command: command }) + '\n');
+        }
+      });
+    });
+    server.listen(sock, () => {
+      const state = join(dir, `state-${Math.random().toString(16).slice(2)}`);
+      const args = ['--socket', sock, '--state-dir', state, ...(user ? ['--user', user] : [])];
+      const agent = spawn(agentBin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env.PATH } });
+      let stderr = '';
+      agent.stderr.on('data', (d) => { stderr += d; });
+      const timer = setTimeout(() => { agent.kill('SIGKILL'); reject(new Error(`agent hung:\n${stderr}`)); }, 120000);
+      agent.on('exit', (code) => {
+        clearTimeout(timer);
+        server.close();
+        resolve({ code, messages, stderr, exited: messages.find((m) => m.type === 'exited') });
+      });
+    });
+  });
+}
+
+function script(name, body) {
+  const p = join(dir, name);
+  writeFileSync(p, `#!/bin/sh\n${body}\n`);
+  chmodSync(p, 0o755);
+  return p;
+}
+
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('the Listener return codes', () => {
+  const meanings = {
+    0: /^success/, 1: /^terminated error/, 5: /^session conflict/, 6: /^runner configuration refreshed/,
+    9: /^unknown return code/,
+  };
+  for (const [code, meaning] of Object.entries(meanings)) {
+    test(`code ${code} ends the job and is reported with its meaning`, async () => {
+      const r = await converse({ command: [script(`exit${code}`, `exit ${code}`)] });
+      assert.equal(r.exited?.code, Number(code), r.stderr);
+      assert.match(r.exited.meaning, meaning);
+      assert.equal(r.exited.relaunches, 0);
+    });
+  }
+  for (const code of [2, 3, 4]) {
+    test(`code ${code} re-launches the Listener, as run.sh does, up to 3 times`, { timeout: 60000 }, async () => {
+      const count = join(dir, `count${code}`);
+      writeFileSync(count, '');
+      const r = await converse({ command: [script(`relaunch${code}`, `echo x >> ${count}; exit ${code}`)] });
+      assert.equal(r.exited?.code, code, r.stderr);
+      assert.equal(r.exited.relaunches, 3);
+      assert.equal(readFileSync(count, 'utf8').trim().split('\n').length, 4, 'first run and 3 re-launches');
+      assert.match(r.stderr, /re-launching in 5 s/);
+    });
+  }
+  test('a retryable error that then succeeds ends with 0', { timeout: 30000 }, async () => {
+    const flag = join(dir, 'second-time');
+    const r = await converse({ command: [script('flaky', `[ -e ${flag} ] && exit 0; touch ${flag}; exit 2`)] });
+    assert.equal(r.exited?.code, 0, r.stderr);
+    assert.equal(r.exited.relaunches, 1);
+  });
+  test('a runner that is not there: 127, "could not be started"', async () => {
+    const r = await converse({ command: [join(dir, 'no-such-runner')] });
+    assert.equal(r.exited?.code, 127);
+    assert.match(r.exited.meaning, /could not be started/);
+  });
+});
+
+describe('how the runner is started', () => {
+  test('as the --user account, never root, with a clean environment and HOME', async () => {
+    const out = join(dir, 'whoami');
+    const r = await converse({
+      user: 'nobody',
+      command: [script('whoami', `id -u > ${out}.tmp; id -G >> ${out}.tmp; echo "$HOME" >> ${out}.tmp; env | sort >> ${out}.tmp; mv ${out}.tmp ${out}`)],
+    });
+    assert.equal(r.exited?.code, 0, r.stderr);
+    const [uid, groups, home, ...env] = readFileSync(out, 'utf8').trim().split('\n');
+    const nobody = spawnSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).stdout.trim();
+    assert.equal(uid, nobody);
+    assert.ok(!groups.split(' ').includes('0'), `no root group: ${groups}`);
+    assert.equal(home, spawnSync('sh', ['-c', 'getent passwd nobody | cut -d: -f6'], { encoding: 'utf8' }).stdout.trim());
+    const names = env.map((l) => l.split('=')[0]);
+    assert.ok(names.includes('ACTIONS_RUNNER_INPUT_JITCONFIG'), 'the JIT config is in the environment');
+    assert.ok(!names.some((n) => n.startsWith('NODE') || n === 'INVOCATION_ID'), `clean environment: ${names}`);
+    assert.equal(r.messages.find((m) => m.type === 'started').uid, Number(nobody));
+  });
+  test('--user root is refused', async () => {
+    const r = spawnSync(agentBin, ['--socket', join(dir, 'none.sock'), '--user', 'root'], { encoding: 'utf8', timeout: 10000 });
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /that user is root/);
+  });
+  test('the JIT config is on no command line, and a trailing --jitconfig is dropped', async () => {
+    const seen = join(dir, 'argv');
+    const r = await converse({
+      command: [script('argv', `echo "$#:$*" > ${seen}; sleep 6`), '--jitconfig'],
+    });
+    assert.equal(r.exited?.code, 0, r.stderr);
+    assert.equal(readFileSync(seen, 'utf8').trim(), '0:');
+    assert.equal(r.exited.jit_on_argv, false);
+    assert.ok(r.exited.argv_scans >= 1);
+  });
+  test('a job that puts the JIT config on an argv is caught by the agent', async () => {
+    const r = await converse({
+      command: [script('leak', 'exec sh -c "sleep 7; exit 0" "$ACTIONS_RUNNER_INPUT_JITCONFIG"')],
+    });
+    assert.equal(r.exited?.jit_on_argv, true, r.stderr);
+  });
+  test('the agent waited for the CRNG and says hello with boot and machine ids', async () => {
+    const r = await converse({ command: [script('ok', 'exit 0')] });
+    const hello = r.messages.find((m) => m.type === 'hello');
+    assert.equal(hello.crng_ready, true);
+    assert.match(hello.boot_id, /^[0-9a-f-]{36}$/);
+    assert.equal(typeof hello.machine_id, 'string');
+  });
+});
+
+describe("the job's report", () => {
+  test('a JSON object the job wrote is sent with the exit', async () => {
+    const r = await converse({ command: [script('report', 'printf \'{"result":"succeeded","n":1}\' > "$HATCHERY_REPORT_FILE"')] });
+    assert.deepEqual(r.exited?.report, { result: 'succeeded', n: 1 });
+  });
+  test('a report that is not an object, too large, or a link to a file of root is not sent', async () => {
+    const secret = join(dir, 'root-secret.json');
+    writeFileSync(secret, '{"secret":"of root"}');
+    for (const body of [
+      'echo "[1,2,3]" > "$HATCHERY_REPORT_FILE"',
+      `head -c 5000 /dev/zero | tr '\\0' ' ' > "$HATCHERY_REPORT_FILE"`,
+      `ln -s ${secret} "$HATCHERY_REPORT_FILE"`,
+      'echo "{not json" > "$HATCHERY_REPORT_FILE"',
+    ]) {
+      const r = await converse({ user: 'nobody', command: [script(`bad-${Math.random()}`, body)] });
+      assert.equal(r.exited?.code, 0, r.stderr);
+      assert.equal(r.exited.report, undefined, body);
+    }
+  });
+});
