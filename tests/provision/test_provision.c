@@ -68,7 +68,7 @@ static bool process_argv_contains(const char *needle)
     return found;
 }
 
-static const char *const runner_command[] = {"/usr/bin/fake-runner", "--jitconfig"}; /* the agent drops the trailing --jitconfig */
+static const char *const runner_command[] = {"/usr/bin/fake-runner", "--jitconfig"};
 
 static void ev_hello(void *data, struct guest *g, const struct agent_hello *hello)
 {
