@@ -152,6 +152,10 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
             json_integer_value(relaunches) < 1000)
             exit.relaunches = (int)json_integer_value(relaunches);
         exit.jit_on_argv = json_is_true(json_object_get(msg, "jit_on_argv"));
+        json_t *scans = json_object_get(msg, "argv_scans");
+        if (json_is_integer(scans) && json_integer_value(scans) >= 0 &&
+            json_integer_value(scans) < 1000000)
+            exit.argv_scans = (int)json_integer_value(scans);
         json_t *report = json_object_get(msg, "report");
         if (report) {
             /* The job wrote it: an object, small, or nothing. */

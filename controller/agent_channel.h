@@ -31,6 +31,7 @@ struct agent_exit {
     char meaning[160];    /* the agent's reading of the Listener's return code */
     int relaunches;       /* Listener re-launches after return codes 2, 3 and 4 */
     bool jit_on_argv;     /* the agent found the JIT config on a command line */
+    int argv_scans;       /* how often the agent looked */
     const json_t *report; /* the job's report object (<= AGENT_MAX_REPORT_BYTES), or NULL */
 };
 

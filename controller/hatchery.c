@@ -247,17 +247,36 @@ static void print_jobs(json_t *answer)
     table_print(&t);
 }
 
+/* A pool's image in one cell: what its manifest says, or why it cannot be used. */
+static char *image_cell(json_t *p)
+{
+    const char *error = json_string_value(json_object_get(p, "image_error"));
+    json_t *m = json_object_get(p, "image_manifest");
+    char buf[512];
+    if (error)
+        snprintf(buf, sizeof(buf), "error: %s", error);
+    else if (m)
+        snprintf(buf, sizeof(buf), "runner %s, kernel %s, agent %s, built %s",
+                 json_string_value(json_object_get(m, "runner_version")),
+                 json_string_value(json_object_get(m, "kernel_version")),
+                 json_string_value(json_object_get(m, "agent_version")),
+                 json_string_value(json_object_get(m, "built_at")));
+    else
+        snprintf(buf, sizeof(buf), "-");
+    return strdup(buf);
+}
+
 static void print_pools(json_t *answer)
 {
-    struct table t = {.n_columns = 9,
+    struct table t = {.n_columns = 10,
                       .headers = {"POOL", "ARCH", "BACKEND", "LABELS", "VCPUS", "MEMORY_MIB",
-                                  "MIN_IDLE", "MAX", "HOSTS"}};
+                                  "MIN_IDLE", "MAX", "HOSTS", "IMAGE"}};
     size_t i;
     json_t *p;
     json_array_foreach(json_object_get(answer, "pools"), i, p)
     {
         json_t *hosts = json_object_get(p, "hosts");
-        char *cells[9] = {
+        char *cells[10] = {
             fmt_value(json_object_get(p, "name")),
             fmt_value(json_object_get(p, "arch")),
             fmt_value(json_object_get(p, "backend")),
@@ -267,9 +286,10 @@ static void print_pools(json_t *answer)
             fmt_value(json_object_get(p, "min_idle")),
             fmt_value(json_object_get(p, "max_runners")),
             json_array_size(hosts) ? fmt_value(hosts) : strdup("(all)"),
+            image_cell(p),
         };
         table_add_row(&t, cells);
-        free_cells(cells, 9);
+        free_cells(cells, 10);
     }
     table_print(&t);
 }

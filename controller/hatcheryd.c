@@ -17,6 +17,7 @@
 #include "daemon.h"
 #include "libvirt_loop.h"
 #include "hatchery/limits.h"
+#include "image_manifest.h"
 #include "log.h"
 #include "sd_notify.h"
 #include "textbuf.h"
@@ -237,6 +238,31 @@ static void on_http_request(struct http_server *server, struct http_conn *conn,
 #undef PATH_IS
 }
 
+/* What the operator should know about each VM pool's image at start: no manifest (the
+ * pool gets no runner until there is one, or the image is on a remote host), or a runner
+ * GitHub no longer registers. */
+static void check_pool_images(const struct config *c)
+{
+    for (size_t i = 0; i < c->n_pools; i++) {
+        const struct config_pool *p = &c->pools[i];
+        if (p->backend != BACKEND_VM)
+            continue;
+        struct image_manifest m;
+        char err[512];
+        if (image_manifest_read(p->image, &m, err, sizeof(err)) < 0) {
+            log_warn("image.manifest_unreadable", "pool=%s reason=\"%s\"", p->name, err);
+            continue;
+        }
+        log_info("image.manifest", "pool=%s arch=%s kernel=%s runner=%s agent=%s built=%s", p->name,
+                 m.arch, m.kernel_version, m.runner_version, m.agent_version, m.built_at);
+        if (image_manifest_runner_below_floor(&m) == 1)
+            log_warn("image.runner_below_floor",
+                     "pool=%s runner=%s floor=%s reason=\"GitHub refuses to register a runner "
+                     "older than %s: rebuild the image with a newer runner\"",
+                     p->name, m.runner_version, RUNNER_VERSION_FLOOR, RUNNER_VERSION_FLOOR);
+    }
+}
+
 /* ---- admin API ---------------------------------------------------------------------- */
 
 static json_t *pool_json(const struct config_pool *p)
@@ -246,12 +272,25 @@ static json_t *pool_json(const struct config_pool *p)
         json_array_append_new(labels, json_string(p->labels[i]));
     for (size_t i = 0; i < p->n_hosts; i++)
         json_array_append_new(hosts, json_string(p->hosts[i]));
-    return json_pack("{s:s, s:o, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o}", "name", p->name,
-                     "labels", labels, "arch", pool_arch_names[p->arch], "backend",
-                     pool_backend_names[p->backend], "image", p->image, "vcpus",
-                     (json_int_t)p->vcpus, "memory_mib", (json_int_t)p->memory_mib, "min_idle",
-                     (json_int_t)p->min_idle, "max_runners", (json_int_t)p->max_runners, "hosts",
-                     hosts);
+    json_t *out =
+        json_pack("{s:s, s:o, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:o}", "name", p->name, "labels",
+                  labels, "arch", pool_arch_names[p->arch], "backend",
+                  pool_backend_names[p->backend], "image", p->image, "vcpus", (json_int_t)p->vcpus,
+                  "memory_mib", (json_int_t)p->memory_mib, "min_idle", (json_int_t)p->min_idle,
+                  "max_runners", (json_int_t)p->max_runners, "hosts", hosts);
+    if (p->backend == BACKEND_VM) {
+        /* Read now: an image rebuilt since the start shows as it is. */
+        struct image_manifest m;
+        char err[512];
+        if (image_manifest_read(p->image, &m, err, sizeof(err)) == 0) {
+            json_object_set_new(out, "image_manifest", image_manifest_json(&m));
+            if (image_manifest_check(&m, (enum pool_arch)p->arch, err, sizeof(err)) < 0)
+                json_object_set_new(out, "image_error", json_string(err));
+        } else {
+            json_object_set_new(out, "image_error", json_string(err));
+        }
+    }
+    return out;
 }
 
 struct capacity_ctx {
@@ -825,6 +864,7 @@ int main(int argc, char **argv)
         uv_timer_start(&d.watchdog_timer, on_watchdog, every_ms, every_ms);
     }
 
+    check_pool_images(d.config);
     log_info("daemon.ready",
              "version=%s controller=%s listen=%s tls=%s admin=%s state=%s "
              "pools=%zu hosts=%zu github=%s",

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int field(json_t *obj, const char *key, bool required, char *out, size_t size,
@@ -138,4 +139,39 @@ int image_manifest_check(const struct image_manifest *m, enum pool_arch arch, ch
         return -EINVAL;
     }
     return 0;
+}
+
+static int parse_version(const char *s, long v[3])
+{
+    char *end;
+    for (int i = 0; i < 3; i++) {
+        if (*s < '0' || *s > '9')
+            return -EINVAL;
+        v[i] = strtol(s, &end, 10);
+        s = end;
+        if (i < 2 && *s++ != '.')
+            return -EINVAL;
+    }
+    return *s ? -EINVAL : 0;
+}
+
+int image_manifest_runner_below_floor(const struct image_manifest *m)
+{
+    long mine[3], floor[3];
+    if (parse_version(m->runner_version, mine) < 0 ||
+        parse_version(RUNNER_VERSION_FLOOR, floor) < 0)
+        return -1;
+    for (int i = 0; i < 3; i++)
+        if (mine[i] != floor[i])
+            return mine[i] < floor[i];
+    return 0;
+}
+
+json_t *image_manifest_json(const struct image_manifest *m)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "arch", m->arch,
+                     "debian", m->debian, "kernel_version", m->kernel_version, "runner_version",
+                     m->runner_version, "agent_version", m->agent_version, "built_at", m->built_at,
+                     "sha256", m->sha256, "preloaded", m->preloaded, "kernel", m->kernel, "initrd",
+                     m->initrd, "cmdline", m->cmdline);
 }

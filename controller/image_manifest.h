@@ -9,11 +9,17 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <jansson.h>
 #include <stddef.h>
 
 #include "config.h"
 
 #define IMAGE_MANIFEST_MAX_BYTES (64 * 1024)
+/* GitHub's absolute floor for registering a self-hosted runner: 2.329.0 or later, enforced
+ * in full from 2026-09-25 ("Self-hosted runner minimum version enforcement", GitHub
+ * changelog, 2026). On top of it a runner must take each release within 30 days
+ * (images/runner/check-runner-version.mjs warns about that window). */
+#define RUNNER_VERSION_FLOOR "2.329.0"
 
 struct image_manifest {
     char arch[16];
@@ -37,5 +43,11 @@ int image_manifest_read(const char *image, struct image_manifest *ret_manifest, 
 /* 0 when the manifest fits a pool of `arch`; else -EINVAL and the reason in `err`. */
 int image_manifest_check(const struct image_manifest *m, enum pool_arch arch, char *err,
                          size_t err_size);
+
+/* 1 when the manifest's runner is older than RUNNER_VERSION_FLOOR, 0 when it is not, -1
+ * when its version is not a runner version (a stand-in, say). */
+int image_manifest_runner_below_floor(const struct image_manifest *m);
+/* The manifest as a JSON object for the admin API (a new reference). */
+json_t *image_manifest_json(const struct image_manifest *m);
 
 #endif

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "daemon.h"
+#include "image_manifest.h"
 #include "textbuf.h"
 
 #define METRICS_MAX_BYTES (4 * 1024 * 1024)
@@ -219,6 +220,20 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     for (size_t i = 0; i < d->config->n_pools; i++)
         textbuf_printf(&b, "hatchery_pool_max_runners{pool=\"%s\"} %lld\n",
                        d->config->pools[i].name, (long long)d->config->pools[i].max_runners);
+    header(&b, "hatchery_pool_image_info", "gauge",
+           "The manifest of each VM pool's image (1 for each readable manifest).");
+    for (size_t i = 0; i < d->config->n_pools; i++) {
+        const struct config_pool *p = &d->config->pools[i];
+        struct image_manifest m;
+        char err[512];
+        /* Manifest fields hold no quote, backslash or control character: safe as labels. */
+        if (p->backend == BACKEND_VM && image_manifest_read(p->image, &m, err, sizeof(err)) == 0)
+            textbuf_printf(&b,
+                           "hatchery_pool_image_info{pool=\"%s\",arch=\"%s\",debian=\"%s\","
+                           "kernel=\"%s\",runner=\"%s\",agent=\"%s\",sha256=\"%s\"} 1\n",
+                           p->name, m.arch, m.debian, m.kernel_version, m.runner_version,
+                           m.agent_version, m.sha256);
+    }
     header(&b, "hatchery_jobs", "gauge", "Jobs in the store, by pool and status.");
     struct job_count_ctx ctx = {.b = &b, .unmatched = false};
     store_job_counts(d->store, job_count_row, &ctx);

@@ -714,9 +714,10 @@ static void ch_exited(void *data, const struct agent_exit *exit)
         return;
     g->state = GUEST_EXITED;
     log_info("guest.runner_exited",
-             "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d relaunches=%d meaning=\"%s\"",
+             "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d relaunches=%d "
+             "jit_on_argv=%d argv_scans=%d meaning=\"%s\"",
              g->name, exit->code, exit->signal, exit->duration_s, exit->timed_out, exit->relaunches,
-             exit->meaning);
+             exit->jit_on_argv, exit->argv_scans, exit->meaning);
     if (exit->jit_on_argv)
         log_error("guest.jit_on_argv", "guest=%s the agent found the JIT config on a command line",
                   g->name);

@@ -20,6 +20,8 @@ packages=(
   # the production runner image: a foreign Debian root by mmdebstrap, a disk without
   # libguestfs or loop devices (mkfs.ext4 -d, qemu-img)
   mmdebstrap arch-test e2fsprogs
+  # its test: a small OCI archive to preload, made without a container engine
+  buildah
   # tests
   sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
   # benchmarks

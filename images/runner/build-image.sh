@@ -13,13 +13,17 @@
 # usage (as root; on amd64 through qemu-user-static and binfmt, or natively on ppc64le
 # or s390x):
 #   images/runner/build-image.sh [--preload ARCHIVE]... [--mirror URL] [--size-mib N]
-#                                ARCH RUNNER_TARBALL OUT.qcow2
+#                                [--debian-cache DIR] ARCH RUNNER_TARBALL OUT.qcow2
 #
 #   RUNNER_TARBALL  actions-runner-linux-ARCH-VERSION.tar.gz. actions/runner is not
 #                   released for ppc64le or s390x: build it from source with .NET 8 from
 #                   the distribution (IBM's patches to actions/runner for linux-ppc64le
 #                   and linux-s390x). images/runner/stand-in/make-tarball.sh makes a
 #                   stand-in in the same layout for the tests.
+#   --debian-cache  a directory keeping the Debian stage (step 1) as a tar, keyed by the
+#                   arch, mirror and package list, so a rebuild for a new agent or runner
+#                   skips it; for test and development machines (security updates arrive
+#                   only when the key changes or the cache is emptied).
 #   --preload       an OCI archive (`podman save --format oci-archive`, `skopeo copy ...
 #                   oci-archive:`) loaded into the image's container storage at build
 #                   time, so jobs find their build image without a pull. Repeatable.
@@ -38,16 +42,18 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "build-image: $*" >&2; exit 1; }
-usage() { echo "usage: build-image.sh [--preload ARCHIVE]... [--mirror URL] [--size-mib N] ARCH RUNNER_TARBALL OUT.qcow2" >&2; exit 2; }
+usage() { echo "usage: build-image.sh [--preload ARCHIVE]... [--mirror URL] [--size-mib N] [--debian-cache DIR] ARCH RUNNER_TARBALL OUT.qcow2" >&2; exit 2; }
 
 preloads=()
 mirror=http://deb.debian.org/debian
 free_mib=2048
+debian_cache=
 while [ $# -gt 0 ]; do
   case "$1" in
     --preload) [ $# -ge 2 ] || usage; preloads+=("$(realpath "$2")"); shift 2 ;;
     --mirror) [ $# -ge 2 ] || usage; mirror=$2; shift 2 ;;
     --size-mib) [ $# -ge 2 ] || usage; free_mib=$2; shift 2 ;;
+    --debian-cache) [ $# -ge 2 ] || usage; debian_cache=$(realpath -m "$2"); shift 2 ;;
     --) shift; break ;;
     -*) usage ;;
     *) break ;;
@@ -77,6 +83,8 @@ grep -qE '^(\./)?run\.sh$' <<<"$listing" || die "$tarball has no run.sh"
 if grep -qE '^(\./)?\.(runner|credentials|credentials_rsaparams)$' <<<"$listing"; then
   die "$tarball holds a configured runner's credentials (.runner/.credentials): use a clean release tarball"
 fi
+[ "${#preloads[@]}" -eq 0 ] || command -v buildah >/dev/null ||
+  die "buildah is missing: --preload needs it (deploy/install-deps.sh installs it)"
 for p in "${preloads[@]}"; do
   [ -f "$p" ] || die "no preload archive at $p"
   tar -tf "$p" index.json >/dev/null 2>&1 || die "$p is not an OCI archive (no index.json)"
@@ -99,17 +107,35 @@ started=$(date +%s)
 log "Debian root (mmdebstrap)"
 packages=(
   systemd-sysv systemd-resolved udev dbus dbus-user-session libpam-systemd "$kernel_pkg" initramfs-tools
-  podman podman-docker crun fuse-overlayfs uidmap slirp4netns containers-storage
+  podman podman-docker crun fuse-overlayfs uidmap slirp4netns
   git curl ca-certificates gcc libc6-dev make iproute2 procps
   libicu72 libkrb5-3 zlib1g liblttng-ust1
 )
-mmdebstrap --mode=root --arch="$deb_arch" --variant=apt --format=directory \
-  --include="$(IFS=,; echo "${packages[*]}")" \
-  --aptopt='Apt::Install-Recommends "false"' \
-  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-  bookworm "$rootfs" "$mirror" >"$work/mmdebstrap.log" 2>&1 ||
-  { tail -n 30 "$work/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
+mmdebstrap_args=(--mode=root --arch="$deb_arch" --variant=apt --format=directory
+  --include="$(IFS=,; echo "${packages[*]}")"
+  --aptopt='Apt::Install-Recommends "false"'
+  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+  bookworm "$rootfs" "$mirror")
+debian_tar=
+if [ -n "$debian_cache" ]; then
+  debian_key=$(printf '%s\n' "${mmdebstrap_args[@]}" | sed "s|$rootfs|ROOT|" | sha256sum | cut -c1-16)
+  debian_tar="$debian_cache/debian-$arch-$debian_key.tar"
+fi
+if [ -n "$debian_tar" ] && [ -f "$debian_tar" ]; then
+  log "Debian root from the cache ($debian_tar)"
+  mkdir -p "$rootfs"
+  tar -C "$rootfs" --numeric-owner --xattrs --xattrs-include='*' -xpf "$debian_tar"
+else
+  mmdebstrap "${mmdebstrap_args[@]}" >"$work/mmdebstrap.log" 2>&1 ||
+    { tail -n 30 "$work/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
+  if [ -n "$debian_tar" ]; then
+    mkdir -p "$debian_cache"
+    rm -f "$debian_cache/debian-$arch-"*.tar
+    tar -C "$rootfs" --numeric-owner --xattrs --xattrs-include='*' -cf "$debian_tar.tmp" .
+    mv "$debian_tar.tmp" "$debian_tar"
+  fi
+fi
 kernel=$(cd "$rootfs/boot" && ls $kernel_glob | head -n 1)
 kernel_version=${kernel#vmlinu?-}
 [ -f "$rootfs/boot/initrd.img-$kernel_version" ] || die "the kernel package made no initramfs"
@@ -173,21 +199,22 @@ done
 # Rootless podman for the runner: its storage on the guest's disk.
 mkdir -p "$rootfs/etc/containers"
 
-# 6. Build images baked in (mission: no pull per job), in a store every user reads.
+# 6. Build images baked in (mission: no pull per job), in a read-only store that every
+#    user's podman reads as an additional image store. Written by this machine's buildah
+#    (the same containers/storage as the guest's podman), so no emulation is involved.
 preloaded=()
 if [ "${#preloads[@]}" -gt 0 ]; then
   log "preloading ${#preloads[@]} image archive(s)"
   store=/var/lib/containers/preload
-  mkdir -p "$rootfs$store" "$rootfs/tmp/preload"
+  mkdir -p "$rootfs$store"
   for p in "${preloads[@]}"; do
-    cp "$p" "$rootfs/tmp/preload/"
-    name=$(basename "$p")
-    loaded=$(chroot "$rootfs" podman --root "$store" --runroot /tmp/preload/run --storage-driver vfs \
-      --cgroup-manager cgroupfs --events-backend none load -q -i "/tmp/preload/$name" 2>"$work/preload.log") ||
+    buildah --root "$rootfs$store" --runroot "$work/preload-run" --storage-driver overlay \
+      pull -q "oci-archive:$p" >"$work/preload.log" 2>&1 ||
       { cat "$work/preload.log" >&2; die "cannot load $p"; }
-    preloaded+=("$(sed -n 's/^Loaded image: //p' <<<"$loaded" | paste -sd, -)")
   done
-  rm -rf "$rootfs/tmp/preload"
+  mapfile -t preloaded < <(buildah --root "$rootfs$store" --runroot "$work/preload-run" \
+    --storage-driver overlay images --noheading --format '{{.Name}}:{{.Tag}}' 2>/dev/null)
+  rm -rf "$rootfs$store/mounts" "$rootfs$store/tmp"
   chmod -R a+rX "$rootfs$store"
   cat >"$rootfs/etc/containers/storage.conf" <<CONF
 # The build images baked into this runner image (build-image.sh --preload): read-only,

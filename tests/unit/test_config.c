@@ -244,6 +244,70 @@ static void test_secret_file_permissions(void **state)
     free(path);
 }
 
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* An image's manifest: a wrong arch is refused; a pool without `kernel` boots what the
+ * manifest names, beside the image; a manifest cannot point outside the image's
+ * directory; a missing manifest is left to the scheduler. */
+static void test_image_manifest(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/hatchery-image-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char image[128], manifest[160], text[1024];
+    snprintf(image, sizeof(image), "%s/runner.qcow2", dir);
+    snprintf(manifest, sizeof(manifest), "%s.json", image);
+    snprintf(text, sizeof(text), "%.*s    image: %s\n    max_runners: 4\n",
+             (int)(strstr(good, "    image:") - good), good, image);
+
+    /* Missing: not a config error. */
+    char *path = write_temp(text);
+    struct config *c = NULL;
+    char *errors = NULL;
+    if (config_load(path, &c, &errors) < 0)
+        fail_msg("%s", errors);
+    assert_null(c->pools[0].kernel);
+    config_free(c);
+
+    write_text(manifest, "{\"arch\": \"ppc64le\", \"runner_version\": \"2.330.0\", "
+                         "\"agent_version\": \"0.2.0\", \"boot\": {\"kernel\": "
+                         "\"runner.qcow2.kernel\", \"initrd\": \"runner.qcow2.initrd\", "
+                         "\"cmdline\": \"root=/dev/vda rw console=hvc0\"}}");
+    if (config_load(path, &c, &errors) < 0)
+        fail_msg("%s", errors);
+    char want[200];
+    snprintf(want, sizeof(want), "%s/runner.qcow2.kernel", dir);
+    assert_string_equal(c->pools[0].kernel, want);
+    snprintf(want, sizeof(want), "%s/runner.qcow2.initrd", dir);
+    assert_string_equal(c->pools[0].initrd, want);
+    assert_string_equal(c->pools[0].cmdline, "root=/dev/vda rw console=hvc0");
+    config_free(c);
+
+    write_text(manifest, "{\"arch\": \"s390x\", \"runner_version\": \"2.330.0\", "
+                         "\"agent_version\": \"0.2.0\"}");
+    expect_error(text, "pools[].image: pool 'linux.ppc64le': image is built for s390x, the "
+                       "pool is ppc64le");
+    write_text(manifest, "{\"arch\": \"ppc64le\", \"runner_version\": \"2.330.0\", "
+                         "\"agent_version\": \"0.2.0\", \"boot\": {\"kernel\": "
+                         "\"../../etc/shadow\"}}");
+    expect_error(text, "boot.kernel must be a file name beside the image");
+    write_text(manifest, "{\"arch\": \"ppc64le\"");
+    expect_error(text, "not a JSON object");
+    write_text(manifest, "{\"arch\": \"ppc64le\", \"agent_version\": \"0.2.0\"}");
+    expect_error(text, "runner_version must be a string");
+
+    unlink(manifest);
+    unlink(path);
+    free(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -255,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_yaml_syntax_error),
         cmocka_unit_test(test_listen_parse),
         cmocka_unit_test(test_secret_file_permissions),
+        cmocka_unit_test(test_image_manifest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,180 @@
+// The day-one path on the production runner image, for ppc64le and s390x: hatcheryd on
+// the real libvirtd boots the image built by images/runner/build-image.sh through the
+// production domain XML (direct kernel boot from the image's manifest; TCG here instead
+// of KVM), the agent starts under systemd and says hello, the runner stand-in runs its
+// job as the `runner` user (podman builds an image from a Dockerfile that starts like
+// docker/Dockerfile_ARCH, compiling in a RUN step, and runs it), the job's report comes
+// back through the agent, the guest powers off and its overlay is deleted.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
+
+const api = process.env.GITHUB_DOUBLE_URL;
+const image = { ppc64le: process.env.IMAGE_ppc64le, s390x: process.env.IMAGE_s390x };
+// What generate-jitconfig answers: distinctive, so that finding it anywhere is a leak.
+const JIT = 'jit-production-e2e-91c4d2f7a3b54e6f8a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d';
+const storagePool = `hatchery-prod-${process.pid}`;
+
+function pool(arch, { max = 2 } = {}) {
+  return `  - name: prod-${arch}
+    labels: [linux.${arch}.prod]
+    arch: ${arch}
+    image: ${image[arch]}
+    network: user
+    disk_mib: 8192
+    vcpus: 1
+    memory_mib: ${arch === 'ppc64le' ? 2048 : 1536}
+    max_runners: ${max}
+    boot_timeout_s: 900
+    job_timeout_s: 3600
+    hosts: [local]
+`;
+}
+
+const d = new Daemon({
+  hostsExtra: `  - name: local
+    uri: qemu:///system
+    vcpus: 4
+    memory_mib: 8192
+    max_guests: 4
+    storage_pool: ${storagePool}
+    storage_dir: /tmp/${storagePool}
+`,
+  pools: 'pools:\n' + pool('ppc64le') + pool('s390x', { max: 1 }),
+  extra: githubConfig({ reconcileIntervalS: 10 }),
+});
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let nextJob = 9300000000;
+const hostArgvLeaks = new Set();
+
+async function until(what, predicate, ms = 1500000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    const v = predicate();
+    if (v) return v;
+    await sleep(500);
+  }
+  assert.fail(`timed out waiting for ${what}\n${d.logs.split('\n').slice(-60).join('\n')}`);
+}
+
+// The host side of "the JIT config is on no argv": every process's command line, looked
+// at while the guests run (QEMU's included).
+function scanHostArgv() {
+  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+    try {
+      if (readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes(JIT)) hostArgvLeaks.add(pid);
+    } catch { /* gone */ }
+  }
+}
+
+const runners = () => d.cliJson('runners', '--all').runners;
+const volumes = () => spawnSync('virsh', ['-c', 'qemu:///system', 'vol-list', storagePool], { encoding: 'utf8' }).stdout;
+const domains = () => spawnSync('virsh', ['-c', 'qemu:///system', 'list', '--name'], { encoding: 'utf8' })
+  .stdout.split('\n').filter((n) => n.startsWith('hatchery-it-'));
+const hello = (name) => {
+  const m = new RegExp(`event=guest\\.hello guest=${name} .*boot_id=(\\S+) machine_id=(\\S+)`).exec(d.logs);
+  return m && { boot: m[1], machine: m[2] };
+};
+const report = (name) => {
+  const m = /hatchery: job report: (\{.*\})/.exec(d.cli('logs', name).stdout);
+  return m && JSON.parse(m[1]);
+};
+
+// Plays GitHub for one job: queued, in_progress to the pool's new idle runner, completed
+// once the runner is done; returns the runner's name.
+async function serve(arch, jit, taken) {
+  const label = `linux.${arch}.prod`;
+  const id = nextJob++;
+  await fetch(`${api}/__double/jit`, { method: 'POST', body: jit });
+  assert.equal((await d.post('workflow_job', workflowJob('queued', id, [label]))).status, 202);
+  const r = await until(`an idle runner in prod-${arch}`, () => {
+    scanHostArgv();
+    return runners().find((x) => x.pool === `prod-${arch}` && x.state === 'idle' && !taken.has(x.name));
+  });
+  taken.add(r.name);
+  assert.equal((await d.post('workflow_job', workflowJob('in_progress', id, [label], r.name))).status, 202);
+  await until(`${r.name} to finish`, () => {
+    scanHostArgv();
+    return runners().find((x) => x.name === r.name)?.state === 'deleted';
+  });
+  assert.equal((await d.post('workflow_job', workflowJob('completed', id, [label], r.name))).status, 202);
+  return r.name;
+}
+
+describe('the production runner image, booted and serving jobs', () => {
+  const taken = new Set();
+  const served = {};
+  before(async () => {
+    await fetch(`${api}/__double/log`, { method: 'DELETE' });
+    await d.start();
+  });
+  after(async () => {
+    const { code } = await d.stop();
+    spawnSync('virsh', ['-c', 'qemu:///system', 'pool-destroy', storagePool]);
+    d.cleanup();
+    assert.equal(code, 0);
+  });
+
+  test('the images carry their manifests, and hatcheryd shows them', () => {
+    for (const arch of ['ppc64le', 's390x']) {
+      const m = JSON.parse(readFileSync(`${image[arch]}.json`, 'utf8'));
+      assert.equal(m.arch, arch);
+      assert.equal(m.debian, 'bookworm');
+      assert.match(m.kernel_version, /^6\.1\./);
+      assert.match(m.sha256, /^[0-9a-f]{64}$/);
+      const sha = spawnSync('sha256sum', [image[arch]], { encoding: 'utf8' }).stdout.split(' ')[0];
+      assert.equal(sha, m.sha256, 'the manifest names this qcow2');
+      assert.match(m.preloaded, new RegExp(`hatchery-preload-test:${arch}`));
+      const p = d.cliJson('pools').pools.find((x) => x.name === `prod-${arch}`);
+      assert.equal(p.image_manifest?.arch, arch);
+      assert.equal(p.image_manifest?.sha256, m.sha256);
+    }
+  });
+
+  test('a ppc64le and an s390x job, each built with podman inside its guest', { timeout: 3000000 }, async () => {
+    const t0 = Date.now();
+    const [ppc, z] = await Promise.all([serve('ppc64le', JIT, taken), serve('s390x', JIT, taken)]);
+    served.ppc64le = ppc;
+    served.s390x = z;
+    console.log(`both jobs served in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+    for (const [arch, name] of Object.entries(served)) {
+      const r = runners().find((x) => x.name === name);
+      assert.equal(r.exit_code, 0, `${name}: ${r.reason}`);
+      const rep = report(name);
+      assert.ok(rep, `${name}: a job report in its log\n${d.cli('logs', name).stdout.slice(-3000)}`);
+      assert.equal(rep.result, 'succeeded', JSON.stringify(rep));
+      assert.notEqual(rep.uid, 0, 'the runner is not root');
+      assert.equal(rep.uid, 1000);
+      assert.match(rep.image_digest, /^sha256:[0-9a-f]{64}$/, 'an image was built in the guest');
+      const order = arch === 'ppc64le' ? 'little-endian' : 'big-endian';
+      assert.equal(rep.output, `hatchery-hello: built in a container on ${arch} (${order})`);
+      assert.match(rep.preloaded, new RegExp(`localhost/hatchery-preload-test:${arch}`), 'preloaded, not pulled');
+      // The agent looked for the JIT config on every command line in the guest.
+      assert.match(d.logs, new RegExp(`event=guest\\.runner_exited guest=${name} code=0 .*jit_on_argv=0 argv_scans=[1-9]`));
+      const log = d.cli('logs', name).stdout;
+      assert.match(log, /hatchery-agent: hello sent/);
+      assert.match(log, /Started hatchery-agent\.service|hatchery-agent\.service/, 'the agent ran as a unit');
+      assert.ok(!log.includes(JIT), 'no JIT config in the console');
+      assert.ok(!domains().includes(name), 'domain gone');
+      assert.ok(!volumes().includes(name), 'overlay deleted');
+    }
+    assert.deepEqual([...hostArgvLeaks], [], 'the JIT config on a host argv');
+    assert.ok(!d.logs.includes(JIT), 'no JIT config in hatcheryd\'s log');
+  });
+
+  test('two guests from one image have different machine-ids and boot ids', { timeout: 1800000 }, async () => {
+    // A second ppc64le runner whose stand-in returns at once (exit=0): only its identity
+    // matters here.
+    const second = await serve('ppc64le', `${JIT} exit=0`, taken);
+    const a = hello(served.ppc64le);
+    const b = hello(second);
+    assert.ok(a && b, 'both said hello');
+    assert.match(a.machine, /^[0-9a-f]{32}$/);
+    assert.match(b.machine, /^[0-9a-f]{32}$/);
+    assert.notEqual(a.machine, b.machine);
+    assert.notEqual(a.boot, b.boot);
+    assert.deepEqual([...hostArgvLeaks], []);
+  });
+});
