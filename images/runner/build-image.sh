@@ -66,7 +66,7 @@ out=$(realpath -m "$3")
 case "$arch" in
   ppc64le) deb_arch=ppc64el; kernel_pkg=linux-image-powerpc64le; kernel_glob='vmlinux-*'; console=hvc0 ;;
   s390x)   deb_arch=s390x; kernel_pkg=linux-image-s390x; kernel_glob='vmlinuz-*'; console=ttysclp0 ;;
-  *) die "unknown arch '$arch' (ppc64le or s390x)" ;;
+  *) echo "build-image: unknown arch '$arch' (ppc64le or s390x)" >&2; usage ;;
 esac
 [ "$(id -u)" -eq 0 ] || die "must run as root (it chroots into the new root)"
 for tool in mmdebstrap mkfs.ext4 qemu-img sha256sum; do
@@ -93,7 +93,7 @@ if [ "$(dpkg --print-architecture)" != "$deb_arch" ]; then
   command -v arch-test >/dev/null || die "arch-test is missing (deploy/install-deps.sh installs it)"
   [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
   update-binfmts --enable >/dev/null 2>&1 || true
-  arch-test -n "$deb_arch" >/dev/null || die "this machine cannot run $deb_arch binaries: install qemu-user-static and binfmt-support"
+  arch-test "$deb_arch" >/dev/null || die "this machine cannot run $deb_arch binaries: install qemu-user-static and binfmt-support"
 fi
 log() { echo "build-image($arch): $*" >&2; }
 
@@ -116,10 +116,14 @@ mmdebstrap_args=(--mode=root --arch="$deb_arch" --variant=apt --format=directory
   --aptopt='Apt::Install-Recommends "false"'
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
+  --essential-hook="mkdir -p \"\$1/etc/initramfs-tools/conf.d\" \"\$1/etc/initramfs-tools/hooks\"
+    && cp '$here/initramfs/hatchery.conf' \"\$1/etc/initramfs-tools/conf.d/hatchery\"
+    && cp '$here/initramfs/hatchery-modules' \"\$1/etc/initramfs-tools/hooks/hatchery-modules\""
   bookworm "$rootfs" "$mirror")
 debian_tar=
 if [ -n "$debian_cache" ]; then
-  debian_key=$(printf '%s\n' "${mmdebstrap_args[@]}" | sed "s|$rootfs|ROOT|" | sha256sum | cut -c1-16)
+  debian_key=$( { printf '%s\n' "${mmdebstrap_args[@]}" | sed -e "s|$rootfs|ROOT|g" -e "s|$here|HERE|g"
+                  cat "$here"/initramfs/*; } | sha256sum | cut -c1-16)
   debian_tar="$debian_cache/debian-$arch-$debian_key.tar"
 fi
 if [ -n "$debian_tar" ] && [ -f "$debian_tar" ]; then

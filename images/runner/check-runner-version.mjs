@@ -1,15 +1,20 @@
 // Reports the GitHub runner version baked into a runner image and warns before GitHub
-// stops accepting it. GitHub refuses a runner older than its newest release once that
-// release is 30 days old; images must be rebuilt before then.
+// stops accepting it. Two rules (GitHub changelog, "Self-hosted runner minimum version
+// enforcement", 2026):
+//   - an absolute floor: a runner older than 2.329.0 cannot register at all, enforced in
+//     full from 2026-09-25 (hatcheryd warns at start about such an image too:
+//     RUNNER_VERSION_FLOOR in controller/image_manifest.h);
+//   - a runner older than GitHub's newest release is refused once that release is 30
+//     days old. Images must be rebuilt before then.
 //
-// usage: node check-runner-version.mjs IMAGE_ROOT RELEASES_JSON [--now ISO] [--warn-days N]
-//   IMAGE_ROOT     a mounted image (or any root): reads opt/actions-runner/RUNNER_VERSION,
-//                  written by build-image.sh
+// usage: node check-runner-version.mjs IMAGE RELEASES_JSON [--now ISO] [--warn-days N]
+//   IMAGE          the image's manifest (IMAGE.json, written by build-image.sh), or a
+//                  mounted image root: opt/actions-runner/RUNNER_VERSION
 //   RELEASES_JSON  GitHub's answer to GET /repos/actions/runner/releases (saved to a file,
 //                  or a fixture)
 // Exit status: 0 current; 1 warning (falls out of compliance within --warn-days, default
 // 7); 2 out of compliance already; 3 bad input.
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 const args = process.argv.slice(2);
@@ -34,7 +39,9 @@ const cmp = (a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2];
 
 let mine, releases;
 try {
-  mine = parse(readFileSync(join(root, 'opt/actions-runner/RUNNER_VERSION'), 'utf8'));
+  mine = parse(statSync(root).isDirectory()
+    ? readFileSync(join(root, 'opt/actions-runner/RUNNER_VERSION'), 'utf8')
+    : JSON.parse(readFileSync(root, 'utf8')).runner_version);
   releases = JSON.parse(readFileSync(releasesFile, 'utf8'))
     .filter((r) => !r.draft && !r.prerelease)
     .map((r) => ({ version: parse(r.tag_name), published: new Date(r.published_at) }))
@@ -44,6 +51,19 @@ try {
   process.exit(3);
 }
 const v = (x) => x.join('.');
+const FLOOR = [2, 329, 0];
+const FLOOR_ENFORCED = new Date('2026-09-25T00:00:00Z');
+if (cmp(mine, FLOOR) < 0) {
+  const days = Math.floor((FLOOR_ENFORCED - now) / 86400000);
+  if (days < 0) {
+    console.log(`runner ${v(mine)}: OUT OF COMPLIANCE: GitHub registers no runner older than ${v(FLOOR)} since ${FLOOR_ENFORCED.toISOString().slice(0, 10)}: rebuild the image`);
+    process.exit(2);
+  }
+  if (days <= warnDays) {
+    console.log(`runner ${v(mine)}: WARNING: GitHub registers no runner older than ${v(FLOOR)} from ${FLOOR_ENFORCED.toISOString().slice(0, 10)} (${days} days): rebuild the image`);
+    process.exit(1);
+  }
+}
 const newer = releases.filter((r) => cmp(r.version, mine) > 0);
 if (newer.length === 0) {
   console.log(`runner ${v(mine)}: current`);

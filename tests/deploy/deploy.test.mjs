@@ -51,6 +51,14 @@ test('the Dockerfiles pass dockerfile-utils lint, and a broken one does not', ()
     assert.match(text, /ARG GCC_TOOLSET=13/);
     assert.match(text, /ubi9/);
   }
+  // The runner stand-in's job builds a Dockerfile that starts as the real ones do: the
+  // same base argument, so `--build-arg UBI_IMAGE=` switches both to a local base.
+  const job = join(root, 'images/runner/stand-in/job/Dockerfile');
+  const r = spawnSync(bin('dockerfile-utils'), ['lint', job], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  const head = (f) => readFileSync(f, 'utf8').split('\n').filter((l) => /^(ARG UBI_IMAGE|FROM)\b/.test(l)).slice(0, 2);
+  for (const f of ['Dockerfile_ppc64le', 'Dockerfile_s390x'])
+    assert.deepEqual(head(job), head(join(root, 'docker', f)), f);
   const dir = mkdtempSync(join(tmpdir(), 'df-'));
   writeFileSync(join(dir, 'Dockerfile'), 'FROM x\nFOO bar\n');
   assert.notEqual(spawnSync(bin('dockerfile-utils'), ['lint', join(dir, 'Dockerfile')]).status, 0);
@@ -105,6 +113,21 @@ test('the runner-version check, on a fixture of GitHub\'s releases', () => {
   assert.match(r.stdout, /OUT OF COMPLIANCE/);
   r = check('2025-03-01T00:00:00Z', 'no-such-image');
   assert.equal(r.status, 3);
+  // GitHub's absolute floor (2.329.0, enforced from 2026-09-25): 2.321.0 is refused
+  // whatever the releases say, with a week's warning.
+  r = check('2026-09-20T00:00:00Z');
+  assert.equal(r.status, 1, r.stdout);
+  assert.match(r.stdout, /registers no runner older than 2\.329\.0 from 2026-09-25 \(5 days/);
+  r = check('2026-10-01T00:00:00Z');
+  assert.equal(r.status, 2, r.stdout);
+  assert.match(r.stdout, /OUT OF COMPLIANCE: GitHub registers no runner older than 2\.329\.0/);
+  // An image's manifest is read as well as a mounted root.
+  const dir = mkdtempSync(join(tmpdir(), 'manifest-'));
+  writeFileSync(join(dir, 'runner.qcow2.json'), JSON.stringify({ arch: 'ppc64le', runner_version: '2.321.0' }));
+  r = spawnSync('node', [join(root, 'images/runner/check-runner-version.mjs'), join(dir, 'runner.qcow2.json'),
+    join(root, 'tests/deploy/fixtures/runner-releases.json'), '--now', '2025-02-01T00:00:00Z'], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /runner 2\.321\.0: behind 2\.323\.0/);
 });
 
 test('the runner image recipe is well-formed and records the runner version', () => {
