@@ -116,9 +116,7 @@ mmdebstrap_args=(--mode=root --arch="$deb_arch" --variant=apt --format=directory
   --aptopt='Apt::Install-Recommends "false"'
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright'
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*'
-  --essential-hook="mkdir -p \"\$1/etc/initramfs-tools/conf.d\" \"\$1/etc/initramfs-tools/hooks\"
-    && cp '$here/initramfs/hatchery.conf' \"\$1/etc/initramfs-tools/conf.d/hatchery\"
-    && cp '$here/initramfs/hatchery-modules' \"\$1/etc/initramfs-tools/hooks/hatchery-modules\""
+  --essential-hook="mkdir -p \"\$1/etc/initramfs-tools/conf.d\" \"\$1/etc/initramfs-tools/hooks\" && cp '$here/initramfs/hatchery.conf' \"\$1/etc/initramfs-tools/conf.d/hatchery\" && cp '$here/initramfs/hatchery-modules' \"\$1/etc/initramfs-tools/hooks/hatchery-modules\""
   bookworm "$rootfs" "$mirror")
 debian_tar=
 if [ -n "$debian_cache" ]; then

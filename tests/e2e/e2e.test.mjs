@@ -4,7 +4,9 @@
 // Last, libvirtd is restarted under running guests.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
@@ -13,14 +15,20 @@ const api = process.env.GITHUB_DOUBLE_URL;
 const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
 const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
 
-function pool(name, label, arch, { max = 2, minIdle = 0 } = {}) {
+// A copy of the ppc64le test guest whose manifest the tests break on purpose.
+const badDir = mkdtempSync(join(tmpdir(), 'hatchery-e2e-image-'));
+for (const f of ['base.qcow2', 'base.qcow2.json', 'kernel', 'initrd']) copyFileSync(join(g.ppc64le, f), join(badDir, f));
+const badManifest = join(badDir, 'base.qcow2.json');
+const goodManifest = readFileSync(badManifest, 'utf8');
+
+function pool(name, label, arch, { max = 2, minIdle = 0, dir = g[arch], command = '/usr/bin/fake-runner' } = {}) {
   const ppc = arch === 'ppc64le';
   return `  - name: ${name}
     labels: [${label}]
     arch: ${arch}
-    image: ${g[arch]}/base.qcow2
-    kernel: ${g[arch]}/kernel
-    initrd: ${g[arch]}/initrd
+    image: ${dir}/base.qcow2
+    kernel: ${dir}/kernel
+    initrd: ${dir}/initrd
     cmdline: "${ppc ? 'console=hvc0' : 'console=ttysclp0'} quiet"
     firmware: ${ppc ? 'vof' : 'default'}
     network: none
@@ -30,7 +38,7 @@ function pool(name, label, arch, { max = 2, minIdle = 0 } = {}) {
     min_idle: ${minIdle}
     max_runners: ${max}
     boot_timeout_s: 120
-    runner_command: [/usr/bin/fake-runner]
+    runner_command: [${command}]
     hosts: [local]
 `;
 }
@@ -46,7 +54,9 @@ const config = {
 `,
   pools: 'pools:\n' + pool('linux.ppc64le', 'linux.ppc64le', 'ppc64le') +
     pool('linux.s390x', 'linux.s390x', 's390x', { max: 1 }) +
-    pool('linux.s390x.warm', 'linux.s390x.warm', 's390x', { max: 1, minIdle: 1 }),
+    pool('linux.s390x.warm', 'linux.s390x.warm', 's390x', { max: 1, minIdle: 1 }) +
+    pool('image.checked', 'image.checked', 'ppc64le', { max: 1, dir: badDir }) +
+    pool('no.runner', 'no.runner', 'ppc64le', { max: 1, command: '/opt/actions-runner/bin/Runner.Listener' }),
   extra: githubConfig({ reconcileIntervalS: 5 }),
 };
 
@@ -95,6 +105,7 @@ describe('end to end on real guests', () => {
     const { code } = await d.stop();
     spawnSync('virsh', ['-c', 'qemu:///system', 'pool-destroy', `hatchery-e2e-${process.pid}`]);
     d.cleanup();
+    rmSync(badDir, { recursive: true, force: true });
     assert.equal(code, 0);
   });
 
@@ -151,6 +162,54 @@ describe('end to end on real guests', () => {
     const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
     assert.match(text, /hatchery_runners\{pool="linux.s390x.warm",state="idle"\} 1/);
     assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
+  });
+
+  test('an image built for another arch, or without a manifest, gets no runner, with the reason', async () => {
+    const id = nextJob++;
+    writeFileSync(badManifest, goodManifest.replace('"arch": "ppc64le"', '"arch": "s390x"'));
+    assert.equal((await d.post('workflow_job', payload('queued', id, 'image.checked'))).status, 202);
+    const why = () => d.jobs().find((j) => j.id === id)?.waiting;
+    await until('the wrong-arch reason', () => /image is built for s390x, the pool is ppc64le/.test(why() ?? ''), 30000);
+    let p = d.cliJson('pools').pools.find((x) => x.name === 'image.checked');
+    assert.match(p.image_error, /built for s390x/);
+    assert.match(d.cli('pools').stdout, /error: image is built for s390x/);
+    unlinkSync(badManifest);
+    await until('the missing-manifest reason', () => /base\.qcow2\.json: missing/.test(why() ?? ''), 30000);
+    p = d.cliJson('pools').pools.find((x) => x.name === 'image.checked');
+    assert.match(p.image_error, /missing/);
+    assert.ok(!runners().some((r) => r.pool === 'image.checked'), 'no runner was made');
+    // Restored, the pool serves again.
+    writeFileSync(badManifest, goodManifest);
+    await until('a runner once the manifest is back', () => runners().find((r) => r.pool === 'image.checked' && r.state === 'idle'), 120000);
+    p = d.cliJson('pools').pools.find((x) => x.name === 'image.checked');
+    assert.equal(p.image_manifest.arch, 'ppc64le');
+    assert.equal(p.image_error, undefined);
+    const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+    assert.match(text, /hatchery_pool_image_info\{pool="image.checked",arch="ppc64le",debian="bookworm",.*runner="stand-in".*\} 1/);
+    assert.equal((await d.post('workflow_job', payload('completed', id, 'image.checked'))).status, 202);
+  });
+
+  test('an image without its runner: the runner fails with exit 127 and its meaning, and nothing is left', async () => {
+    const id = nextJob++;
+    assert.equal((await d.post('workflow_job', payload('queued', id, 'no.runner'))).status, 202);
+    const r = await until('the runner to fail', () => {
+      const x = runners().find((y) => y.pool === 'no.runner');
+      return x && ['failed', 'deleting', 'deleted'].includes(x.state) && x.reason && x;
+    });
+    assert.match(r.reason, /runner exited 127: the runner could not be started/);
+    assert.equal((await d.post('workflow_job', payload('completed', id, 'no.runner'))).status, 202);
+    await until(`${r.name} deleted`, () => runners().find((x) => x.name === r.name).state === 'deleted', 60000);
+    assert.ok(!domains().includes(r.name));
+  });
+
+  test('a Listener return code is the runner\'s reason: 5, session conflict', async () => {
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=3 exit=5' });
+    const { runner } = await serve('linux.ppc64le', 'linux.ppc64le', taken);
+    await until(`${runner} deleted`, () => runners().find((r) => r.name === runner).state === 'deleted');
+    const r = runners().find((x) => x.name === runner);
+    assert.equal(r.exit_code, 5);
+    assert.match(r.reason, /runner exited 5: session conflict/);
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
   });
 
   test('libvirtd restarted mid-run: a guest that kept running goes on, one that died meanwhile is failed and replaced', async () => {
