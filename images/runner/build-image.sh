@@ -104,7 +104,6 @@ started=$(date +%s)
 
 # 1. Debian bookworm for ARCH: mmdebstrap resolves with apt and runs the foreign
 #    maintainer scripts under qemu-user. No recommends: every package is named here.
-log "Debian root (mmdebstrap)"
 packages=(
   systemd-sysv systemd-resolved udev dbus dbus-user-session libpam-systemd "$kernel_pkg" initramfs-tools
   podman podman-docker crun fuse-overlayfs uidmap slirp4netns
@@ -129,6 +128,7 @@ if [ -n "$debian_tar" ] && [ -f "$debian_tar" ]; then
   mkdir -p "$rootfs"
   tar -C "$rootfs" --numeric-owner --xattrs --xattrs-include='*' -xpf "$debian_tar"
 else
+  log "Debian root (mmdebstrap)"
   mmdebstrap "${mmdebstrap_args[@]}" >"$work/mmdebstrap.log" 2>&1 ||
     { tail -n 30 "$work/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
   if [ -n "$debian_tar" ]; then
@@ -195,11 +195,14 @@ printf '127.0.0.1\tlocalhost\n127.0.1.1\thatchery-runner\n::1\tlocalhost ip6-loc
 # that lives for one job.
 for unit in serial-getty@.service getty@.service console-getty.service apt-daily.timer \
     apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service fstrim.timer \
-    podman-auto-update.timer podman-restart.service; do
+    podman.service podman.socket podman-auto-update.service podman-auto-update.timer \
+    podman-restart.service podman-kube@.service; do
   ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
 done
-# Rootless podman for the runner: its storage on the guest's disk.
+ln -sf /lib/systemd/system/multi-user.target "$rootfs/etc/systemd/system/default.target"
+# podman-docker's `docker` says on every call that it is podman, unless told not to.
 mkdir -p "$rootfs/etc/containers"
+touch "$rootfs/etc/containers/nodocker"
 
 # 6. Build images baked in (mission: no pull per job), in a read-only store that every
 #    user's podman reads as an additional image store. Written by this machine's buildah
@@ -218,7 +221,10 @@ if [ "${#preloads[@]}" -gt 0 ]; then
     --storage-driver overlay images --noheading --format '{{.Name}}:{{.Tag}}' 2>/dev/null)
   rm -rf "$rootfs$store/mounts" "$rootfs$store/tmp"
   chmod -R a+rX "$rootfs$store"
-  cat >"$rootfs/etc/containers/storage.conf" <<CONF
+  # Root's podman reads /etc/containers; a rootless podman reads only its user's file.
+  mkdir -p "$rootfs/home/runner/.config/containers"
+  for conf in "$rootfs/etc/containers/storage.conf" "$rootfs/home/runner/.config/containers/storage.conf"; do
+    cat >"$conf" <<CONF
 # The build images baked into this runner image (build-image.sh --preload): read-only,
 # shared by every user's podman, so a job finds them without a pull.
 [storage]
@@ -227,6 +233,8 @@ driver = "overlay"
 [storage.options]
 additionalimagestores = ["$store"]
 CONF
+  done
+  chroot "$rootfs" chown -R runner:runner /home/runner/.config
 fi
 
 # 7. Clone hygiene: every guest made from this image is distinct and starts with no

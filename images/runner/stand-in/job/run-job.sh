@@ -17,20 +17,38 @@ fail() {
   echo "job: failed at $1" >&2
   exit 1
 }
+trap 'fail "line $LINENO"' ERR
 work=$(mktemp -d)
 cp "$here/Dockerfile" "$here/hello.c" "$work/"
 cd "$work"
 
-step "preloaded images: $(podman images --noheading --format '{{.Repository}}:{{.Tag}}' | tr '\n' ' ')"
-preloaded=$(podman images --noheading --format '{{.Repository}}:{{.Tag}}' | grep -v '^localhost/hatchery-' | tr '\n' ' ' | sed 's/ $//')
+# Before the job builds anything: what the image's container storage already holds.
+preloaded=$(podman images --noheading --format '{{.Repository}}:{{.Tag}}' | paste -sd ' ' -) || fail images
+step "preloaded images: ${preloaded:-none}"
 
 step "importing the base image from this guest's root"
-# What a compiler needs: the merged /usr without the kernel's modules, the container
-# engine and documentation, plus /etc's loader and user files.
-tar -C / -cf - --exclude=usr/lib/modules --exclude=usr/lib/firmware --exclude=usr/share \
-    --exclude='usr/lib/*/libicu*' --exclude=usr/libexec/podman --exclude=usr/bin/podman \
-    --exclude=usr/lib/git-core --exclude=opt --exclude=usr/lib/python3* \
-    bin sbin lib usr $( [ -e /lib64 ] && echo lib64 ) etc/ld.so.cache etc/passwd etc/group 2>/dev/null |
+# A compiler's worth of the guest's root: the files of gcc, libc6-dev and a shell, with
+# everything they depend on (dpkg's own records), the usr-merge links and cc's alternative.
+declare -A seen=()
+queue=(gcc libc6-dev dash coreutils)
+while [ "${#queue[@]}" -gt 0 ]; do
+  p=${queue[0]}; queue=("${queue[@]:1}")
+  [ -z "${seen[$p]:-}" ] || continue
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || continue
+  seen[$p]=1
+  for d in $(dpkg-query -W -f='${Pre-Depends},${Depends}' "$p" | tr ',|' '\n\n' | sed -e 's/([^)]*)//g' -e 's/:any//g' -e 's/ //g'); do
+    [ -n "$d" ] && [ -z "${seen[$d]:-}" ] && queue+=("$d")
+  done
+done
+# (dpkg still names some files by their pre-merge paths, /bin/dash: the merged path is
+# the file, and the top-level links are added once.)
+{ dpkg-query -L "${!seen[@]}" 2>/dev/null | grep -v '^/\.*$' |
+    sed -e 's|^/||' -e 's|^bin/|usr/bin/|' -e 's|^sbin/|usr/sbin/|' -e 's|^lib/|usr/lib/|' -e 's|^lib64/|usr/lib64/|' |
+    grep -v -e 'lto-dump' -e '/lib[altu]*san\.so' -e '^usr/share/'
+  printf '%s\n' bin sbin lib lib64 usr/bin/cc etc/alternatives/cc etc/ld.so.cache etc/passwd etc/group; } |
+  sort -u | while read -r f; do [ -e "/$f" ] || [ -L "/$f" ] && echo "$f"; done >"$work/files"
+step "$(wc -l <"$work/files") files of ${#seen[@]} packages"
+tar -C / --no-recursion -cf - -T "$work/files" |
   podman import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     - localhost/hatchery-base:latest >/dev/null || fail import
 
