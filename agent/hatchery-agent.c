@@ -59,6 +59,7 @@ static int channel = -1;
 static int sigchld_pipe[2] = {-1, -1};
 static bool power_off = true;
 static const char *state_dir = "/run/hatchery-agent";
+static const char *report_dir; /* where the job's report goes, or NULL */
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -383,33 +384,48 @@ static int launch_prepare(json_t *config, const struct runner_user *user, struct
         launch_free(&l);
         return -ENOMEM;
     }
-    snprintf(l.report_path, sizeof(l.report_path), "%s/report.json", state_dir);
+    if (report_dir)
+        snprintf(l.report_path, sizeof(l.report_path), "%s/report.json", report_dir);
     *ret = l;
     return 0;
 }
 
-/* The agent's directory for the job's report: made fresh, owned by the runner's user and
- * private to it. Anything that was there is not the job's and is refused. */
-static int make_state_dir(const struct runner_user *user)
+/* A directory for the job's report: made fresh, owned by the runner's user and private to
+ * it. Anything that was there is not the job's and is removed. */
+static int make_report_dir(const char *dir, const struct runner_user *user)
 {
     struct stat st;
-    if (lstat(state_dir, &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) {
-            say("%s is not a directory", state_dir);
+    if (lstat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
             return -ENOTDIR;
-        }
         char old[PATH_MAX];
-        snprintf(old, sizeof(old), "%s/report.json", state_dir);
+        snprintf(old, sizeof(old), "%s/report.json", dir);
         unlink(old);
-    } else if (mkdir(state_dir, 0700) < 0) {
-        say("cannot make %s: %s", state_dir, strerror(errno));
+    } else if (mkdir(dir, 0700) < 0) {
         return -errno;
     }
-    if (chmod(state_dir, 0700) < 0 || (user && chown(state_dir, user->uid, user->gid) < 0)) {
-        say("cannot hand %s to the runner's user: %s", state_dir, strerror(errno));
+    if (chmod(dir, 0700) < 0 || (user && chown(dir, user->uid, user->gid) < 0))
         return -errno;
-    }
     return 0;
+}
+
+/* The report directory: --state-dir, else under /tmp (a container's root is read-only),
+ * else none: the job then runs without a report, which is not a failure of the job. */
+static void choose_report_dir(const struct runner_user *user)
+{
+    static const char fallback[] = "/tmp/hatchery-agent";
+    int r = make_report_dir(state_dir, user);
+    if (r == 0) {
+        report_dir = state_dir;
+        return;
+    }
+    say("no report directory at %s (%s): trying %s", state_dir, strerror(-r), fallback);
+    r = make_report_dir(fallback, user);
+    if (r == 0) {
+        report_dir = fallback;
+        return;
+    }
+    say("no report directory at %s (%s): the job runs without one", fallback, strerror(-r));
 }
 
 static pid_t launch_start(const struct launch *l)
@@ -427,6 +443,8 @@ static pid_t launch_start(const struct launch *l)
     snprintf(logname, sizeof(logname), "LOGNAME=%s", u ? u->name : "root");
     snprintf(shell, sizeof(shell), "SHELL=%s", u && u->shell[0] ? u->shell : "/bin/sh");
     snprintf(report, sizeof(report), "HATCHERY_REPORT_FILE=%s", l->report_path);
+    if (!l->report_path[0])
+        snprintf(report, sizeof(report), "HATCHERY_REPORT_FILE=/dev/null");
     char xdg[64] = "", dbus[96] = "";
     if (u) {
         /* A lingering user session (the image enables one) gives rootless podman its
@@ -501,6 +519,8 @@ static bool jit_in_any_cmdline(const struct launch *l)
  * runner's user (never a link to something of root's), and it is only ever parsed. */
 static json_t *read_report(const struct launch *l)
 {
+    if (!l->report_path[0])
+        return NULL;
     int fd = open(l->report_path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return NULL;
@@ -756,9 +776,8 @@ int main(int argc, char **argv)
                 configured = true;
                 json_t *timeout = json_object_get(msg, "job_timeout_s");
                 const char *name = json_string_value(json_object_get(msg, "runner_name"));
-                int lr = make_state_dir(user);
-                if (lr == 0)
-                    lr = launch_prepare(msg, user, &launch);
+                choose_report_dir(user);
+                int lr = launch_prepare(msg, user, &launch);
                 pid_t pid = lr < 0 ? lr : launch_start(&launch);
                 runner.started_at = now_s();
                 if (pid < 0) {
