@@ -15,9 +15,10 @@ static int field(json_t *obj, const char *key, bool required, char *out, size_t 
     if (!v && !required)
         return 0;
     const char *s = json_string_value(v);
-    if (!s || !s[0] || json_string_length(v) >= size) {
-        snprintf(err, err_size, "%s: %s must be a string of 1 to %zu characters", path, key,
-                 size - 1);
+    /* An optional field may be empty ("preloaded": "" when nothing was baked in). */
+    if (!s || (required && !s[0]) || json_string_length(v) >= size) {
+        snprintf(err, err_size, "%s: %s must be a string of %d to %zu characters", path, key,
+                 required ? 1 : 0, size - 1);
         return -EINVAL;
     }
     for (const char *p = s; *p; p++) {

@@ -2,7 +2,7 @@
 // systemd's notify protocol.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, HATCHERY_CLI, examples, tempDir } from './lib/daemon.mjs';
@@ -56,6 +56,10 @@ describe('hatchery CLI', () => {
     const pools = d.cliJson('pools').pools;
     assert.deepEqual(pools.map((p) => p.name), ['linux.ppc64le', 'linux.s390x', 'k8s']);
     assert.match(d.cli('pools').stdout, /linux\.s390x\s+s390x\s+vm/);
+    // No image here: each VM pool says why its image cannot be used, and the start said so.
+    assert.match(pools[0].image_error, /ppc64le\.qcow2\.json: missing/);
+    assert.match(d.cli('pools').stdout, /error: image manifest \/var\/lib\/hatchery\/images\/ppc64le\.qcow2\.json: missing/);
+    assert.match(d.logs, /level=warn event=image\.manifest_unreadable pool=linux\.ppc64le/);
   });
 
   test('usage errors exit 2', () => {
@@ -119,4 +123,41 @@ while True:
   assert.match(got, /READY=1/);
   assert.ok((got.match(/WATCHDOG=1/g) ?? []).length >= 3, got);
   assert.match(got, /STOPPING=1/);
+});
+
+describe('a pool image with its manifest', () => {
+  const dir = tempDir('hatchery-image-');
+  const image = join(dir, 'runner-ppc64le.qcow2');
+  writeFileSync(image, '');
+  writeFileSync(`${image}.json`, JSON.stringify({
+    arch: 'ppc64le', debian: 'bookworm', kernel_version: '6.1.0-50-powerpc64le', runner_version: '2.328.0',
+    agent_version: '0.2.0', built_at: '2026-11-26T00:00:00Z', sha256: 'a'.repeat(64), preloaded: '',
+    boot: { kernel: 'runner-ppc64le.qcow2.kernel', initrd: 'runner-ppc64le.qcow2.initrd', cmdline: 'root=/dev/vda rw console=hvc0' },
+  }));
+  const d = new Daemon({ pools: `pools:
+  - name: p
+    labels: [p]
+    arch: ppc64le
+    image: ${image}
+    max_runners: 1
+` });
+  before(async () => { await d.start(); });
+  after(async () => {
+    const { code } = await d.stop();
+    d.cleanup();
+    rmSync(dir, { recursive: true, force: true });
+    assert.equal(code, 0);
+  });
+
+  test('is shown by pools and /metrics, and a runner below GitHub\'s floor is warned about at start', async () => {
+    const p = d.cliJson('pools').pools[0];
+    assert.equal(p.image_manifest.runner_version, '2.328.0');
+    assert.equal(p.image_manifest.kernel, `${dir}/runner-ppc64le.qcow2.kernel`);
+    assert.equal(p.image_error, undefined);
+    assert.match(d.cli('pools').stdout, /runner 2\.328\.0, kernel 6\.1\.0-50-powerpc64le, agent 0\.2\.0, built 2026-11-26T00:00:00Z/);
+    assert.match(d.logs, /level=warn event=image\.runner_below_floor pool=p runner=2\.328\.0 floor=2\.329\.0/);
+    const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+    assert.match(text, /^hatchery_pool_image_info\{pool="p",arch="ppc64le",debian="bookworm",kernel="6\.1\.0-50-powerpc64le",runner="2\.328\.0",agent="0\.2\.0",sha256="a{64}"\} 1$/m);
+    assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
+  });
 });
