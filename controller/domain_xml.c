@@ -80,10 +80,13 @@ static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
         W(start(w, "model"));
         W(attr(w, "type", "virtio"));
         W(end(w));
-        /* Without ipxe-qemu there is no option ROM to load. */
-        W(start(w, "rom"));
-        W(attr(w, "enabled", "no"));
-        W(end(w));
+        /* Without ipxe-qemu there is no option ROM to load. s390x's devices are CCW, not
+         * PCI: they have no ROM, and libvirt refuses the element there. */
+        if (s->arch != ARCH_S390X) {
+            W(start(w, "rom"));
+            W(attr(w, "enabled", "no"));
+            W(end(w));
+        }
         W(end(w));
     }
 
