@@ -40,8 +40,10 @@ image_for() {
   echo "$image"
 }
 
-export IMAGE_ppc64le IMAGE_s390x
+export IMAGE_ppc64le IMAGE_s390x GUEST_ppc64le
 IMAGE_ppc64le=$(image_for ppc64le)
 IMAGE_s390x=$(image_for s390x)
 flock -u 9
+# The busybox test guest, booted beside the production image for a like-for-like figure.
+GUEST_ppc64le=$("$root/images/test-guest/build.sh" ppc64le)
 exec "$root/tests/github/with-prism.sh" node --test --test-reporter=spec "$here/production.test.mjs"

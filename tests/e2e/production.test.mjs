@@ -13,6 +13,7 @@ import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const image = { ppc64le: process.env.IMAGE_ppc64le, s390x: process.env.IMAGE_s390x };
+const testGuest = process.env.GUEST_ppc64le;
 // What generate-jitconfig answers: distinctive, so that finding it anywhere is a leak.
 const JIT = 'jit-production-e2e-91c4d2f7a3b54e6f8a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d';
 const storagePool = `hatchery-prod-${process.pid}`;
@@ -42,7 +43,20 @@ const d = new Daemon({
     storage_pool: ${storagePool}
     storage_dir: /tmp/${storagePool}
 `,
-  pools: 'pools:\n' + pool('ppc64le') + pool('s390x', { max: 1 }),
+  pools: 'pools:\n' + pool('ppc64le') + pool('s390x', { max: 1 }) + `  - name: test-ppc64le
+    labels: [linux.ppc64le.test]
+    arch: ppc64le
+    image: ${testGuest}/base.qcow2
+    cmdline: "console=hvc0 quiet"
+    network: none
+    disk_mib: 64
+    vcpus: 1
+    memory_mib: 512
+    max_runners: 1
+    boot_timeout_s: 300
+    runner_command: [/usr/bin/fake-runner]
+    hosts: [local]
+`,
   extra: githubConfig({ reconcileIntervalS: 10 }),
 });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -77,6 +91,11 @@ const hello = (name) => {
   const m = new RegExp(`event=guest\\.hello guest=${name} .*boot_id=(\\S+) machine_id=(\\S+)`).exec(d.logs);
   return m && { boot: m[1], machine: m[2] };
 };
+const eventMs = (event, name) => {
+  const m = new RegExp(`^ts=(\\S+) level=\\w+ event=${event.replace('.', '\\.')} guest=${name} `, 'm').exec(d.logs);
+  return m && Date.parse(m[1]);
+};
+const createToHello = (name) => (eventMs('guest.hello', name) - eventMs('guest.created', name)) / 1000;
 const report = (name) => {
   const m = /hatchery: job report: (\{.*\})/.exec(d.cli('logs', name).stdout);
   return m && JSON.parse(m[1]);
@@ -84,14 +103,13 @@ const report = (name) => {
 
 // Plays GitHub for one job: queued, in_progress to the pool's new idle runner, completed
 // once the runner is done; returns the runner's name.
-async function serve(arch, jit, taken) {
-  const label = `linux.${arch}.prod`;
+async function serve(arch, jit, taken, { label = `linux.${arch}.prod`, poolName = `prod-${arch}` } = {}) {
   const id = nextJob++;
   await fetch(`${api}/__double/jit`, { method: 'POST', body: jit });
   assert.equal((await d.post('workflow_job', workflowJob('queued', id, [label]))).status, 202);
-  const r = await until(`an idle runner in prod-${arch}`, () => {
+  const r = await until(`an idle runner in ${poolName}`, () => {
     scanHostArgv();
-    return runners().find((x) => x.pool === `prod-${arch}` && x.state === 'idle' && !taken.has(x.name));
+    return runners().find((x) => x.pool === poolName && x.state === 'idle' && !taken.has(x.name));
   });
   taken.add(r.name);
   assert.equal((await d.post('workflow_job', workflowJob('in_progress', id, [label], r.name))).status, 202);
@@ -176,5 +194,19 @@ describe('the production runner image, booted and serving jobs', () => {
     assert.notEqual(a.machine, b.machine);
     assert.notEqual(a.boot, b.boot);
     assert.deepEqual([...hostArgvLeaks], []);
+  });
+
+  test('create to hello: the production image beside the busybox test guest, in this run', { timeout: 600000 }, async () => {
+    const t = await serve('ppc64le', 'sleep=1 exit=0', taken, { label: 'linux.ppc64le.test', poolName: 'test-ppc64le' });
+    const rows = [
+      ['production ppc64le (Debian, systemd, SLOF)', createToHello(served.ppc64le)],
+      ['production s390x (Debian, systemd)', createToHello(served.s390x)],
+      ['test guest ppc64le (busybox initramfs, SLOF)', createToHello(t)],
+    ];
+    for (const [what, s] of rows) {
+      assert.ok(Number.isFinite(s) && s > 0, `${what}: ${s}`);
+      console.log(`create to hello: ${what}: ${s.toFixed(1)} s`);
+    }
+    console.log(`ratio production/test (ppc64le): ${(rows[0][1] / rows[2][1]).toFixed(1)}`);
   });
 });
