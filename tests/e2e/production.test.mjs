@@ -172,8 +172,10 @@ describe('the production runner image, booted and serving jobs', () => {
       // The agent looked for the JIT config on every command line in the guest.
       assert.match(d.logs, new RegExp(`event=guest\\.runner_exited guest=${name} code=0 .*jit_on_argv=0 argv_scans=[1-9]`));
       const log = d.cli('logs', name).stdout;
-      assert.match(log, /hatchery-agent: hello sent/);
-      assert.match(log, /Started hatchery-agent\.service|hatchery-agent\.service/, 'the agent ran as a unit');
+      // systemd started the unit, and the agent's lines reach the console through the
+      // journal (identifier[pid]:), as a unit's do.
+      assert.ok(/Started .*hatchery-agent\.ser/.test(log), `${name}: systemd started hatchery-agent.service`);
+      assert.ok(/hatchery-agent\[\d+\]: hatchery-agent: hello sent/.test(log), `${name}: the agent's hello, through the journal`);
       assert.ok(!log.includes(JIT), 'no JIT config in the console');
       assert.ok(!domains().includes(name), 'domain gone');
       assert.ok(!volumes().includes(name), 'overlay deleted');
