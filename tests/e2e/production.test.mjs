@@ -102,10 +102,18 @@ const report = (name) => {
 };
 
 // What the double's generate-jitconfig answers from now on. Set once before jobs served
-// side by side: two requests racing on the double's keep-alive connection can lose one.
+// side by side: two requests racing on the double's keep-alive connection can lose one,
+// and a POST on a keep-alive connection the double closed as idle fails at once; once more.
 const setJit = async (jit) => {
-  const r = await fetch(`${api}/__double/jit`, { method: 'POST', body: jit });
-  assert.ok(r.ok);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const r = await fetch(`${api}/__double/jit`, { method: 'POST', body: jit });
+      assert.ok(r.ok);
+      return;
+    } catch (e) {
+      if (attempt >= 3) throw e;
+    }
+  }
 };
 
 // Plays GitHub for one job: queued, in_progress to the pool's new idle runner, completed
