@@ -178,6 +178,20 @@ fail:
     job_event_free(ev);
 }
 
+/* Whether a Content-Type value's media type, the part before any parameter, is JSON:
+ * "application/json; charset=utf-8" is, "application/jsonx" is not (RFC 9110, 8.3.1). */
+static bool is_json_media_type(const char *value)
+{
+    size_t n = strcspn(value, ";");
+    while (n > 0 && (*value == ' ' || *value == '\t')) {
+        value++;
+        n--;
+    }
+    while (n > 0 && (value[n - 1] == ' ' || value[n - 1] == '\t'))
+        n--;
+    return n == strlen("application/json") && strncasecmp(value, "application/json", n) == 0;
+}
+
 static bool valid_delivery_id(const char *id)
 {
     size_t n = strlen(id);
@@ -229,7 +243,7 @@ void webhook_handle(const struct config *config, const struct secret *secret,
         return;
     }
     const char *content_type = http_request_header(req, "Content-Type");
-    if (content_type && strncasecmp(content_type, "application/json", 16) != 0) {
+    if (content_type && !is_json_media_type(content_type)) {
         reject(res, 415, "Content-Type must be application/json (set it in the webhook)");
         return;
     }

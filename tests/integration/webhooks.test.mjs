@@ -82,6 +82,19 @@ describe('webhooks', () => {
     assert.match(res.body, /X-GitHub-Delivery/);
   });
 
+  test('Content-Type is compared by its media type, not by a prefix', async () => {
+    const job = (id) => { const p = structuredClone(examples('workflow_job')[5]); p.workflow_job.id = id; return p; };
+    for (const type of ['application/jsonx', 'application/json-seq', 'text/plain', 'application/x-www-form-urlencoded']) {
+      const res = await d.post('workflow_job', job(4100000001), { headers: { 'Content-Type': type } });
+      assert.equal(res.status, 415, type);
+    }
+    assert.ok(!d.jobs().some((j) => j.id === 4100000001), 'nothing stored');
+    for (const [i, type] of ['application/json; charset=utf-8', 'Application/JSON', ' application/json ;charset=UTF-8'].entries()) {
+      const res = await d.post('workflow_job', job(4100000010 + i), { headers: { 'Content-Type': type } });
+      assert.equal(res.status, 202, type);
+    }
+  });
+
   test('a redelivery has a single effect', async () => {
     const payload = structuredClone(examples('workflow_job')[5]);
     payload.workflow_job.id = 8000000001;
