@@ -692,6 +692,20 @@ static int load(const char *path, struct config **ret_config, struct secret **re
         *ret_config = NULL;
         return -EINVAL;
     }
+    /* The TLS key as the start checks it (its mode, that it is a regular file), so that
+     * --check-config does not pass what the start refuses. */
+    const char *tls_key = (*ret_config)->http.tls_key_file;
+    int key_fd = tls_key ? secret_file_open(tls_key, SECRET_MAX_BYTES, err, sizeof(err)) : 0;
+    if (key_fd < 0) {
+        fprintf(stderr, "%s: http.tls_key_file: %s\n", path, err);
+        secret_free(*ret_secret);
+        *ret_secret = NULL;
+        config_free(*ret_config);
+        *ret_config = NULL;
+        return -EINVAL;
+    }
+    if (tls_key)
+        close(key_fd);
     if (config_github_enabled(*ret_config)) {
         /* Open the App key or token now, so a bad file fails the check, not the first job. */
         uv_loop_t loop;

@@ -62,6 +62,20 @@ describe('config', () => {
     assert.ok(!r.stderr.includes('test-webhook-secret'));
   });
 
+  test('a TLS key readable by group is refused by --check-config, as the start refuses it', () => {
+    const key = `${dir}/tls.key`;
+    writeFileSync(key, '-----BEGIN PRIVATE KEY-----\n');
+    chmodSync(key, 0o640);
+    const file = `${dir}/tls.yaml`;
+    writeFileSync(file, text.replace(/^http:\n/m, '') + `http:\n  tls_cert_file: ${dir}/tls.crt\n  tls_key_file: ${key}\n`);
+    let r = check(file);
+    assert.equal(r.status, 1, r.stdout + r.stderr);
+    assert.match(r.stderr, /tls\.yaml: http\.tls_key_file: secret file .*tls\.key has mode 640: it must not be accessible to group or others/);
+    chmodSync(key, 0o600);
+    r = check(file);
+    assert.equal(r.status, 0, r.stderr);
+  });
+
   test('usage errors exit 2', () => {
     assert.equal(spawnSync(HATCHERYD, [], { encoding: 'utf8' }).status, 2);
     assert.equal(spawnSync(HATCHERYD, ['--bogus'], { encoding: 'utf8' }).status, 2);
