@@ -314,7 +314,13 @@ static void call_finish(struct call *call, int err, long status, json_t *body, c
     if (err == 0 && call->easy)
         link = header_value(call->easy, "Link");
     struct github_client *c = call->client;
-    if (err < 0) {
+    /* Deleting what is already gone (a JIT runner GitHub removed after its job, as it does
+     * after every job) is the outcome wanted, not a failure: it must not bury a real
+     * error under last_error or count as one. */
+    bool already_gone = err == -ENOENT && strcmp(call->method, "DELETE") == 0;
+    if (already_gone)
+        log_info("github.already_gone", "method=%s url=%s", call->method, call->url);
+    if (err < 0 && !already_gone) {
         c->stats.failures++;
         set_last_error(c, "%s %s: %s", call->method, call->url, message ? message : "failed");
         log_warn("github.request_failed", "method=%s url=%s status=%ld error=\"%s\"", call->method,

@@ -524,11 +524,23 @@ static void test_404_on_delete_is_success(void **state)
 {
     (void)state;
     struct github_client *c = client();
-    fault("[{\"method\":\"DELETE\",\"path\":\"/runners/77\",\"prefer\":404}]");
+    /* GitHub's 404 itself: the description has no 404 for this operation, so asking Prism
+     * for one (prefer) got a 204 and tested nothing. */
+    fault("[{\"method\":\"DELETE\",\"path\":\"/runners/77\",\"status\":404,"
+          "\"body\":{\"message\":\"Not Found\"}}]");
     struct result r = {0};
+    struct github_stats before, after;
+    github_client_stats(c, &before);
     assert_int_equal(github_runner_delete(c, &org_scope, 77, on_done, &r), 0);
     wait_for(&r);
     assert_int_equal(r.err, 0);
+    /* Not a failure anywhere: not counted, and not the last error `hatchery github` shows. */
+    github_client_stats(c, &after);
+    assert_int_equal(after.failures, before.failures);
+    json_t *status = github_client_status(c);
+    assert_true(json_is_null(json_object_get(status, "last_error")) ||
+                !strstr(json_string_value(json_object_get(status, "last_error")), "/runners/77"));
+    json_decref(status);
     client_done(c);
 }
 
