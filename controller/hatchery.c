@@ -140,6 +140,25 @@ struct table {
     size_t n_rows;
 };
 
+/* Cells hold what GitHub and guests said (labels come from any workflow's `runs-on`):
+ * control characters, C0 and DEL and UTF-8's C1 (U+0080..U+009F), become '?', so no value
+ * can move the cursor or recolour an operator's terminal. */
+static void make_printable(char *v)
+{
+    char *out = v;
+    for (unsigned char *p = (unsigned char *)v; *p; p++) {
+        if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+            *out++ = '?';
+            p++;
+        } else if (*p < 0x20 || *p == 0x7f) {
+            *out++ = '?';
+        } else {
+            *out++ = (char)*p;
+        }
+    }
+    *out = 0;
+}
+
 static void table_add_row(struct table *t, char *const *cells)
 {
     char **grown = realloc(t->cells, (t->n_rows + 1) * t->n_columns * sizeof(char *));
@@ -148,6 +167,8 @@ static void table_add_row(struct table *t, char *const *cells)
     t->cells = grown;
     for (size_t c = 0; c < t->n_columns; c++) {
         char *v = strdup(cells[c] ? cells[c] : "-");
+        if (v)
+            make_printable(v);
         t->cells[t->n_rows * t->n_columns + c] = v;
         size_t w = v ? strlen(v) : 0;
         if (w > t->widths[c])

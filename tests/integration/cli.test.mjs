@@ -62,6 +62,18 @@ describe('hatchery CLI', () => {
     assert.match(d.logs, /level=warn event=image\.manifest_unreadable pool=linux\.ppc64le/);
   });
 
+  test('values from GitHub cannot drive the operator\'s terminal: control characters print as ?', async () => {
+    const payload = structuredClone(examples('workflow_job')[5]);
+    payload.workflow_job.id = 3000000099;
+    payload.workflow_job.labels = ['evil\u001b[2J\u001b[31mred\u0007', 'c1\u009bx'];
+    assert.equal((await d.post('workflow_job', payload)).status, 202);
+    const out = d.cli('jobs').stdout;
+    assert.match(out, /evil\?\[2J\?\[31mred\?,c1\?x/);
+    assert.ok(!/[\u0000-\u0008\u000b-\u001f\u007f\u0080-\u009f]/.test(out), JSON.stringify(out));
+    // --json gives the exact value, escaped by JSON.
+    assert.ok(d.cliJson('jobs').jobs.find((j) => j.id === 3000000099).labels.includes('evil\u001b[2J\u001b[31mred\u0007'));
+  });
+
   test('usage errors exit 2', () => {
     assert.equal(d.cli('frobnicate').code, 2);
     assert.equal(d.cli('jobs', '--limit', 'lots').code, 2);
