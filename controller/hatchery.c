@@ -79,10 +79,15 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
     }
     char *text = json_dumps(request, JSON_COMPACT);
     size_t len = text ? strlen(text) : 0;
-    bool sent = text && write(fd, text, len) == (ssize_t)len && write(fd, "\n", 1) == 1;
+    /* MSG_NOSIGNAL: a daemon that hangs up is an error to report, not a SIGPIPE to die of. */
+    bool sent = text && send(fd, text, len, MSG_NOSIGNAL) == (ssize_t)len &&
+                send(fd, "\n", 1, MSG_NOSIGNAL) == 1;
     free(text);
     if (!sent) {
-        fprintf(stderr, "hatchery: cannot send to %s: %s\n", socket_path, strerror(errno));
+        fprintf(stderr, "hatchery: cannot send to %s: %s%s\n", socket_path, strerror(errno),
+                errno == EPIPE || errno == ECONNRESET
+                    ? " (the daemon closed the connection: is it stopping or overloaded?)"
+                    : "");
         close(fd);
         return EXIT_UNREACHABLE;
     }
@@ -111,7 +116,16 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
         ssize_t n = read(fd, buf + used, cap - used);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
+        if (n < 0 || (n == 0 && used == 0)) {
+            fprintf(stderr,
+                    "hatchery: the daemon closed the connection at %s without answering%s%s "
+                    "(is it stopping or overloaded?)\n",
+                    socket_path, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+            free(buf);
+            close(fd);
+            return EXIT_UNREACHABLE;
+        }
+        if (n == 0)
             break;
         used += (size_t)n;
     }

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, HATCHERY_CLI, examples, tempDir } from './lib/daemon.mjs';
 
@@ -99,6 +100,30 @@ test('--help names every command the README documents', () => {
     const args = ['drain', 'undrain', 'delete', 'logs'].includes(cmd) ? [cmd, 'x'] : [cmd];
     const c = spawnSync(HATCHERY_CLI, ['--socket', '/nonexistent/admin.sock', ...args], { encoding: 'utf8' });
     assert.equal(c.status, 3, `${cmd}: ${c.stderr}`);
+  }
+});
+
+test('a daemon that hangs up: a clear message and exit status 3, never death by SIGPIPE', async () => {
+  const dir = tempDir();
+  const sock = join(dir, 'slam.sock');
+  const server = net.createServer((c) => c.destroy());
+  await new Promise((r) => server.listen(sock, r));
+  try {
+    // The hang-up may come before the request is written (EPIPE) or after (no answer):
+    // each run must end the same way.
+    for (let i = 0; i < 20; i++) {
+      const r = await new Promise((resolve) => {
+        const p = spawn(HATCHERY_CLI, ['--socket', sock, 'jobs'], { stdio: ['ignore', 'pipe', 'pipe'] });
+        let stderr = '';
+        p.stderr.on('data', (b) => { stderr += b; });
+        p.on('exit', (code, signal) => resolve({ code, signal, stderr }));
+      });
+      assert.equal(r.signal, null, 'not killed by a signal');
+      assert.equal(r.code, 3, r.stderr);
+      assert.match(r.stderr, /the daemon closed the connection/);
+    }
+  } finally {
+    server.close();
   }
 });
 
