@@ -654,26 +654,65 @@ static struct call *call_new(struct github_client *c, const char *method, const 
     return call;
 }
 
-/* The origin (scheme://host:port) of a URL, through libcurl's URL parser. */
-static int url_origin(const char *url, char *out, size_t size)
+/* The origin (scheme://host:port) and the path of a URL, through libcurl's URL parser,
+ * which also removes dot segments ("/api/v3/../x" is "/x"); `ret_url` (optional) gets
+ * the URL as normalised. */
+static int url_parts(const char *url, char *origin, size_t origin_size, char *path,
+                     size_t path_size, char *ret_url, size_t url_size)
 {
     CURLU *u = curl_url();
-    char *scheme = NULL, *host = NULL, *port = NULL;
+    char *scheme = NULL, *host = NULL, *port = NULL, *p = NULL, *whole = NULL;
     int r = -EINVAL;
     if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
         curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
-        snprintf(out, size, "%s://%s:%s", scheme, host, port);
-        for (char *p = out; *p; p++)
-            *p = (char)tolower((unsigned char)*p);
-        r = 0;
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_PATH, &p, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_URL, &whole, 0) == CURLUE_OK) {
+        snprintf(origin, origin_size, "%s://%s:%s", scheme, host, port);
+        for (char *c = origin; *c; c++)
+            *c = (char)tolower((unsigned char)*c);
+        snprintf(path, path_size, "%s", p);
+        if (ret_url && (size_t)snprintf(ret_url, url_size, "%s", whole) >= url_size)
+            r = -ENAMETOOLONG;
+        else
+            r = 0;
     }
     curl_free(scheme);
     curl_free(host);
     curl_free(port);
+    curl_free(p);
+    curl_free(whole);
     curl_url_cleanup(u);
     return r;
+}
+
+static int url_origin(const char *url, char *out, size_t size)
+{
+    char path[1024];
+    return url_parts(url, out, size, path, sizeof(path), NULL, 0);
+}
+
+/* Whether `url` (a link from an answer) is on the configured API: the same origin, and a
+ * path under the API's own path by whole segments once normalised, so none of
+ * "/api/v3x/...", "/api/v3/../../x" or "/api/v3/%2e%2e/x" passes for "/api/v3". Writes
+ * the normalised URL. */
+static bool link_on_api(const struct github_client *c, const char *url, char *out, size_t out_size)
+{
+    char origin[256], path[1024], api_origin[256], api_path[1024];
+    if (url_parts(url, origin, sizeof(origin), path, sizeof(path), out, out_size) < 0 ||
+        url_parts(c->api_url, api_origin, sizeof(api_origin), api_path, sizeof(api_path), NULL, 0) <
+            0 ||
+        strcmp(origin, c->api_origin) != 0)
+        return false;
+    /* A percent-encoded dot ("%2e%2e") is a dot segment to some servers (RFC 3986, 6.2.2.2)
+     * that libcurl leaves in place; GitHub's links never hold one. */
+    if (strcasestr(path, "%2e"))
+        return false;
+    size_t n = strlen(api_path);
+    while (n > 0 && api_path[n - 1] == '/')
+        n--;
+    return strncmp(path, api_path, n) == 0 && (path[n] == '/' || path[n] == 0);
 }
 
 int github_request(struct github_client *c, const char *method, const char *path, json_t *body,
@@ -681,15 +720,16 @@ int github_request(struct github_client *c, const char *method, const char *path
 {
     if (c->closing)
         return -ECANCELED;
+    char link[2048];
     if (strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0) {
-        /* A link from a response: only ever to the API we were configured with. */
-        char origin[256];
-        if (url_origin(path, origin, sizeof(origin)) < 0 || strcmp(origin, c->api_origin) != 0 ||
-            strncmp(path, c->api_url, strlen(c->api_url)) != 0) {
+        /* A link from a response: only ever to the API we were configured with, and
+         * followed as normalised. */
+        if (!link_on_api(c, path, link, sizeof(link))) {
             set_last_error(c, "refused to follow a link off the API host");
             log_warn("github.link_refused", "reason=\"not on the configured API host\"");
             return -EPERM;
         }
+        path = link;
     } else if (path[0] != '/') {
         return -EINVAL;
     }

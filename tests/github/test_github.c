@@ -650,6 +650,24 @@ static void test_enterprise_server_path_prefix(void **state)
     assert_int_equal(github_runners_list(c, &org_scope, NULL, on_list, &r), 0);
     wait_for(&r);
     assert_int_equal(r.err, -EPERM);
+    /* Nor a path that merely starts with the prefix's text, or climbs out of it. */
+    static const char *const off[] = {"/api/v3x/orgs/octo/actions/runners?page=2",
+                                      "/api/v3/../../orgs/octo/actions/runners?page=2",
+                                      "/api/v3/%2e%2e/orgs/octo/actions/runners?page=2"};
+    for (size_t i = 0; i < sizeof(off) / sizeof(off[0]); i++) {
+        char f[512];
+        snprintf(f, sizeof(f),
+                 "[{\"method\":\"GET\",\"path\":\"/orgs/octo/actions/runners\","
+                 "\"link\":\"<SELF%s>; rel=\\\"next\\\"\"}]",
+                 off[i]);
+        fault(f);
+        r = (struct result){0};
+        assert_int_equal(github_runners_list(c, &org_scope, NULL, on_list, &r), 0);
+        wait_for(&r);
+        if (r.err != -EPERM)
+            fail_msg("followed %s (err %d)", off[i], r.err);
+        assert_int_equal(count_requests("GET", "page=2"), 0);
+    }
     client_done(c);
     api_url = NULL;
     assert_no_violations();
