@@ -113,9 +113,12 @@ static void parse_workflow_job(const struct config *config, json_t *root, const 
     }
     json_t *repo = json_object_get(root, "repository");
     json_t *full_name = json_object_get(repo, "full_name");
-    if (!json_is_string(full_name) || json_string_length(full_name) == 0 ||
-        json_string_length(full_name) > WEBHOOK_MAX_NAME_BYTES) {
+    if (!json_is_string(full_name) || json_string_length(full_name) == 0) {
         reject(res, 400, "missing field: repository.full_name");
+        return;
+    }
+    if (json_string_length(full_name) > WEBHOOK_MAX_NAME_BYTES) {
+        reject(res, 400, "repository.full_name is longer than %d bytes", WEBHOOK_MAX_NAME_BYTES);
         return;
     }
     json_t *labels = json_object_get(job, "labels");

@@ -80,6 +80,12 @@ describe('webhooks', () => {
     res = await d.post('workflow_job', examples('workflow_job')[5], { headers: { 'X-GitHub-Delivery': undefined } });
     assert.equal(res.status, 400);
     assert.match(res.body, /X-GitHub-Delivery/);
+    // Too long is not "missing": the reason names the limit.
+    const long = structuredClone(examples('workflow_job')[5]);
+    long.repository.full_name = 'o/' + 'x'.repeat(600);
+    res = await d.post('workflow_job', long);
+    assert.equal(res.status, 400);
+    assert.match(JSON.parse(res.body).error, /repository\.full_name is longer than 512 bytes/);
   });
 
   test('Content-Type is compared by its media type, not by a prefix', async () => {
