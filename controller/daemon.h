@@ -56,7 +56,7 @@ struct daemon {
     bool stopping;
     struct {
         uint64_t by_result[DELIVERY_RESULT_MAX];
-        uint64_t unmatched_jobs;
+        uint64_t unmatched_deliveries;
         uint64_t latency_buckets[WEBHOOK_LATENCY_BUCKETS]; /* cumulative on output only */
         uint64_t latency_count;
         double latency_sum_s;

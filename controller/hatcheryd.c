@@ -106,7 +106,7 @@ static void on_delivery_stored(void *data, int result)
     } else if (result == STORE_APPLIED) {
         d->webhooks.by_result[DELIVERY_STORED]++;
         if (call->unmatched)
-            d->webhooks.unmatched_jobs++;
+            d->webhooks.unmatched_deliveries++;
         log_info("webhook.stored", "delivery=%s job=%lld status=%s pool=%s", call->delivery,
                  (long long)call->job_id, job_status_names[call->status],
                  call->unmatched ? "(unmatched)" : call->pool);

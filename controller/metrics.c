@@ -94,9 +94,10 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     for (int r = 0; r < DELIVERY_RESULT_MAX; r++)
         textbuf_printf(&b, "hatchery_webhook_deliveries_total{result=\"%s\"} %llu\n",
                        delivery_result_names[r], (unsigned long long)d->webhooks.by_result[r]);
-    counter(&b, "hatchery_webhook_unmatched_jobs_total",
-            "workflow_job deliveries stored whose labels no pool matches.",
-            d->webhooks.unmatched_jobs);
+    counter(&b, "hatchery_webhook_unmatched_deliveries_total",
+            "workflow_job deliveries stored whose labels no pool matches (one job's queued, "
+            "in_progress and completed count three; hatchery_jobs_unmatched counts jobs).",
+            d->webhooks.unmatched_deliveries);
     header(&b, "hatchery_webhook_latency_seconds", "histogram",
            "Time from a webhook request's last byte to its answer.");
     uint64_t cumulative = 0;

@@ -132,6 +132,23 @@ describe('http listener', () => {
     assert.match(res.body, /hatchery_pool_max_runners\{pool="linux.ppc64le"\} 2/);
     assert.match(res.body, /hatchery_jobs\{pool="linux.ppc64le",status="queued"\} 1/);
   });
+
+  test('an unmatched job counts once as a job and once per delivery, as the names say', async () => {
+    const count = async (re) => Number(re.exec((await request(d.port, { path: '/metrics' })).body)?.[1] ?? 0);
+    const deliveries = /^hatchery_webhook_unmatched_deliveries_total (\d+)$/m;
+    const jobsQueued = /^hatchery_jobs_unmatched\{status="queued"\} (\d+)$/m;
+    const jobsRunning = /^hatchery_jobs_unmatched\{status="in_progress"\} (\d+)$/m;
+    const [d0, q0, r0] = [await count(deliveries), await count(jobsQueued), await count(jobsRunning)];
+    const payload = structuredClone(examples('workflow_job')[5]);
+    payload.workflow_job.id = 5100000001;
+    payload.workflow_job.labels = ['no-pool-has-this'];
+    assert.equal((await d.post('workflow_job', payload)).status, 202);
+    payload.action = 'in_progress';
+    payload.workflow_job.status = 'in_progress';
+    assert.equal((await d.post('workflow_job', payload)).status, 202);
+    assert.equal(await count(deliveries), d0 + 2);
+    assert.equal((await count(jobsQueued)) + (await count(jobsRunning)), q0 + r0 + 1);
+  });
 });
 
 describe('TLS listener', () => {
