@@ -764,6 +764,7 @@ int config_load(const char *path, struct config **ret_config, char **ret_errors)
     bool have_doc = false;
     int r = 0;
     struct config *c = calloc(1, sizeof(*c));
+    char *text = NULL;
     FILE *f = fopen(path, "rb");
     if (!c) {
         r = -ENOMEM;
@@ -774,15 +775,27 @@ int config_load(const char *path, struct config **ret_config, char **ret_errors)
         fail(&l, NULL, "(file)", "cannot open: %s", strerror(-r));
         goto out;
     }
-    if (fseek(f, 0, SEEK_END) == 0 && ftell(f) > CONFIG_MAX_FILE_BYTES) {
+    /* Read with a bound, whatever the file is: a FIFO or a device has no size to check
+     * first, and libyaml would read it for ever. */
+    text = malloc(CONFIG_MAX_FILE_BYTES + 1);
+    size_t text_len = text ? fread(text, 1, CONFIG_MAX_FILE_BYTES + 1, f) : 0;
+    if (!text) {
+        r = -ENOMEM;
+        goto out;
+    }
+    if (text_len > CONFIG_MAX_FILE_BYTES) {
         r = -EFBIG;
         fail(&l, NULL, "(file)", "larger than %d bytes", CONFIG_MAX_FILE_BYTES);
         goto out;
     }
-    rewind(f);
+    if (ferror(f)) {
+        r = -EIO;
+        fail(&l, NULL, "(file)", "cannot read");
+        goto out;
+    }
     c->path = strdup(path);
     yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, f);
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, text_len);
     if (!yaml_parser_load(&parser, &doc)) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", parser.problem ? parser.problem : "YAML error");
@@ -812,6 +825,7 @@ out:
         yaml_document_delete(&doc);
     if (f)
         fclose(f);
+    free(text);
     if (r < 0) {
         config_free(c);
         *ret_errors = l.errors ? l.errors : strdup("config: out of memory\n");

@@ -76,6 +76,15 @@ describe('config', () => {
     assert.equal(r.status, 0, r.stderr);
   });
 
+  test('a config that never ends (a FIFO fed for ever) is refused at its bound, not read for ever', () => {
+    const fifo = `${dir}/endless.yaml`;
+    assert.equal(spawnSync('mkfifo', [fifo]).status, 0);
+    // The writer is killed with the check, whatever happens.
+    const r = spawnSync('sh', ['-c', `yes 'colour: blue' > ${fifo} & w=$!; timeout 20 "$0" --check-config ${fifo}; s=$?; kill $w 2>/dev/null; exit $s`, HATCHERYD], { encoding: 'utf8' });
+    assert.equal(r.status, 1, r.stdout + r.stderr);
+    assert.match(r.stderr, /endless\.yaml:0: \(file\): larger than 1048576 bytes/);
+  });
+
   test('usage errors exit 2', () => {
     assert.equal(spawnSync(HATCHERYD, [], { encoding: 'utf8' }).status, 2);
     assert.equal(spawnSync(HATCHERYD, ['--bogus'], { encoding: 'utf8' }).status, 2);
