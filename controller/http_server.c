@@ -96,6 +96,12 @@ static int on_headers_complete(http_parser *p)
     for (size_t i = 0; i < r->req.n_headers; i++)
         if (!r->req.headers[i].value && append_str(&r->req.headers[i].value, "", 0) < 0)
             return reader_fail(r, 503, "out of memory");
+    /* http-parser takes "Content-Length : 5" as a header named "Content-Length ", so the
+     * body would be read as the next request (smuggling). RFC 9112, 5.1: a server must
+     * answer whitespace between a field name and its colon with 400. */
+    for (size_t i = 0; i < r->req.n_headers; i++)
+        if (r->req.headers[i].name && strpbrk(r->req.headers[i].name, " \t"))
+            return reader_fail(r, 400, "whitespace between a header name and its colon");
     if (p->upgrade)
         return reader_fail(r, 400, "protocol upgrade is not supported");
     if (!(p->flags & F_CHUNKED) && p->content_length != ULLONG_MAX && p->content_length > 0) {
@@ -478,6 +484,8 @@ static void respond(struct http_conn *conn, int status, const char *content_type
     }
     bool keep_alive = !close && conn->reader.req.keep_alive && !conn->reader.error_status;
     bool no_body = status == 204 || status == 304;
+    /* HEAD: the same head as GET, Content-Length included, and no body (RFC 9110, 9.3.2). */
+    bool head_only = conn->reader.req.method && strcmp(conn->reader.req.method, "HEAD") == 0;
     char head[512];
     int n;
     if (no_body)
@@ -491,7 +499,7 @@ static void respond(struct http_conn *conn, int status, const char *content_type
                      status, http_status_reason(status), content_type, body_len,
                      keep_alive ? "keep-alive" : "close");
     s->stats.responses_by_class[status / 100 < 6 ? status / 100 : 0]++;
-    int r = conn_send(conn, head, (size_t)n, body, no_body ? 0 : body_len);
+    int r = conn_send(conn, head, (size_t)n, body, no_body || head_only ? 0 : body_len);
     if (r < 0) {
         conn_close(conn);
         return;

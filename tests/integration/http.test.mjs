@@ -83,6 +83,24 @@ describe('http listener', () => {
     assert.ok(res.closed, 'Connection: close honoured');
   });
 
+  test('HEAD gets the head GET would get, and no body', async () => {
+    const res = await rawExchange(d.port, ['HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n']);
+    const end = res.data.indexOf('\r\n\r\n');
+    assert.match(res.data.slice(0, end), /^HTTP\/1\.1 200 [^]*\r\nContent-Length: [1-9]/);
+    // The next bytes are the GET's answer: the HEAD's body was never sent.
+    assert.ok(res.data.slice(end + 4).startsWith('HTTP/1.1 200 '), JSON.stringify(res.data));
+    assert.match(res.data, /"status":"ok"/);
+  });
+
+  test('whitespace before a header\'s colon is a 400, not a body read as the next request', async () => {
+    const smuggled = 'GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n';
+    const res = await rawExchange(d.port, [`POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length : ${smuggled.length}\r\n\r\n${smuggled}`]);
+    const statuses = [...res.data.matchAll(/HTTP\/1\.1 (\d{3})/g)].map((m) => Number(m[1]));
+    assert.deepEqual(statuses, [400], res.data);
+    assert.match(res.data, /whitespace between a header name and its colon/);
+    assert.ok(res.closed);
+  });
+
   test('keep-alive: requests sent one after another on one connection are all answered', async () => {
     const { sign } = await import('@octokit/webhooks-methods');
     const sock = connect(d.port, '127.0.0.1');
