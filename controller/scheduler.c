@@ -51,7 +51,8 @@ struct runner {
     int64_t github_runner_id;
     bool hello;
     bool ever_busy;
-    bool jit_pending; /* GitHub's JIT answer still owes us a callback with this runner */
+    int pool_failures_at_start; /* the pool's failures in a row when this runner started */
+    bool jit_pending;           /* GitHub's JIT answer still owes us a callback with this runner */
     bool forget_after_jit;
     int64_t job_id;
     int exit_code;
@@ -366,6 +367,7 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
     (void)g;
     (void)pid;
     struct runner *r = data;
+    r->pool_failures_at_start = r->s->failures[r->pool - r->s->d->config->pools];
     pool_result(r, true);
     r->online_ms = now_ms();
     observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
@@ -390,6 +392,13 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
     else if (exit->code != 0)
         snprintf(r->reason, sizeof(r->reason), "runner exited %d: %s", exit->code,
                  exit->meaning[0] ? exit->meaning : "no meaning given");
+    /* A runner that could not even be started (126: not its user, 127: not there) is an
+     * image fault, not a job's: it counts toward the pool's back-off as a failed boot does,
+     * from where the count stood before this runner started, so it grows. */
+    if (exit->code == 126 || exit->code == 127) {
+        r->s->failures[r->pool - r->s->d->config->pools] = r->pool_failures_at_start;
+        pool_result(r, false);
+    }
     set_state(r, RUNNER_FINISHING);
     uv_timer_stop(&r->timer);
     /* The guest powers itself off; tear down now either way. */
