@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -778,6 +780,15 @@ int main(int argc, char **argv)
         secret_free(d.webhook_secret);
         config_free(d.config);
         return 0;
+    }
+    /* No core file may hold a secret (the webhook secret, the App key, tokens, JIT
+     * configs): no core size, and not dumpable, which a piped core_pattern also obeys. */
+    struct rlimit no_core = {0, 0};
+    if (setrlimit(RLIMIT_CORE, &no_core) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        fprintf(stderr, "hatcheryd: cannot disable core dumps: %s\n", strerror(errno));
+        secret_free(d.webhook_secret);
+        config_free(d.config);
+        return 1;
     }
     enum log_level level = LOG_INFO;
     log_level_parse(d.config->log_level, &level);

@@ -64,6 +64,13 @@ int secret_file_open(const char *path, size_t max_bytes, char *err, size_t err_s
                  "secret file %s has mode %03o: it must not be accessible to group or others "
                  "(chmod 600)",
                  path, (unsigned)(st.st_mode & 0777));
+    } else if (st.st_uid != geteuid() && st.st_uid != 0) {
+        /* Another user who owns the file can change it, or widen its mode, at will. */
+        r = -EPERM;
+        snprintf(err, err_size,
+                 "secret file %s is owned by uid %u: it must be owned by hatcheryd's user (uid "
+                 "%u) or root",
+                 path, (unsigned)st.st_uid, (unsigned)geteuid());
     } else if ((uint64_t)st.st_size > max_bytes) {
         r = -EFBIG;
         snprintf(err, err_size, "secret file %s is larger than %zu bytes", path, max_bytes);

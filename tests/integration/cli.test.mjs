@@ -85,6 +85,11 @@ describe('hatchery CLI', () => {
     const st = spawnSync('stat', ['-c', '%a', d.socket], { encoding: 'utf8' });
     assert.equal(st.stdout.trim(), '660');
   });
+
+  test('hatcheryd can leave no core file (no secret in one): its core size limit is 0', () => {
+    const limits = readFileSync(`/proc/${d.proc.pid}/limits`, 'utf8');
+    assert.match(limits, /^Max core file size\s+0\s+0\s+bytes/m);
+  });
 });
 
 test('--help names every command the README documents', () => {

@@ -1,7 +1,7 @@
 // hatcheryd --check-config and start-up refusals, through the real binary.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, chownSync, readFileSync, writeFileSync } from 'node:fs';
 import { after, describe, test } from 'node:test';
 import { HATCHERYD, tempDir, writeConfig } from './lib/daemon.mjs';
 
@@ -83,6 +83,16 @@ describe('config', () => {
     const r = spawnSync('sh', ['-c', `yes 'colour: blue' > ${fifo} & w=$!; timeout 20 "$0" --check-config ${fifo}; s=$?; kill $w 2>/dev/null; exit $s`, HATCHERYD], { encoding: 'utf8' });
     assert.equal(r.status, 1, r.stdout + r.stderr);
     assert.match(r.stderr, /endless\.yaml:0: \(file\): larger than 1048576 bytes/);
+  });
+
+  test('a secret file owned by another user is refused, whatever its mode', () => {
+    const secret = `${dir}/webhook-secret`;
+    chownSync(secret, 65534, 65534);
+    const r = check(good);
+    chownSync(secret, process.getuid(), process.getgid());
+    assert.equal(r.status, 1, r.stdout + r.stderr);
+    assert.match(r.stderr, /webhook_secret_file: secret file .* is owned by uid 65534: it must be owned by hatcheryd's user/);
+    assert.equal(check(good).status, 0);
   });
 
   test('usage errors exit 2', () => {
