@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
 #include "hatchery/limits.h"
 #include "log.h"
+#include "secret.h"
 
 #define READ_BUF_BYTES (64 * 1024)
 
@@ -763,17 +764,12 @@ static void on_connection(uv_stream_t *listener, int status)
 static int tls_setup(struct http_server *s, const char *cert, const char *key, char *err,
                      size_t err_size)
 {
-    struct stat st;
-    if (stat(key, &st) < 0) {
-        snprintf(err, err_size, "cannot stat TLS key %s: %s", key, strerror(errno));
-        return -errno;
-    }
-    if (st.st_mode & (S_IRWXG | S_IRWXO)) {
-        snprintf(err, err_size,
-                 "TLS key %s has mode %03o: it must not be accessible to group or others", key,
-                 (unsigned)(st.st_mode & 0777));
-        return -EPERM;
-    }
+    /* Held to the rules of every secret file (regular, private, ours, bounded), as
+     * --check-config holds it. */
+    int fd = secret_file_open(key, SECRET_MAX_BYTES, err, err_size);
+    if (fd < 0)
+        return fd;
+    close(fd);
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
     if (!ctx) {
         snprintf(err, err_size, "cannot create TLS context");
