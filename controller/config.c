@@ -532,10 +532,10 @@ static void pool_image_manifest(struct loader *l, yaml_node_t *at, struct config
         return;
     struct image_manifest m;
     char err[512];
-    int r = image_manifest_read(p->image, &m, err, sizeof(err));
+    int r = image_manifest_load(p->image, (enum pool_arch)p->arch, &m, err, sizeof(err));
     if (r == -ENOENT)
         return;
-    if (r < 0 || image_manifest_check(&m, (enum pool_arch)p->arch, err, sizeof(err)) < 0) {
+    if (r < 0) {
         fail(l, line_node(p->line, at), "pools[].image", "pool '%s': %s", p->name ? p->name : "?",
              err);
         return;

@@ -100,25 +100,25 @@ int image_manifest_read(const char *image, struct image_manifest *ret_manifest, 
         snprintf(err, err_size, "%s: boot must be an object", path);
         r = -EINVAL;
     }
-    if (r == 0)
-        r = field(m, "arch", true, out.arch, sizeof(out.arch), path, err, err_size);
-    if (r == 0)
-        r = field(m, "debian", false, out.debian, sizeof(out.debian), path, err, err_size);
-    if (r == 0)
-        r = field(m, "kernel_version", false, out.kernel_version, sizeof(out.kernel_version), path,
-                  err, err_size);
-    if (r == 0)
-        r = field(m, "runner_version", true, out.runner_version, sizeof(out.runner_version), path,
-                  err, err_size);
-    if (r == 0)
-        r = field(m, "agent_version", true, out.agent_version, sizeof(out.agent_version), path, err,
+    /* The text fields, in the order they are checked. */
+    const struct {
+        const char *key;
+        bool required;
+        char *out;
+        size_t size;
+    } fields[] = {
+        {"arch", true, out.arch, sizeof(out.arch)},
+        {"debian", false, out.debian, sizeof(out.debian)},
+        {"kernel_version", false, out.kernel_version, sizeof(out.kernel_version)},
+        {"runner_version", true, out.runner_version, sizeof(out.runner_version)},
+        {"agent_version", true, out.agent_version, sizeof(out.agent_version)},
+        {"built_at", false, out.built_at, sizeof(out.built_at)},
+        {"sha256", false, out.sha256, sizeof(out.sha256)},
+        {"preloaded", false, out.preloaded, sizeof(out.preloaded)},
+    };
+    for (size_t i = 0; r == 0 && i < sizeof(fields) / sizeof(fields[0]); i++)
+        r = field(m, fields[i].key, fields[i].required, fields[i].out, fields[i].size, path, err,
                   err_size);
-    if (r == 0)
-        r = field(m, "built_at", false, out.built_at, sizeof(out.built_at), path, err, err_size);
-    if (r == 0)
-        r = field(m, "sha256", false, out.sha256, sizeof(out.sha256), path, err, err_size);
-    if (r == 0)
-        r = field(m, "preloaded", false, out.preloaded, sizeof(out.preloaded), path, err, err_size);
     if (r == 0)
         r = boot_file(boot, "kernel", dir, out.kernel, sizeof(out.kernel), path, err, err_size);
     if (r == 0)
@@ -140,6 +140,18 @@ int image_manifest_check(const struct image_manifest *m, enum pool_arch arch, ch
         return -EINVAL;
     }
     return 0;
+}
+
+int image_manifest_load(const char *image, enum pool_arch arch, struct image_manifest *ret_manifest,
+                        char *err, size_t err_size)
+{
+    struct image_manifest m;
+    int r = image_manifest_read(image, &m, err, err_size);
+    if (r == 0)
+        r = image_manifest_check(&m, arch, err, err_size);
+    if (r == 0)
+        *ret_manifest = m;
+    return r;
 }
 
 static int parse_version(const char *s, long v[3])

@@ -44,6 +44,10 @@ int image_manifest_read(const char *image, struct image_manifest *ret_manifest, 
 int image_manifest_check(const struct image_manifest *m, enum pool_arch arch, char *err,
                          size_t err_size);
 
+/* Reads `IMAGE.json` and checks it fits a pool of `arch`: the two steps a pool's image goes
+ * through before it gets a runner. -ENOENT when there is no manifest. */
+int image_manifest_load(const char *image, enum pool_arch arch, struct image_manifest *ret_manifest,
+                        char *err, size_t err_size);
 /* 1 when the manifest's runner is older than RUNNER_VERSION_FLOOR, 0 when it is not, -1
  * when its version is not a runner version (a stand-in, say). */
 int image_manifest_runner_below_floor(const struct image_manifest *m);

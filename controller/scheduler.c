@@ -660,9 +660,8 @@ static void tick(struct scheduler *s)
         char image_error[sizeof(s->why[p])] = "";
         if (local && want > 0 && !local_missing && pool->backend == BACKEND_VM) {
             struct image_manifest m;
-            if (image_manifest_read(pool->image, &m, image_error, sizeof(image_error)) == 0)
-                image_manifest_check(&m, (enum pool_arch)pool->arch, image_error,
-                                     sizeof(image_error));
+            image_manifest_load(pool->image, (enum pool_arch)pool->arch, &m, image_error,
+                                sizeof(image_error));
         }
         while (want > 0) {
             if (room <= 0) {
