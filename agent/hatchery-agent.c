@@ -442,9 +442,8 @@ static pid_t launch_start(const struct launch *l)
     snprintf(user, sizeof(user), "USER=%s", u ? u->name : "root");
     snprintf(logname, sizeof(logname), "LOGNAME=%s", u ? u->name : "root");
     snprintf(shell, sizeof(shell), "SHELL=%s", u && u->shell[0] ? u->shell : "/bin/sh");
-    snprintf(report, sizeof(report), "HATCHERY_REPORT_FILE=%s", l->report_path);
-    if (!l->report_path[0])
-        snprintf(report, sizeof(report), "HATCHERY_REPORT_FILE=/dev/null");
+    snprintf(report, sizeof(report), "HATCHERY_REPORT_FILE=%s",
+             l->report_path[0] ? l->report_path : "/dev/null");
     char xdg[64] = "", dbus[96] = "";
     if (u) {
         /* A lingering user session (the image enables one) gives rootless podman its
