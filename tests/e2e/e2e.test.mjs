@@ -64,15 +64,7 @@ const d = new Daemon(config);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let nextJob = 9100000000;
 
-async function until(what, predicate, ms = 180000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    const v = predicate();
-    if (v) return v;
-    await sleep(200);
-  }
-  assert.fail(`timed out waiting for ${what}\n${d.logs.split('\n').slice(-40).join('\n')}`);
-}
+const until = (what, predicate, ms = 180000) => d.until(what, predicate, { ms });
 
 const payload = (action, id, label, runner = null) => workflowJob(action, id, [label], runner);
 

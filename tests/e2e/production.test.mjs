@@ -59,19 +59,10 @@ const d = new Daemon({
 `,
   extra: githubConfig({ reconcileIntervalS: 10 }),
 });
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let nextJob = 9300000000;
 const hostArgvLeaks = new Set();
 
-async function until(what, predicate, ms = 1500000) {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    const v = predicate();
-    if (v) return v;
-    await sleep(500);
-  }
-  assert.fail(`timed out waiting for ${what}\n${d.logs.split('\n').slice(-60).join('\n')}`);
-}
+const until = (what, predicate, ms = 1500000) => d.until(what, predicate, { ms, everyMs: 500, tail: 60 });
 
 // The host side of "the JIT config is on no argv": every process's command line, looked
 // at while the guests run (QEMU's included).

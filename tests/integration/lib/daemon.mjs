@@ -126,6 +126,16 @@ export class Daemon {
 
   jobs() { return this.cliJson('jobs', '--limit', '10000').jobs; }
 
+  // Polls `predicate` (sync or async) until it returns something truthy, and returns it;
+  // past `ms`, fails with `what` and the end of this daemon's log.
+  async until(what, predicate, { ms = 180000, everyMs = 200, tail = 40 } = {}) {
+    for (const end = Date.now() + ms; Date.now() < end; await new Promise((r) => setTimeout(r, everyMs))) {
+      const v = await predicate();
+      if (v) return v;
+    }
+    throw new Error(`timed out waiting for ${what}\n${this.logs.split('\n').slice(-tail).join('\n')}`);
+  }
+
   async post(event, payload, { secret = this.secret, delivery = randomDelivery(), headers = {}, tamper = null, path = '/webhook' } = {}) {
     const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
     const signature = await sign(secret, body);
