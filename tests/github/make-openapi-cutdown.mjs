@@ -6,7 +6,7 @@
 //   node tests/github/make-openapi-cutdown.mjs [PATH/TO/api.github.com.json]
 //
 // Without a path it installs the pinned @octokit/openapi into a temporary directory.
-// Two changes are made for Prism (see shared/ORACLES.md):
+// Two changes are made for Prism (see docs/ORACLES.md):
 //  - every application/json response is also offered as application/vnd.github+json,
 //    the media type GitHub recommends and the client sends in Accept;
 //  - `Link` response headers are dropped: GitHub's examples point at api.github.com,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts (or stops) a real libvirtd for the tests, with the workarounds these machines need
-# (see shared/LIBVIRT-HERE.md), without touching the machine's own configuration:
+# (see docs/LIBVIRT-HERE.md), without touching the machine's own configuration:
 #  - a private mount namespace, where our own /etc/libvirt (qemu.conf running guests as
 #    root, no security driver) and a passwd/group that have the `libvirt-qemu` user the
 #    QEMU driver insists on are bind-mounted;
