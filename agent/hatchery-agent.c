@@ -2,7 +2,12 @@
  * port named org.hatchery.agent.0, or the controller's unix socket in a container), waits
  * for the kernel's CRNG, says hello, takes one config, starts the runner with the JIT
  * config, reports started, heartbeats and the exit, and then powers the guest off (VM) or
- * exits (container).
+ * exits (container) once the controller has acknowledged the exit.
+ *
+ * The guest outlives a restart of hatcheryd (protocol version 2): while the host side of
+ * the channel is closed the agent sends nothing and carries on (a container's agent
+ * reconnects to the socket); a new controller sends `resume`, and the agent answers with
+ * its state, and with its exit again if the runner ended meanwhile.
  *
  * The runner's contract (actions/runner, src/Misc/layoutroot/run-helper.sh.template and
  * Runner.Common/Constants.cs ReturnCode) is kept here, because run.sh hides the
@@ -56,7 +61,10 @@
 #define RUNNER_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 static int channel = -1;
+static const char *channel_socket; /* a container: the controller's socket, to reconnect to */
 static int sigchld_pipe[2] = {-1, -1};
+/* The controller's protocol version, from its last message (config or resume). */
+static int controller_version = AGENT_PROTOCOL_MIN_VERSION;
 static bool power_off = true;
 static const char *state_dir = "/run/hatchery-agent";
 static const char *report_dir; /* where the job's report goes, or NULL */
@@ -80,15 +88,36 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static int write_all(int fd, const char *buf, size_t len)
+/* Whether a controller listens on the channel now. A virtio-serial port reports POLLHUP
+ * while its host side is closed (hatcheryd not connected, or restarting); writing then
+ * would block until it comes back. */
+static bool host_connected(void)
 {
+    if (channel < 0)
+        return false;
+    struct pollfd p = {.fd = channel, .events = POLLOUT};
+    if (poll(&p, 1, 0) < 0)
+        return false;
+    return !(p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Writes one line while a controller listens, waiting at most 5 s for room. A line is at
+ * most AGENT_MAX_LINE_BYTES, below virtio-serial's 32 KiB per write, so it leaves whole
+ * or not at all. -EAGAIN when nobody listens: the state is told again on `resume`. */
+static int write_line(const char *buf, size_t len)
+{
+    double give_up = now_s() + 5;
     while (len > 0) {
-        ssize_t n = write(fd, buf, len);
+        if (!host_connected())
+            return -EAGAIN;
+        ssize_t n = write(channel, buf, len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN) {
-            struct pollfd p = {.fd = fd, .events = POLLOUT};
-            poll(&p, 1, 1000);
+            if (now_s() > give_up)
+                return -EAGAIN;
+            struct pollfd p = {.fd = channel, .events = POLLOUT};
+            poll(&p, 1, 100);
             continue;
         }
         if (n <= 0)
@@ -99,14 +128,16 @@ static int write_all(int fd, const char *buf, size_t len)
     return 0;
 }
 
+/* Sends `msg` (and frees it) in the controller's version. */
 static int send_msg(json_t *msg)
 {
+    json_object_set_new(msg, "v", json_integer(controller_version));
     size_t len = 0;
     char *line = agent_msg_encode(msg, &len);
     json_decref(msg);
     if (!line)
         return -ENOMEM;
-    int r = write_all(channel, line, len);
+    int r = write_line(line, len);
     free(line);
     return r;
 }
@@ -140,20 +171,29 @@ static int find_port(const char *name, char *out, size_t size)
     return r;
 }
 
+static int socket_connect(const char *socket_path, int tries)
+{
+    for (int i = 0; i < tries; i++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_un addr = {.sun_family = AF_UNIX};
+        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0)
+            return fd;
+        if (fd >= 0)
+            close(fd);
+        if (i + 1 < tries)
+            usleep(100000);
+    }
+    return -1;
+}
+
 static int open_channel(const char *port, const char *socket_path)
 {
     if (socket_path) {
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un addr = {.sun_family = AF_UNIX};
-        snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", socket_path);
-        for (int i = 0; i < PORT_WAIT_S * 10; i++) {
-            if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0)
-                return fd;
-            usleep(100000);
-        }
-        say("cannot connect to %s: %s", socket_path, strerror(errno));
-        close(fd);
-        return -1;
+        int fd = socket_connect(socket_path, PORT_WAIT_S * 10);
+        if (fd < 0)
+            say("cannot connect to %s: %s", socket_path, strerror(errno));
+        return fd;
     }
     char path[300];
     if (port) {
@@ -169,10 +209,32 @@ static int open_channel(const char *port, const char *socket_path)
         }
     }
     /* Kept open for the agent's whole life: data written to a closed port is lost. */
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY);
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         say("cannot open %s: %s", path, strerror(errno));
     return fd;
+}
+
+/* The controller went away. A VM's port stays open (its host side comes back); a
+ * container's socket is closed and tried again once a second by the loop. */
+static void channel_lost(void)
+{
+    if (!channel_socket)
+        return;
+    if (channel >= 0) {
+        close(channel);
+        channel = -1;
+        say("the controller hung up: waiting for it to come back");
+    }
+}
+
+static void channel_retry(void)
+{
+    if (channel_socket && channel < 0) {
+        channel = socket_connect(channel_socket, 1);
+        if (channel >= 0)
+            say("reconnected to the controller");
+    }
 }
 
 static void on_sigchld(int sig);
@@ -555,6 +617,10 @@ static void poweroff_now(void)
     say("poweroff failed: %s", strerror(errno));
 }
 
+/* The `exited` message, kept until the controller acknowledges it (version 2): sent again
+ * after each `resume`. */
+static json_t *exited_msg;
+
 static void send_exited(struct runner *runner, struct launch *l, int status, bool have_status,
                         double now)
 {
@@ -589,7 +655,9 @@ static void send_exited(struct runner *runner, struct launch *l, int status, boo
         say("runner exited %d: %s", code, json_string_value(json_object_get(m, "meaning")));
     else
         say("runner killed by signal %d", WTERMSIG(status));
-    send_msg(m);
+    exited_msg = m;
+    if (send_msg(json_incref(m)) < 0)
+        say("no controller listens: the exit is kept for the next one");
 }
 
 int main(int argc, char **argv)
@@ -614,6 +682,7 @@ int main(int argc, char **argv)
     }
     if (socket_path)
         power_off = false; /* a container just ends */
+    channel_socket = socket_path;
     struct runner_user user_buf, *user = NULL;
     if (user_name) {
         int r = runner_user_lookup(user_name, &user_buf);
@@ -646,8 +715,14 @@ int main(int argc, char **argv)
     char boot_id[64], machine_id[64];
     read_line_file("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id));
     read_line_file("/etc/machine-id", machine_id, sizeof(machine_id));
+    /* hello waits for a controller: the first connection comes after the boot. */
+    while (!host_connected() && !terminate) {
+        channel_retry();
+        usleep(100000);
+    }
     json_t *hello = agent_msg_new(AGENT_MSG_HELLO);
     json_object_set_new(hello, "version", json_string(AGENT_VERSION));
+    json_object_set_new(hello, "protocol", json_integer(AGENT_PROTOCOL_VERSION));
     json_object_set_new(hello, "arch", json_string(uts.machine));
     json_object_set_new(hello, "boot_id", json_string(boot_id));
     json_object_set_new(hello, "machine_id", json_string(machine_id));
@@ -664,12 +739,14 @@ int main(int argc, char **argv)
     size_t len = 0;
     struct runner runner = {.pid = 0};
     struct launch launch = {.jit = NULL};
+    char runner_name[160] = "";
     bool configured = false, done = false;
     int exit_status = 1;
     double next_heartbeat = 0;
 
     while (!done) {
         int timeout_ms = 1000;
+        channel_retry();
         struct pollfd fds[2] = {{.fd = channel, .events = POLLIN},
                                 {.fd = sigchld_pipe[0], .events = POLLIN}};
         int n = poll(fds, 2, timeout_ms);
@@ -693,11 +770,11 @@ int main(int argc, char **argv)
             pid_t pid = launch_start(&launch);
             if (pid < 0) {
                 send_exited(&runner, &launch, 0, false, now);
-                done = true;
-                break;
+            } else {
+                runner.pid = pid;
+                say("runner re-launched (pid %d, %d of %d)", (int)pid, runner.relaunches,
+                    RELAUNCH_MAX);
             }
-            runner.pid = pid;
-            say("runner re-launched (pid %d, %d of %d)", (int)pid, runner.relaunches, RELAUNCH_MAX);
         }
         if (runner.pid > 0) {
             int status;
@@ -714,35 +791,44 @@ int main(int argc, char **argv)
                 } else {
                     exit_status = code >= 0 ? code : 1;
                     send_exited(&runner, &launch, status, true, now);
-                    done = true;
-                    break;
                 }
             }
-            if (now >= runner.deadline && !runner.term_sent) {
+            if (runner.pid > 0 && now >= runner.deadline && !runner.term_sent) {
                 say("job timeout: stopping the runner");
                 runner.timed_out = true;
                 runner.term_sent = true;
                 runner.kill_at = now + KILL_GRACE_S;
                 kill(-runner.pid, SIGTERM);
-            } else if (runner.term_sent && now >= runner.kill_at) {
+            } else if (runner.pid > 0 && runner.term_sent && now >= runner.kill_at) {
                 kill(-runner.pid, SIGKILL);
             }
         }
-        if ((runner.pid > 0 || runner.relaunch_at > 0) && now >= next_heartbeat) {
-            if (!runner.jit_on_argv && jit_in_any_cmdline(&launch)) {
+        /* An exit told to a version 1 controller ends the conversation; a version 2
+         * controller acknowledges it first. */
+        if (exited_msg && controller_version < 2 && host_connected()) {
+            done = true;
+            break;
+        }
+        bool waiting = !configured && controller_version >= 2;
+        if ((runner.pid > 0 || runner.relaunch_at > 0 || waiting) && now >= next_heartbeat &&
+            host_connected()) {
+            if (!runner.jit_on_argv && launch.jit && jit_in_any_cmdline(&launch)) {
                 runner.jit_on_argv = true;
                 say("the JIT config is on a command line in this guest");
             }
-            runner.argv_scans++;
+            if (launch.jit)
+                runner.argv_scans++;
             send_msg(agent_msg_new(AGENT_MSG_HEARTBEAT));
             next_heartbeat = now + AGENT_HEARTBEAT_S;
         }
 
+        if (channel < 0)
+            continue;
         if (fds[0].revents & (POLLHUP | POLLERR) && !(fds[0].revents & POLLIN)) {
-            /* A virtio port reports HUP while the host side is not connected yet: wait. */
-            if (socket_path)
-                break;
-            usleep(100000);
+            /* A virtio port reports HUP while the host side is not connected: wait. */
+            channel_lost();
+            if (!channel_socket)
+                usleep(100000);
             continue;
         }
         if (!(fds[0].revents & POLLIN))
@@ -751,9 +837,9 @@ int main(int argc, char **argv)
         if (got <= 0) {
             if (got < 0 && (errno == EINTR || errno == EAGAIN))
                 continue;
-            if (socket_path)
-                break;
-            usleep(100000);
+            channel_lost();
+            if (!channel_socket)
+                usleep(100000);
             continue;
         }
         len += (size_t)got;
@@ -771,10 +857,12 @@ int main(int argc, char **argv)
                 say("bad message from the controller: %s", err);
                 continue;
             }
+            controller_version = (int)json_integer_value(json_object_get(msg, "v"));
             if (type == AGENT_MSG_CONFIG && !configured) {
                 configured = true;
                 json_t *timeout = json_object_get(msg, "job_timeout_s");
                 const char *name = json_string_value(json_object_get(msg, "runner_name"));
+                snprintf(runner_name, sizeof(runner_name), "%s", name ? name : "");
                 choose_report_dir(user);
                 int lr = launch_prepare(msg, user, &launch);
                 pid_t pid = lr < 0 ? lr : launch_start(&launch);
@@ -782,7 +870,6 @@ int main(int argc, char **argv)
                 if (pid < 0) {
                     say("cannot start the runner: %s", strerror(-pid));
                     send_exited(&runner, &launch, 0, false, runner.started_at);
-                    done = true;
                 } else {
                     runner.pid = pid;
                     runner.deadline = runner.started_at +
@@ -795,9 +882,26 @@ int main(int argc, char **argv)
                         json_object_set_new(m, "uid", json_integer(user->uid));
                     send_msg(m);
                     next_heartbeat = runner.started_at + AGENT_HEARTBEAT_S;
-                    say("runner %s started (pid %d, uid %u)", name ? name : "?", (int)pid,
-                        user ? (unsigned)user->uid : (unsigned)getuid());
+                    say("runner %s started (pid %d, uid %u)", runner_name[0] ? runner_name : "?",
+                        (int)pid, user ? (unsigned)user->uid : (unsigned)getuid());
                 }
+            } else if (type == AGENT_MSG_RESUME) {
+                const char *agent_state = exited_msg                                 ? "exited"
+                                          : runner.pid > 0 || runner.relaunch_at > 0 ? "running"
+                                                                                     : "waiting";
+                json_t *m = agent_msg_new(AGENT_MSG_RESUMED);
+                json_object_set_new(m, "state", json_string(agent_state));
+                json_object_set_new(m, "runner_name", json_string(runner_name));
+                json_object_set_new(m, "pid", json_integer(runner.pid));
+                json_object_set_new(m, "boot_id", json_string(boot_id));
+                send_msg(m);
+                say("resumed by a new controller (%s)", agent_state);
+                if (exited_msg)
+                    send_msg(json_incref(exited_msg));
+                next_heartbeat = now_s() + AGENT_HEARTBEAT_S;
+            } else if (type == AGENT_MSG_ACK && exited_msg) {
+                say("the controller has the exit");
+                done = true;
             } else if (type == AGENT_MSG_SHUTDOWN) {
                 const char *reason = json_string_value(json_object_get(msg, "reason"));
                 say("shutdown requested (%s)", reason ? reason : "no reason");
@@ -823,7 +927,9 @@ int main(int argc, char **argv)
     /* Let the last message reach the host before the port goes away. */
     usleep(SHUTDOWN_LINGER_MS * 1000);
     free(buf);
+    json_decref(exited_msg);
     poweroff_now();
-    close(channel);
+    if (channel >= 0)
+        close(channel);
     return exit_status;
 }

@@ -11,9 +11,10 @@
 
 enum channel_state {
     CHANNEL_EXPECT_HELLO,
-    CHANNEL_READY,      /* hello seen: config may be sent */
-    CHANNEL_CONFIGURED, /* config sent: started or exited next */
-    CHANNEL_RUNNING,    /* started: heartbeats, then exited */
+    CHANNEL_EXPECT_RESUMED, /* resume sent to an adopted guest: resumed next */
+    CHANNEL_READY,          /* hello seen: config may be sent */
+    CHANNEL_CONFIGURED,     /* config sent: started or exited next */
+    CHANNEL_RUNNING,        /* started: heartbeats, then exited */
     CHANNEL_EXITED,
     CHANNEL_STATE_MAX,
 };
@@ -21,6 +22,7 @@ enum channel_state {
 struct agent_channel {
     uv_stream_t *stream;
     enum channel_state state;
+    int version; /* the agent's protocol version: what we send it */
     const struct agent_channel_events *events;
     void *data;
     char *buf;
@@ -89,9 +91,45 @@ static void copy_field(char *out, size_t size, json_t *v)
             *p = '?';
 }
 
+static int send_msg(struct agent_channel *c, json_t *msg);
+
+static void handle_resumed(struct agent_channel *c, json_t *msg)
+{
+    struct agent_resumed resumed = {.pid = 0};
+    const char *state = json_string_value(json_object_get(msg, "state"));
+    json_t *pid = json_object_get(msg, "pid");
+    json_t *name = json_object_get(msg, "runner_name");
+    if (!state || !json_is_integer(pid) || json_integer_value(pid) < 0 || !json_is_string(name) ||
+        json_string_length(name) >= sizeof(resumed.runner_name))
+        return fail(c, "resumed needs state, pid and runner_name");
+    if (strcmp(state, "waiting") == 0) {
+        resumed.state = AGENT_RESUMED_WAITING;
+        c->state = CHANNEL_READY;
+    } else if (strcmp(state, "running") == 0 && json_integer_value(pid) > 0) {
+        resumed.state = AGENT_RESUMED_RUNNING;
+        c->state = CHANNEL_RUNNING;
+    } else if (strcmp(state, "exited") == 0) {
+        resumed.state = AGENT_RESUMED_EXITED;
+        c->state = CHANNEL_RUNNING; /* its exited follows */
+    } else {
+        return fail(c, "resumed with an unknown state");
+    }
+    resumed.pid = json_integer_value(pid);
+    copy_field(resumed.runner_name, sizeof(resumed.runner_name), name);
+    copy_field(resumed.boot_id, sizeof(resumed.boot_id), json_object_get(msg, "boot_id"));
+    if (c->events->on_resumed)
+        c->events->on_resumed(c->data, &resumed);
+}
+
 static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_type type)
 {
     const struct agent_channel_events *ev = c->events;
+    if (c->state == CHANNEL_EXPECT_RESUMED) {
+        if (type == AGENT_MSG_RESUMED && json_integer_value(json_object_get(msg, "v")) >= 2)
+            return handle_resumed(c, msg);
+        return fail(c, "the agent cannot resume (it sent %s in protocol version %d)",
+                    agent_msg_type_names[type], (int)json_integer_value(json_object_get(msg, "v")));
+    }
     switch (type) {
     case AGENT_MSG_HELLO: {
         if (c->state != CHANNEL_EXPECT_HELLO)
@@ -106,6 +144,10 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
         copy_field(hello.boot_id, sizeof(hello.boot_id), json_object_get(msg, "boot_id"));
         copy_field(hello.machine_id, sizeof(hello.machine_id), json_object_get(msg, "machine_id"));
         hello.crng_ready = !json_is_false(json_object_get(msg, "crng_ready"));
+        json_t *protocol = json_object_get(msg, "protocol");
+        c->version = json_is_integer(protocol) && json_integer_value(protocol) >= 2
+                         ? AGENT_PROTOCOL_VERSION
+                         : AGENT_PROTOCOL_MIN_VERSION;
         c->state = CHANNEL_READY;
         if (ev->on_hello)
             ev->on_hello(c->data, &hello);
@@ -123,7 +165,8 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
         return;
     }
     case AGENT_MSG_HEARTBEAT:
-        if (c->state != CHANNEL_RUNNING)
+        /* A version 2 agent also beats while it waits for its config. */
+        if (c->state != CHANNEL_RUNNING && !(c->state == CHANNEL_READY && c->version >= 2))
             return fail(c, "heartbeat while no runner runs");
         if (ev->on_heartbeat)
             ev->on_heartbeat(c->data);
@@ -166,12 +209,22 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
             exit.report = report;
         }
         c->state = CHANNEL_EXITED;
+        /* A version 2 agent keeps its exit until told we have it. */
+        if (c->version >= 2) {
+            json_t *ack = agent_msg_new_v(AGENT_MSG_ACK, c->version);
+            json_object_set_new(ack, "of", json_string("exited"));
+            send_msg(c, ack);
+        }
         if (ev->on_exited)
             ev->on_exited(c->data, &exit);
         return;
     }
+    case AGENT_MSG_RESUMED:
+        return fail(c, "resumed without a resume");
     case AGENT_MSG_CONFIG:
     case AGENT_MSG_SHUTDOWN:
+    case AGENT_MSG_RESUME:
+    case AGENT_MSG_ACK:
     case AGENT_MSG_TYPE_MAX:
         break;
     }
@@ -240,6 +293,7 @@ int agent_channel_open(uv_stream_t *stream, const struct agent_channel_events *e
         return -ENOMEM;
     }
     c->stream = stream;
+    c->version = AGENT_PROTOCOL_MIN_VERSION;
     c->events = events;
     c->data = data;
     c->window_start_ms = uv_now(stream->loop);
@@ -250,6 +304,23 @@ int agent_channel_open(uv_stream_t *stream, const struct agent_channel_events *e
         free(c);
         return r;
     }
+    *ret_channel = c;
+    return 0;
+}
+
+int agent_channel_resume(uv_stream_t *stream, const struct agent_channel_events *events, void *data,
+                         struct agent_channel **ret_channel)
+{
+    struct agent_channel *c = NULL;
+    int r = agent_channel_open(stream, events, data, &c);
+    if (r < 0)
+        return r;
+    c->state = CHANNEL_EXPECT_RESUMED;
+    c->version = AGENT_PROTOCOL_VERSION;
+    /* Should the write fail, no answer comes, and the caller's grace ends the wait. */
+    r = send_msg(c, agent_msg_new_v(AGENT_MSG_RESUME, AGENT_PROTOCOL_VERSION));
+    if (r < 0)
+        log_warn("agent.resume_unsent", "error=%s", uv_err_name(r));
     *ret_channel = c;
     return 0;
 }
@@ -306,7 +377,7 @@ int agent_channel_send_config(struct agent_channel *c, const char *runner_name,
     json_t *cmd = json_array();
     for (size_t i = 0; i < n_command; i++)
         json_array_append_new(cmd, json_string(runner_command[i]));
-    json_t *msg = agent_msg_new(AGENT_MSG_CONFIG);
+    json_t *msg = agent_msg_new_v(AGENT_MSG_CONFIG, c->version);
     json_object_set_new(msg, "runner_name", json_string(runner_name));
     json_object_set_new(msg, "jit_config", json_string(jit));
     json_object_set_new(msg, "job_timeout_s", json_integer(job_timeout_s));
@@ -320,7 +391,7 @@ int agent_channel_send_config(struct agent_channel *c, const char *runner_name,
 
 int agent_channel_send_shutdown(struct agent_channel *c, const char *reason)
 {
-    json_t *msg = agent_msg_new(AGENT_MSG_SHUTDOWN);
+    json_t *msg = agent_msg_new_v(AGENT_MSG_SHUTDOWN, c->version);
     json_object_set_new(msg, "reason", json_string(reason));
     return send_msg(c, msg);
 }

@@ -35,11 +35,27 @@ struct agent_exit {
     const json_t *report; /* the job's report object (<= AGENT_MAX_REPORT_BYTES), or NULL */
 };
 
+/* What a running guest's agent says when a new controller resumes it. */
+enum agent_resumed_state {
+    AGENT_RESUMED_WAITING, /* no config yet */
+    AGENT_RESUMED_RUNNING, /* the runner runs (pid) */
+    AGENT_RESUMED_EXITED,  /* the runner ended: its `exited` follows */
+};
+
+struct agent_resumed {
+    enum agent_resumed_state state;
+    int64_t pid;
+    char runner_name[160];
+    char boot_id[64];
+};
+
 struct agent_channel_events {
     void (*on_hello)(void *data, const struct agent_hello *hello);
     void (*on_started)(void *data, int64_t pid);
     void (*on_heartbeat)(void *data);
     void (*on_exited)(void *data, const struct agent_exit *exit);
+    /* The answer to resume (agent_channel_resume). */
+    void (*on_resumed)(void *data, const struct agent_resumed *resumed);
     /* The channel is closed: a protocol violation, or the guest hung up. Called once. */
     void (*on_error)(void *data, const char *reason);
 };
@@ -48,6 +64,11 @@ struct agent_channel_events {
  * and frees it. */
 int agent_channel_open(uv_stream_t *stream, const struct agent_channel_events *events, void *data,
                        struct agent_channel **ret_channel);
+/* The same, for a channel reopened to a guest an earlier hatcheryd started: sends
+ * `resume`, and expects `resumed` before anything else. An agent that speaks only
+ * protocol version 1 cannot resume: the channel reports that through on_error. */
+int agent_channel_resume(uv_stream_t *stream, const struct agent_channel_events *events, void *data,
+                         struct agent_channel **ret_channel);
 /* Sends `config` once, after hello. The JIT config leaves only here, and the buffers that
  * carried it are wiped once written. */
 int agent_channel_send_config(struct agent_channel *channel, const char *runner_name,

@@ -203,6 +203,8 @@ static const struct key top_keys[] = {
             STORE_DELIVERY_RETENTION_S_DEFAULT),
     ENUM_KEY(struct config, placement, placement_names, false, PLACEMENT_SPREAD),
     INT_KEY(struct config, reconcile_interval_s, 1, 3600, 30),
+    INT_KEY(struct config, heartbeat_timeout_s, 15, 3600, 60),
+    INT_KEY(struct config, adopt_grace_s, 5, 3600, 60),
     INT_KEY(struct config, log_retention_s, 60, INT64_C(365) * 24 * 3600, 7 * 24 * 3600),
     INT_KEY(struct config, history_retention_s, 60, INT64_C(3650) * 24 * 3600, 30 * 24 * 3600),
     {.name = "http",

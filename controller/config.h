@@ -135,6 +135,8 @@ struct config {
     int64_t delivery_retention_s;
     int64_t placement; /* enum placement */
     int64_t reconcile_interval_s;
+    int64_t heartbeat_timeout_s; /* an agent silent this long in idle or busy is hung */
+    int64_t adopt_grace_s;       /* after a restart, how long a guest has to answer resume */
     int64_t log_retention_s;
     int64_t history_retention_s; /* ended runner and job records */
     struct config_http http;

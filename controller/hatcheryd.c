@@ -820,7 +820,8 @@ int main(int argc, char **argv)
         return 1;
     }
     struct provisioner_options popts = {.controller_id = d.config->controller_id,
-                                        .state_dir = d.config->state_dir};
+                                        .state_dir = d.config->state_dir,
+                                        .adopt_grace_ms = d.config->adopt_grace_s * 1000};
     r = provisioner_new(d.loop, &popts, &d.provisioner);
     for (size_t i = 0; r == 0 && i < d.config->n_hosts; i++)
         r = provisioner_host_add(d.provisioner, &d.config->hosts[i]);

@@ -199,6 +199,21 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                   sch->boot_count, sch->boot_sum);
         counter(&b, "hatchery_runners_created_total", "Runners created.", sch->created);
         counter(&b, "hatchery_runners_failed_total", "Runners that failed.", sch->failed);
+        counter(&b, "hatchery_jobs_lost_total",
+                "Jobs whose runner failed while busy (GitHub fails such a job): a host lost, a "
+                "hung guest, a runner not adopted after a restart, an operator's delete.",
+                sch->jobs_lost);
+        counter(&b, "hatchery_runners_adopted_total",
+                "Runners of an earlier hatcheryd whose guests were re-attached after a restart.",
+                sch->adopted);
+        counter(&b, "hatchery_runners_adopt_failed_total",
+                "Runners of an earlier hatcheryd that could not be adopted.", sch->adopt_failed);
+        gauge(&b, "hatchery_runner_adopt_seconds_max",
+              "The longest time from this hatcheryd's start to an adopted agent's answer.",
+              sch->adopt_seconds_max);
+        counter(&b, "hatchery_runner_transitions_refused_total",
+                "Runner state changes the lifecycle table refused (a bug if not 0).",
+                sch->transitions_refused);
         header(&b, "hatchery_reconcile_actions_total", "counter",
                "What the reconciler repaired, by action.");
         const struct {

@@ -22,9 +22,9 @@
 #define CHANNEL_CONNECT_TRIES 50 /* 100 ms apart */
 
 const char *const guest_state_names[GUEST_STATE_MAX] = {
-    [GUEST_CREATING] = "creating", [GUEST_BOOTING] = "booting", [GUEST_READY] = "ready",
-    [GUEST_RUNNING] = "running",   [GUEST_EXITED] = "exited",   [GUEST_DELETING] = "deleting",
-    [GUEST_GONE] = "gone",
+    [GUEST_CREATING] = "creating", [GUEST_ADOPTING] = "adopting", [GUEST_BOOTING] = "booting",
+    [GUEST_READY] = "ready",       [GUEST_RUNNING] = "running",   [GUEST_EXITED] = "exited",
+    [GUEST_DELETING] = "deleting", [GUEST_GONE] = "gone",
 };
 
 struct host {
@@ -75,7 +75,8 @@ struct guest {
     bool failed;
     bool domain_stopped;
     bool teardown_queued;
-    bool busy; /* a worker owns this guest's libvirt calls */
+    bool busy;     /* a worker owns this guest's libvirt calls */
+    bool adopting; /* an earlier hatcheryd's: the channel reopens with resume */
     int connect_tries;
     uv_work_t work;
     uv_timer_t timer; /* boot timeout, channel connect retries */
@@ -95,6 +96,7 @@ struct provisioner {
     char *controller_id;
     char *state_dir;
     int64_t boot_timeout_ms;
+    int64_t adopt_grace_ms;
     struct host *hosts;
 };
 
@@ -427,6 +429,7 @@ int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct
     p->controller_id = strdup(o->controller_id);
     p->state_dir = strdup(o->state_dir);
     p->boot_timeout_ms = o->boot_timeout_ms;
+    p->adopt_grace_ms = o->adopt_grace_ms > 0 ? o->adopt_grace_ms : 60000;
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/channels", o->state_dir);
     mkdir(path, 0700);
@@ -690,7 +693,30 @@ static void ch_started(void *data, int64_t pid)
 
 static void ch_heartbeat(void *data)
 {
-    (void)data;
+    struct guest *g = data;
+    if (g->prov->closing)
+        return;
+    if (g->events->on_heartbeat)
+        g->events->on_heartbeat(g->data, g);
+}
+
+static void ch_resumed(void *data, const struct agent_resumed *resumed)
+{
+    static const char *const names[] = {"waiting", "running", "exited"};
+    struct guest *g = data;
+    if (g->prov->closing)
+        return;
+    uv_timer_stop(&g->timer);
+    g->adopting = false;
+    g->state = resumed->state == AGENT_RESUMED_WAITING ? GUEST_READY : GUEST_RUNNING;
+    log_info("guest.resumed", "guest=%s agent_state=%s pid=%lld boot_id=%s", g->name,
+             names[resumed->state], (long long)resumed->pid, resumed->boot_id);
+    if (strcmp(resumed->runner_name, g->name) != 0 && resumed->runner_name[0]) {
+        guest_fail(g, "the agent runs runner %s, not %s", resumed->runner_name, g->name);
+        return;
+    }
+    if (g->events->on_resumed)
+        g->events->on_resumed(g->data, g, resumed);
 }
 
 /* The job's report goes to the runner's log (`hatchery logs`), marked as the job's words:
@@ -743,8 +769,29 @@ static const struct agent_channel_events channel_events = {
     .on_started = ch_started,
     .on_heartbeat = ch_heartbeat,
     .on_exited = ch_exited,
+    .on_resumed = ch_resumed,
     .on_error = ch_error,
 };
+
+static void on_adopt_timeout(uv_timer_t *t)
+{
+    struct guest *g = t->data;
+    if (g->adopting)
+        guest_fail(g,
+                   "its agent did not answer resume within %lld s (an agent older than "
+                   "protocol version 2 cannot resume)",
+                   (long long)(g->prov->adopt_grace_ms / 1000));
+}
+
+/* Opens the agent conversation on a connected stream: hello first for a new guest,
+ * resume for an adopted one. */
+static int channel_start(struct guest *g, uv_stream_t *stream)
+{
+    if (!g->adopting)
+        return agent_channel_open(stream, &channel_events, g, &g->channel);
+    uv_timer_start(&g->timer, on_adopt_timeout, (uint64_t)g->prov->adopt_grace_ms, 0);
+    return agent_channel_resume(stream, &channel_events, g, &g->channel);
+}
 
 static void on_boot_timeout(uv_timer_t *t)
 {
@@ -758,7 +805,8 @@ static void channel_connect(struct guest *g);
 static void on_retry_connect(uv_timer_t *t)
 {
     struct guest *g = t->data;
-    uv_timer_start(&g->timer, on_boot_timeout, (uint64_t)g->pool->boot_timeout_s * 1000, 0);
+    if (!g->adopting)
+        uv_timer_start(&g->timer, on_boot_timeout, (uint64_t)g->pool->boot_timeout_s * 1000, 0);
     channel_connect(g);
 }
 
@@ -786,7 +834,7 @@ static void on_channel_connected(uv_connect_t *req, int status)
         uv_timer_start(&g->timer, on_retry_connect, 100, 0);
         return;
     }
-    if (agent_channel_open((uv_stream_t *)pipe, &channel_events, g, &g->channel) < 0) {
+    if (channel_start(g, (uv_stream_t *)pipe) < 0) {
         uv_close((uv_handle_t *)pipe, on_pipe_closed);
         guest_fail(g, "cannot read the agent channel");
     }
@@ -819,7 +867,7 @@ static void on_container_connection(uv_stream_t *server, int status)
         return;
     uv_pipe_init(g->prov->loop, client, 0);
     if (uv_accept(server, (uv_stream_t *)client) < 0 ||
-        agent_channel_open((uv_stream_t *)client, &channel_events, g, &g->channel) < 0) {
+        channel_start(g, (uv_stream_t *)client) < 0) {
         uv_close((uv_handle_t *)client, on_pipe_closed);
         return;
     }
@@ -887,7 +935,9 @@ static void streams_work(uv_work_t *w)
         virStreamFree(console);
     }
     virStreamPtr channel = virStreamNew(h->conn, VIR_STREAM_NONBLOCK);
-    if (channel && virDomainOpenChannel(dom, AGENT_CHANNEL_NAME, channel, 0) == 0) {
+    /* An adopted guest's channel may still be held for the hatcheryd that died. */
+    unsigned int flags = g->adopting ? VIR_DOMAIN_CHANNEL_FORCE : 0;
+    if (channel && virDomainOpenChannel(dom, AGENT_CHANNEL_NAME, channel, flags) == 0) {
         g->opened_channel = channel;
     } else {
         snprintf(g->error, sizeof(g->error), "cannot open the agent channel through libvirt: %s",
@@ -941,7 +991,7 @@ static void streams_done(uv_work_t *w, int status)
         r = uv_pipe_open(pipe, fd);
         if (r < 0)
             close(fd);
-        if (r == 0 && agent_channel_open((uv_stream_t *)pipe, &channel_events, g, &g->channel) < 0)
+        if (r == 0 && channel_start(g, (uv_stream_t *)pipe) < 0)
             r = -EIO;
         if (r < 0)
             uv_close((uv_handle_t *)pipe, on_pipe_closed);
@@ -992,6 +1042,10 @@ static void create_done(uv_work_t *w, int status)
         return;
     }
     g->state = GUEST_BOOTING;
+    if (g->events->on_booting)
+        g->events->on_booting(g->data, g);
+    if (g->state != GUEST_BOOTING || g->failed)
+        return;
     uv_timer_start(&g->timer, on_boot_timeout, (uint64_t)g->pool->boot_timeout_s * 1000, 0);
     /* The test driver runs nothing, so no agent will ever answer: such a guest waits
      * for its boot timeout like a silent one, without knocking on a socket that no
@@ -1002,6 +1056,46 @@ static void create_done(uv_work_t *w, int status)
         else
             channel_connect(g);
     }
+}
+
+static struct guest *guest_new(struct provisioner *p, struct host *h, const struct guest_spec *spec,
+                               const struct guest_events *events, void *data)
+{
+    struct guest *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    g->prov = p;
+    g->host = h;
+    g->name = strdup(spec->name);
+    if (!g->name) {
+        free(g);
+        return NULL;
+    }
+    g->runner_id = spec->runner_id;
+    g->pool = spec->pool;
+    g->events = events;
+    g->data = data;
+    g->state = GUEST_CREATING;
+    snprintf(g->volume, sizeof(g->volume), "%s.qcow2", spec->name);
+    snprintf(g->channel_path, sizeof(g->channel_path), "%s/channels/%s.sock", p->state_dir,
+             spec->name);
+    snprintf(g->channel_dir, sizeof(g->channel_dir), "%s/channels/%s", p->state_dir, spec->name);
+    snprintf(g->console_log, sizeof(g->console_log), "%s/logs/%s.console.log", p->state_dir,
+             spec->name);
+    uv_timer_init(p->loop, &g->timer);
+    g->timer.data = g;
+    return g;
+}
+
+/* The guest counts against its host from here on. */
+static void guest_attach(struct guest *g)
+{
+    struct host *h = g->host;
+    h->used.vcpus += g->pool->vcpus;
+    h->used.memory_mib += g->pool->memory_mib;
+    h->used.guests++;
+    g->next = h->guests;
+    h->guests = g;
 }
 
 int provisioner_guest_create(struct provisioner *p, const char *host_name,
@@ -1017,25 +1111,9 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
     if (h->used.guests + 1 > h->cfg.max_guests || h->used.vcpus + pool->vcpus > h->cfg.vcpus ||
         h->used.memory_mib + pool->memory_mib > h->cfg.memory_mib)
         return -ENOSPC;
-    struct guest *g = calloc(1, sizeof(*g));
+    struct guest *g = guest_new(p, h, spec, events, data);
     if (!g)
         return -ENOMEM;
-    g->prov = p;
-    g->host = h;
-    g->name = strdup(spec->name);
-    g->runner_id = spec->runner_id;
-    g->pool = pool;
-    g->events = events;
-    g->data = data;
-    g->state = GUEST_CREATING;
-    snprintf(g->volume, sizeof(g->volume), "%s.qcow2", spec->name);
-    snprintf(g->channel_path, sizeof(g->channel_path), "%s/channels/%s.sock", p->state_dir,
-             spec->name);
-    snprintf(g->channel_dir, sizeof(g->channel_dir), "%s/channels/%s", p->state_dir, spec->name);
-    snprintf(g->console_log, sizeof(g->console_log), "%s/logs/%s.console.log", p->state_dir,
-             spec->name);
-    uv_timer_init(p->loop, &g->timer);
-    g->timer.data = g;
     if (pool->backend == BACKEND_CONTAINER) {
         int r = container_listen(g);
         if (r < 0) {
@@ -1043,11 +1121,7 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
             return r;
         }
     }
-    h->used.vcpus += pool->vcpus;
-    h->used.memory_mib += pool->memory_mib;
-    h->used.guests++;
-    g->next = h->guests;
-    h->guests = g;
+    guest_attach(g);
     g->busy = true;
     g->work.data = g;
     int r = queue_work(p, &g->work, create_work, create_done);
@@ -1057,6 +1131,92 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
     }
     *ret_guest = g;
     return 0;
+}
+
+/* -- adoption: a guest an earlier hatcheryd created -- */
+
+static void adopt_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    struct host *h = g->host;
+    g->error[0] = 0;
+    virDomainPtr dom = h->conn && !h->dropped ? virDomainLookupByName(h->conn, g->name) : NULL;
+    if (!dom) {
+        snprintf(g->error, sizeof(g->error), "its domain is gone");
+        return;
+    }
+    if (virDomainIsActive(dom) != 1)
+        snprintf(g->error, sizeof(g->error), "its domain is not running");
+    virDomainFree(dom);
+}
+
+static void adopt_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    if (work_done_closing(g->prov))
+        return;
+    g->busy = false;
+    if (g->teardown_queued) {
+        teardown_start(g);
+        return;
+    }
+    if (g->error[0]) {
+        char reason[sizeof(g->error)];
+        snprintf(reason, sizeof(reason), "%s", g->error);
+        guest_fail(g, "%s", reason);
+        return;
+    }
+    log_info("guest.adopting", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
+             g->pool->name);
+    if (g->pool->backend == BACKEND_CONTAINER) {
+        /* The agent reconnects to the socket it had, bound again here. */
+        int r = container_listen(g);
+        if (r < 0) {
+            guest_fail(g, "cannot listen for its agent: %s", uv_strerror(r));
+            return;
+        }
+        uv_timer_start(&g->timer, on_adopt_timeout, (uint64_t)g->prov->adopt_grace_ms, 0);
+    } else if (g->host->streams) {
+        streams_open(g);
+    } else if (!g->host->simulated) {
+        channel_connect(g);
+    }
+}
+
+int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
+                            const struct guest_spec *spec, const struct guest_events *events,
+                            void *data, struct guest **ret_guest)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h || !spec->name || !spec->pool)
+        return -EINVAL;
+    if (!h->up)
+        return -ENODEV;
+    struct guest *g = guest_new(p, h, spec, events, data);
+    if (!g)
+        return -ENOMEM;
+    g->state = GUEST_ADOPTING;
+    g->adopting = true;
+    /* It exists, so it counts, even past what the host allows now. */
+    guest_attach(g);
+    g->busy = true;
+    g->work.data = g;
+    if (queue_work(p, &g->work, adopt_work, adopt_done) < 0) {
+        g->busy = false;
+        guest_fail(g, "cannot queue the adoption");
+    }
+    *ret_guest = g;
+    return 0;
+}
+
+static const struct guest_events no_events = {NULL};
+
+void guest_disown(struct guest *g)
+{
+    g->events = &no_events;
+    g->data = NULL;
 }
 
 /* ---- guests: teardown --------------------------------------------------------------------- */

@@ -29,6 +29,7 @@ struct provisioner_options {
     const char *controller_id;
     const char *state_dir; /* channels/ and logs/ live here */
     int64_t boot_timeout_ms;
+    int64_t adopt_grace_ms; /* an adopted guest's agent must answer resume within this */
 };
 
 int provisioner_new(uv_loop_t *loop, const struct provisioner_options *options,
@@ -57,6 +58,7 @@ int provisioner_host_status(struct provisioner *prov, const char *host, struct h
 
 enum guest_state {
     GUEST_CREATING,
+    GUEST_ADOPTING, /* an earlier hatcheryd's guest: looked up, then resumed */
     GUEST_BOOTING,
     GUEST_READY,   /* the agent said hello */
     GUEST_RUNNING, /* the runner started */
@@ -75,6 +77,11 @@ struct guest_events {
     void (*on_failed)(void *data, struct guest *guest, const char *reason);
     /* The domain and its volume are gone; the guest is freed after this returns. */
     void (*on_gone)(void *data, struct guest *guest);
+    /* The domain is defined and started: the guest boots. */
+    void (*on_booting)(void *data, struct guest *guest);
+    void (*on_heartbeat)(void *data, struct guest *guest);
+    /* An adopted guest's agent answered resume. */
+    void (*on_resumed)(void *data, struct guest *guest, const struct agent_resumed *resumed);
 };
 
 struct guest_spec {
@@ -88,6 +95,15 @@ struct guest_spec {
 int provisioner_guest_create(struct provisioner *prov, const char *host,
                              const struct guest_spec *spec, const struct guest_events *events,
                              void *data, struct guest **ret_guest);
+/* Re-attaches a guest an earlier hatcheryd created on `host`: finds its domain running,
+ * reopens its agent channel (the socket, the stream, or a container's listening socket)
+ * and sends resume. on_resumed follows, or on_failed: the domain is gone, or the agent
+ * did not answer within adopt_grace_ms (an agent older than protocol version 2). */
+int provisioner_guest_adopt(struct provisioner *prov, const char *host,
+                            const struct guest_spec *spec, const struct guest_events *events,
+                            void *data, struct guest **ret_guest);
+/* The owner gives the guest up: its teardown goes on, and no event reaches the owner. */
+void guest_disown(struct guest *guest);
 /* After on_hello. */
 int guest_send_config(struct guest *guest, const struct secret *jit_config, int64_t job_timeout_s,
                       const char *const *command, size_t n_command);

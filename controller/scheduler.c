@@ -15,21 +15,7 @@
 #include "log.h"
 
 #define TICK_MS              1000
-#define FINISH_GRACE_MS      (120 * 1000)
-#define JOB_OVERRUN_MS       (300 * 1000)
 #define DEFAULT_COMMAND_ARGS 2
-
-const char *const runner_state_names[RUNNER_STATE_MAX] = {
-    [RUNNER_PENDING] = "pending",
-    [RUNNER_CREATING] = "creating",
-    [RUNNER_CONFIGURED] = "configured",
-    [RUNNER_IDLE] = "idle",
-    [RUNNER_BUSY] = "busy",
-    [RUNNER_FINISHING] = "finishing",
-    [RUNNER_DELETING] = "deleting",
-    [RUNNER_DELETED] = "deleted",
-    [RUNNER_FAILED] = "failed",
-};
 
 const double scheduler_seconds_bounds[10] = {1, 2, 5, 10, 20, 30, 60, 120, 300, 600};
 
@@ -52,8 +38,13 @@ struct runner {
     bool hello;
     bool ever_busy;
     int pool_failures_at_start; /* the pool's failures in a row when this runner started */
-    bool jit_pending;           /* GitHub's JIT answer still owes us a callback with this runner */
-    bool forget_after_jit;
+    /* GitHub requests in flight that will call back with this runner: it is freed only
+     * when it is deleted and none is left. */
+    int github_holds;
+    bool forget_pending;
+    bool adopting; /* an earlier hatcheryd's runner, waiting for its agent */
+    int64_t adopt_started_ms;
+    int64_t heartbeat_ms; /* the agent's last sign of life */
     int64_t job_id;
     int exit_code;
     int64_t created_ms, online_ms, busy_ms, finished_ms;
@@ -82,7 +73,8 @@ struct scheduler {
     char (*why)[512];     /* per pool: why queued jobs wait, or "" */
     int *failures;        /* per pool: runners that failed in a row */
     int64_t *retry_at_ms; /* per pool: no new runner before this, after failures */
-    bool recovered;
+    bool recovered;       /* recover() ran: earlier records are adopted or failed */
+    int64_t started_ms;
     struct scheduler_stats stats;
 };
 
@@ -102,11 +94,6 @@ static void observe(uint64_t *buckets, uint64_t *count, double *sum, double seco
         }
     (*count)++;
     *sum += seconds;
-}
-
-static bool state_live(enum runner_state st)
-{
-    return st < RUNNER_DELETED;
 }
 
 /* Runners by name, which is the prefix and the id: the reconciler looks up every domain
@@ -174,14 +161,44 @@ static void record(struct runner *r)
                      params, NULL, NULL);
 }
 
-static void set_state(struct runner *r, enum runner_state st)
+static void on_runner_timer(uv_timer_t *t);
+
+/* Starts the state's timeout (runner_lifecycle.h), counted from `since_ms`: now, or for
+ * an adopted runner when it entered its state. */
+static void arm_timeout(struct runner *r, int64_t since_ms)
 {
-    if (r->state == st)
+    const struct lifecycle_limits limits = {.boot_timeout_s = r->pool->boot_timeout_s,
+                                            .idle_max_age_s = r->pool->idle_max_age_s,
+                                            .job_timeout_s = r->pool->job_timeout_s};
+    int64_t ms = runner_lifecycle_timeout_ms(r->state, &limits);
+    if (ms <= 0) {
+        uv_timer_stop(&r->timer);
         return;
-    log_info("runner.state", "runner=%s pool=%s host=%s from=%s to=%s", r->name, r->pool->name,
-             r->host, runner_state_names[r->state], runner_state_names[st]);
-    r->state = st;
+    }
+    int64_t left = ms - (now_ms() - since_ms);
+    uv_timer_start(&r->timer, on_runner_timer, left > 0 ? (uint64_t)left : 0, 0);
+}
+
+/* Moves the runner by `ev` as the lifecycle table says, records it and starts the new
+ * state's timeout. A move the table does not hold is refused and logged. */
+static bool runner_move(struct runner *r, enum runner_event ev)
+{
+    int to = runner_lifecycle_next(r->state, ev);
+    if (to < 0) {
+        log_warn("runner.transition_refused", "runner=%s pool=%s state=%s event=%s", r->name,
+                 r->pool->name, runner_state_names[r->state], runner_event_names[ev]);
+        r->s->stats.transitions_refused++;
+        return false;
+    }
+    if ((enum runner_state)to == r->state)
+        return true;
+    log_info("runner.state", "runner=%s pool=%s host=%s from=%s to=%s event=%s", r->name,
+             r->pool->name, r->host, runner_state_names[r->state], runner_state_names[to],
+             runner_event_names[ev]);
+    r->state = (enum runner_state)to;
     record(r);
+    arm_timeout(r, now_ms());
+    return true;
 }
 
 /* A pool whose runners keep failing (a broken image, a bad host) backs off exponentially,
@@ -214,6 +231,10 @@ static void on_runner_timer_closed(uv_handle_t *h)
 static void runner_forget(struct runner *r)
 {
     struct scheduler *s = r->s;
+    if (r->github_holds > 0) {
+        r->forget_pending = true; /* the last GitHub callback frees it */
+        return;
+    }
     for (struct runner **pp = &s->runners; *pp; pp = &(*pp)->next)
         if (*pp == r) {
             *pp = r->next;
@@ -224,20 +245,37 @@ static void runner_forget(struct runner *r)
     scheduler_kick(s);
 }
 
+/* A GitHub callback that held the runner has come: true when the runner is still
+ * wanted, false when it was freed. */
+static bool github_release(struct runner *r)
+{
+    r->github_holds--;
+    if (r->forget_pending && r->github_holds == 0) {
+        r->forget_pending = false;
+        runner_forget(r);
+        return false;
+    }
+    return !r->forget_pending;
+}
+
+static void runner_deleted(struct runner *r)
+{
+    r->finished_ms = r->finished_ms ? r->finished_ms : now_ms();
+    if (runner_move(r, RUNNER_EV_GITHUB_DELETED))
+        r->s->stats.deleted++;
+    runner_forget(r);
+}
+
 static void on_github_deleted(void *data, int err, const char *message)
 {
     struct runner *r = data;
+    if (!github_release(r))
+        return;
     if (err < 0)
         log_warn("runner.github_delete_failed", "runner=%s error=\"%s\"", r->name,
                  message ? message : strerror(-err));
-    r->finished_ms = r->finished_ms ? r->finished_ms : now_ms();
-    set_state(r, RUNNER_DELETED);
-    r->s->stats.deleted++;
-    /* A JIT request still in flight will call back with this runner: it is freed then. */
-    if (r->jit_pending)
-        r->forget_after_jit = true;
-    else
-        runner_forget(r);
+    if (r->state != RUNNER_DELETED)
+        runner_deleted(r);
 }
 
 /* The guest is gone: remove the GitHub runner if it may still exist (never used, or its
@@ -245,59 +283,130 @@ static void on_github_deleted(void *data, int err, const char *message)
 static void runner_after_guest(struct runner *r)
 {
     struct daemon *d = r->s->d;
-    if (r->state != RUNNER_FAILED)
-        set_state(r, RUNNER_DELETING);
-    else
-        record(r);
-    if (d->github && r->github_runner_id > 0 &&
-        github_runner_delete(d->github, r->scope, r->github_runner_id, on_github_deleted, r) == 0)
+    if (!runner_move(r, RUNNER_EV_GUEST_GONE))
         return;
-    on_github_deleted(r, 0, NULL);
+    if (r->state == RUNNER_FAILED)
+        record(r);
+    if (d->github && r->github_runner_id > 0) {
+        r->github_holds++;
+        if (github_runner_delete(d->github, r->scope, r->github_runner_id, on_github_deleted, r) ==
+            0)
+            return;
+        r->github_holds--;
+    }
+    runner_deleted(r);
 }
 
-static void runner_fail(struct runner *r, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static void runner_end(struct runner *r, enum runner_event ev, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void runner_fail(struct runner *r, const char *fmt, ...)
+/* Fails the runner (ev is fail or timeout) with a reason, and tears its guest down. A
+ * runner already failing or deleted is left alone. A busy runner's job is lost: GitHub
+ * fails a job whose runner vanishes. */
+static void runner_end(struct runner *r, enum runner_event ev, const char *fmt, ...)
 {
-    if (r->state >= RUNNER_DELETING)
+    if (runner_lifecycle_next(r->state, ev) != RUNNER_FAILED)
         return;
+    char reason[sizeof(r->reason)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
     va_end(ap);
-    log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s reason=\"%s\"", r->name,
-             r->pool->name, r->host, runner_state_names[r->state], r->reason);
+    bool lost = r->state == RUNNER_BUSY;
+    snprintf(r->reason, sizeof(r->reason), "%s%s", lost ? "job lost: " : "", reason);
+    log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s job_lost=%d reason=\"%s\"",
+             r->name, r->pool->name, r->host, runner_state_names[r->state], lost, r->reason);
     r->s->stats.failed++;
-    pool_result(r, false);
-    r->state = RUNNER_FAILED;
+    if (lost)
+        r->s->stats.jobs_lost++;
+    if (r->adopting)
+        r->s->stats.adopt_failed++;
+    r->adopting = false;
+    /* Only a runner that never started tells of the pool's image or hosts: what a job
+     * does to its own guest must not stop the pool's scaling for everyone. */
+    if (!r->online_ms)
+        pool_result(r, false);
     r->finished_ms = now_ms();
-    record(r);
-    uv_timer_stop(&r->timer);
+    runner_move(r, ev);
     if (r->guest)
         guest_teardown(r->guest, r->reason);
     else
         runner_after_guest(r);
 }
 
+#define runner_fail(r, ...) runner_end((r), RUNNER_EV_FAIL, __VA_ARGS__)
+
+/* Past the deadline of deleting or failed: the guest or GitHub never answered. The
+ * record is final; the reconciler removes what is left of the domain or the GitHub
+ * runner. */
+static void runner_give_up(struct runner *r)
+{
+    log_warn("runner.delete_deadline", "runner=%s state=%s guest=%s github_requests=%d", r->name,
+             runner_state_names[r->state], r->guest ? "kept" : "gone", r->github_holds);
+    if (r->guest) {
+        guest_disown(r->guest);
+        r->guest = NULL;
+    }
+    if (!r->reason[0])
+        snprintf(r->reason, sizeof(r->reason), "delete deadline passed (%d s)", LIFECYCLE_DELETE_S);
+    r->finished_ms = r->finished_ms ? r->finished_ms : now_ms();
+    runner_move(r, RUNNER_EV_TIMEOUT);
+    r->s->stats.deleted++;
+    runner_forget(r);
+}
+
 static void on_runner_timer(uv_timer_t *t)
 {
     struct runner *r = t->data;
-    if (r->state == RUNNER_IDLE)
-        runner_fail(r, "idle longer than idle_max_age_s (%lld s)",
-                    (long long)r->pool->idle_max_age_s);
-    else if (r->state == RUNNER_BUSY)
-        runner_fail(r, "job ran past job_timeout_s (%lld s) and the agent did not stop it",
-                    (long long)r->pool->job_timeout_s);
-    else if (r->state == RUNNER_FINISHING && r->guest)
-        guest_teardown(r->guest, "job completed");
+    const struct config_pool *p = r->pool;
+    switch (r->state) {
+    case RUNNER_PENDING:
+        runner_end(r, RUNNER_EV_TIMEOUT, "the store did not record the runner within %d s",
+                   LIFECYCLE_STORE_S);
+        break;
+    case RUNNER_CREATING:
+        runner_end(r, RUNNER_EV_TIMEOUT, "no guest and JIT config within %lld s",
+                   (long long)p->boot_timeout_s);
+        break;
+    case RUNNER_BOOTING:
+        runner_end(r, RUNNER_EV_TIMEOUT, "no hello from the agent within %lld s",
+                   (long long)p->boot_timeout_s);
+        break;
+    case RUNNER_CONFIGURED:
+        runner_end(r, RUNNER_EV_TIMEOUT, "the runner did not report started within %d s",
+                   LIFECYCLE_START_S);
+        break;
+    case RUNNER_IDLE:
+        runner_end(r, RUNNER_EV_TIMEOUT, "idle longer than idle_max_age_s (%lld s)",
+                   (long long)p->idle_max_age_s);
+        break;
+    case RUNNER_BUSY:
+        runner_end(r, RUNNER_EV_TIMEOUT,
+                   "job ran past job_timeout_s (%lld s) and the agent did not stop it",
+                   (long long)p->job_timeout_s);
+        break;
+    case RUNNER_FINISHING:
+        runner_move(r, RUNNER_EV_TIMEOUT);
+        if (r->guest)
+            guest_teardown(r->guest, "job completed");
+        else
+            runner_after_guest(r);
+        break;
+    case RUNNER_DELETING:
+    case RUNNER_FAILED:
+        runner_give_up(r);
+        break;
+    case RUNNER_DELETED:
+    case RUNNER_STATE_MAX:
+        break;
+    }
 }
 
 /* ---- guest events ------------------------------------------------------------------------ */
 
 static void maybe_configure(struct runner *r)
 {
-    if (!r->hello || !r->jit || r->state != RUNNER_CREATING)
+    if (!r->hello || !r->jit || runner_lifecycle_next(r->state, RUNNER_EV_CONFIG_SENT) < 0)
         return;
     const struct config_pool *p = r->pool;
     const char *const *cmd =
@@ -310,7 +419,22 @@ static void maybe_configure(struct runner *r)
         runner_fail(r, "cannot send the config to the agent: %s", strerror(-e));
         return;
     }
-    set_state(r, RUNNER_CONFIGURED);
+    r->heartbeat_ms = now_ms();
+    runner_move(r, RUNNER_EV_CONFIG_SENT);
+}
+
+static void ev_booting(void *data, struct guest *g)
+{
+    (void)g;
+    struct runner *r = data;
+    runner_move(r, RUNNER_EV_DOMAIN_STARTED);
+}
+
+static void ev_heartbeat(void *data, struct guest *g)
+{
+    (void)g;
+    struct runner *r = data;
+    r->heartbeat_ms = now_ms();
 }
 
 static void ev_hello(void *data, struct guest *g, const struct agent_hello *hello)
@@ -367,14 +491,18 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
     (void)g;
     (void)pid;
     struct runner *r = data;
-    r->pool_failures_at_start = r->s->failures[r->pool - r->s->d->config->pools];
-    pool_result(r, true);
-    r->online_ms = now_ms();
-    observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
-            (double)(r->online_ms - r->created_ms) / 1000.0);
-    credit_oldest_queued_job(r);
-    set_state(r, RUNNER_IDLE);
-    uv_timer_start(&r->timer, on_runner_timer, (uint64_t)r->pool->idle_max_age_s * 1000, 0);
+    r->heartbeat_ms = now_ms();
+    if (r->state == RUNNER_CONFIGURED) {
+        r->pool_failures_at_start = r->s->failures[r->pool - r->s->d->config->pools];
+        pool_result(r, true);
+        r->online_ms = now_ms();
+        observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
+                (double)(r->online_ms - r->created_ms) / 1000.0);
+        credit_oldest_queued_job(r);
+    } else if (r->state == RUNNER_BUSY && !r->online_ms) {
+        r->online_ms = now_ms(); /* GitHub's in_progress came first */
+    }
+    runner_move(r, RUNNER_EV_RUNNER_STARTED);
 }
 
 static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit)
@@ -399,8 +527,7 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
         r->s->failures[r->pool - r->s->d->config->pools] = r->pool_failures_at_start;
         pool_result(r, false);
     }
-    set_state(r, RUNNER_FINISHING);
-    uv_timer_stop(&r->timer);
+    runner_move(r, RUNNER_EV_RUNNER_EXITED);
     /* The guest powers itself off; tear down now either way. */
     guest_teardown(g, "runner exited");
 }
@@ -411,7 +538,33 @@ static void ev_failed(void *data, struct guest *g, const char *reason)
     struct runner *r = data;
     if (r->state == RUNNER_FINISHING)
         return; /* the guest went away after its runner exited: expected */
-    runner_fail(r, "%s", reason);
+    if (r->adopting)
+        runner_fail(r, "not adopted after a restart: %s", reason);
+    else
+        runner_fail(r, "%s", reason);
+}
+
+/* An adopted runner's agent answered resume: the runner goes on where it was. */
+static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *resumed)
+{
+    struct runner *r = data;
+    struct scheduler *s = r->s;
+    double seconds = (double)(now_ms() - r->adopt_started_ms) / 1000.0;
+    r->adopting = false;
+    r->heartbeat_ms = now_ms();
+    s->stats.adopted++;
+    s->stats.adopt_seconds_sum += seconds;
+    if (seconds > s->stats.adopt_seconds_max)
+        s->stats.adopt_seconds_max = seconds;
+    log_info("runner.adopted", "runner=%s pool=%s host=%s state=%s agent_pid=%lld seconds=%.3f",
+             r->name, r->pool->name, r->host, runner_state_names[r->state], (long long)resumed->pid,
+             seconds);
+    runner_move(r, RUNNER_EV_ADOPTED);
+    if (resumed->state == AGENT_RESUMED_WAITING)
+        runner_fail(r, "adopted, but its agent never got its config");
+    else if (resumed->state == AGENT_RESUMED_RUNNING && r->state == RUNNER_CONFIGURED)
+        ev_started(r, g, resumed->pid);
+    /* AGENT_RESUMED_EXITED: the kept exit follows, and ends the runner as usual. */
 }
 
 static void ev_gone(void *data, struct guest *g)
@@ -419,7 +572,10 @@ static void ev_gone(void *data, struct guest *g)
     (void)g;
     struct runner *r = data;
     r->guest = NULL;
-    runner_after_guest(r);
+    if (r->state != RUNNER_FINISHING && r->state != RUNNER_FAILED)
+        runner_fail(r, "the guest went away"); /* and, having no guest, ends here */
+    else
+        runner_after_guest(r);
 }
 
 static const struct guest_events guest_events = {
@@ -428,6 +584,9 @@ static const struct guest_events guest_events = {
     .on_exited = ev_exited,
     .on_failed = ev_failed,
     .on_gone = ev_gone,
+    .on_booting = ev_booting,
+    .on_heartbeat = ev_heartbeat,
+    .on_resumed = ev_resumed,
 };
 
 /* ---- creation ------------------------------------------------------------------------------ */
@@ -442,15 +601,14 @@ static void on_github_deleted_quiet(void *data, int err, const char *message)
 static void on_jit(void *data, int err, const char *message, int64_t runner_id, struct secret *jit)
 {
     struct runner *r = data;
-    r->jit_pending = false;
-    if (r->state >= RUNNER_DELETING || r->state == RUNNER_FAILED) {
+    struct github_client *github = r->s->d->github;
+    const struct github_scope *scope = r->scope;
+    bool wanted = github_release(r); /* false: r is freed */
+    if (!wanted || r->state >= RUNNER_DELETING) {
         secret_free(jit);
         /* Registered after all: delete it, or it lingers. */
-        if (err == 0 && r->s->d->github)
-            github_runner_delete(r->s->d->github, r->scope, runner_id, on_github_deleted_quiet,
-                                 NULL);
-        if (r->forget_after_jit)
-            runner_forget(r);
+        if (err == 0 && github)
+            github_runner_delete(github, scope, runner_id, on_github_deleted_quiet, NULL);
         return;
     }
     if (err < 0) {
@@ -466,17 +624,17 @@ static void on_jit(void *data, int err, const char *message, int64_t runner_id, 
 static void runner_start(struct runner *r)
 {
     struct daemon *d = r->s->d;
-    set_state(r, RUNNER_CREATING);
+    runner_move(r, RUNNER_EV_RECORDED);
     const struct config_pool *p = r->pool;
     const char *labels[CONFIG_MAX_POOL_LABELS + 1];
     size_t n = 0;
     labels[n++] = "self-hosted";
     for (size_t i = 0; i < p->n_labels && n < CONFIG_MAX_POOL_LABELS + 1; i++)
         labels[n++] = p->labels[i];
-    r->jit_pending = true;
+    r->github_holds++;
     int e = github_jitconfig_generate(d->github, r->scope, r->name, labels, n, "_work", on_jit, r);
     if (e < 0) {
-        r->jit_pending = false;
+        r->github_holds--;
         runner_fail(r, "cannot ask GitHub for a JIT config: %s", strerror(-e));
         return;
     }
@@ -535,6 +693,7 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
     r->next = s->runners;
     s->runners = r;
     runner_index(r);
+    arm_timeout(r, r->created_ms);
     s->stats.created++;
     log_info("runner.created", "runner=%s pool=%s host=%s", r->name, pool->name, host);
     json_t *params = json_pack("[I, s, s, s, s, I, I, I]", (json_int_t)r->id, r->name, pool->name,
@@ -614,13 +773,34 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
     return NULL;
 }
 
+/* A guest whose agent went silent in idle or busy is hung: it is replaced. */
+static void check_heartbeats(struct scheduler *s)
+{
+    int64_t limit_ms = s->d->config->heartbeat_timeout_s * 1000, now = now_ms();
+    for (struct runner *r = s->runners, *next; r; r = next) {
+        next = r->next;
+        if (runner_state_heartbeats(r->state) && !r->adopting && r->guest &&
+            now - r->heartbeat_ms > limit_ms)
+            runner_fail(r, "hung: no heartbeat from the agent for %lld s",
+                        (long long)((now - r->heartbeat_ms) / 1000));
+    }
+}
+
 static void tick(struct scheduler *s)
 {
     struct daemon *d = s->d;
     const struct config *c = d->config;
+    check_heartbeats(s);
     if (!d->github) {
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
+        return;
+    }
+    if (!s->recovered) {
+        /* An earlier hatcheryd's runners are not counted yet: wait for recover(). */
+        for (size_t p = 0; p < c->n_pools; p++)
+            snprintf(s->why[p], sizeof(s->why[p]),
+                     "recovering the runners of before the restart");
         return;
     }
     json_t *rows = store_query(d->store,
@@ -642,7 +822,7 @@ static void tick(struct scheduler *s)
         }
         int64_t unbusy = 0, live = 0;
         for (struct runner *r = s->runners; r; r = r->next) {
-            if (r->pool != pool || !state_live(r->state) || r->state == RUNNER_FAILED)
+            if (r->pool != pool || !runner_state_live(r->state) || r->state == RUNNER_FAILED)
                 continue;
             live++;
             if (r->state <= RUNNER_IDLE)
@@ -715,7 +895,16 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
                          const char *runner_name)
 {
     struct runner *r = runner_name ? runner_find(s, runner_name) : NULL;
-    if (r && status == JOB_IN_PROGRESS && r->state <= RUNNER_IDLE && r->state >= RUNNER_CREATING) {
+    enum runner_event ev =
+        status == JOB_IN_PROGRESS ? RUNNER_EV_JOB_IN_PROGRESS : RUNNER_EV_JOB_COMPLETED;
+    if (r && (status == JOB_IN_PROGRESS || status == JOB_COMPLETED) &&
+        runner_lifecycle_next(r->state, ev) < 0) {
+        /* A late or repeated webhook (the runner ended already): nothing to do. */
+        log_info("runner.job_event_ignored", "runner=%s state=%s event=%s job=%lld", r->name,
+                 runner_state_names[r->state], runner_event_names[ev], (long long)job_id);
+        r = NULL;
+    }
+    if (r && status == JOB_IN_PROGRESS) {
         r->job_id = job_id;
         r->busy_ms = now_ms();
         r->ever_busy = true;
@@ -726,14 +915,11 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
             observe(s->stats.start_buckets, &s->stats.start_count, &s->stats.start_sum,
                     (double)(r->busy_ms - json_integer_value(q)) / 1000.0);
         json_decref(rows);
-        set_state(r, RUNNER_BUSY);
-        uv_timer_start(&r->timer, on_runner_timer,
-                       (uint64_t)r->pool->job_timeout_s * 1000 + JOB_OVERRUN_MS, 0);
-    } else if (r && status == JOB_COMPLETED && r->state < RUNNER_FINISHING) {
+        runner_move(r, RUNNER_EV_JOB_IN_PROGRESS);
+    } else if (r && status == JOB_COMPLETED) {
         r->job_id = r->job_id ? r->job_id : job_id;
-        set_state(r, RUNNER_FINISHING);
-        /* The runner exits by itself after its one job; give it a grace period. */
-        uv_timer_start(&r->timer, on_runner_timer, FINISH_GRACE_MS, 0);
+        /* The runner exits by itself after its one job; finishing gives it a grace. */
+        runner_move(r, RUNNER_EV_JOB_COMPLETED);
     }
     scheduler_kick(s);
 }
@@ -753,7 +939,7 @@ static void on_tagged(void *data, const char *host, char **names, size_t n)
     uint64_t t0 = uv_hrtime();
     for (size_t i = 0; i < n; i++) {
         struct runner *r = runner_find(s, names[i]);
-        if (r && state_live(r->state))
+        if (r && runner_state_live(r->state))
             continue;
         log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
         provisioner_domain_remove(s->d->provisioner, host, names[i], on_orphan_removed, s);
@@ -789,7 +975,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
         if (!name || strncmp(name, s->prefix, strlen(s->prefix)) != 0)
             continue; /* not ours: never touched */
         struct runner *r = runner_find(s, name);
-        if (r && state_live(r->state) && r->state != RUNNER_FAILED)
+        if (r && runner_state_live(r->state) && r->state != RUNNER_FAILED)
             continue;
         if (json_is_true(json_object_get(gr, "busy")))
             continue;
@@ -804,9 +990,13 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
 
 static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
 {
-    struct scheduler *s = data;
+    struct scope_ctx *ctx = data;
+    struct scheduler *s = ctx->s;
+    const char *repo = ctx->scope->repo;
+    free(ctx);
     if (err < 0) {
-        log_warn("reconcile.queued_list_failed", "error=\"%s\"", message ? message : "?");
+        log_warn("reconcile.queued_list_failed", "repository=%s error=\"%s\"", repo,
+                 message ? message : "?");
         return;
     }
     uint64_t t0 = uv_hrtime();
@@ -863,8 +1053,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
         ev->job_id = json_integer_value(id);
         ev->run_id = json_integer_value(json_object_get(job, "run_id"));
         ev->status = JOB_QUEUED;
-        ev->repository =
-            strdup(s->d->n_scopes && s->d->scopes[0].repo ? s->d->scopes[0].repo : "?");
+        ev->repository = strdup(repo);
         ev->job_name = json_is_string(json_object_get(job, "name"))
                            ? strdup(json_string_value(json_object_get(job, "name")))
                            : NULL;
@@ -883,17 +1072,86 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     pass_add(s, t0);
 }
 
-/* Records the store holds as live that no runner in memory owns: after a crash. They are
- * failed and their guests removed, never trusted. */
+static const struct config_pool *pool_named(const struct config *c, const char *name)
+{
+    for (size_t i = 0; name && i < c->n_pools; i++)
+        if (strcmp(c->pools[i].name, name) == 0)
+            return &c->pools[i];
+    return NULL;
+}
+
+static bool host_configured(const struct config *c, const char *name)
+{
+    for (size_t i = 0; name && i < c->n_hosts; i++)
+        if (strcmp(c->hosts[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+static int64_t row_ms(json_t *row, const char *key)
+{
+    json_t *v = json_object_get(row, key);
+    return json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* An earlier hatcheryd's runner whose guest may still run: back in memory in its
+ * recorded state, its guest re-attached. Its state's timeout counts from when it was
+ * entered, not from now. */
+static void runner_adopt(struct scheduler *s, json_t *row, const struct config_pool *pool,
+                         enum runner_state state)
+{
+    struct runner *r = calloc(1, sizeof(*r));
+    if (!r)
+        return;
+    r->s = s;
+    r->id = json_integer_value(json_object_get(row, "id"));
+    snprintf(r->name, sizeof(r->name), "%s", json_string_value(json_object_get(row, "name")));
+    snprintf(r->host, sizeof(r->host), "%s", json_string_value(json_object_get(row, "host")));
+    r->pool = pool;
+    r->scope = scope_for(s->d, pool);
+    r->state = state;
+    r->github_runner_id = row_ms(row, "github_runner_id");
+    r->job_id = row_ms(row, "job_id");
+    r->exit_code = -1;
+    r->created_ms = row_ms(row, "created_at");
+    r->online_ms = row_ms(row, "online_at");
+    r->busy_ms = row_ms(row, "busy_at");
+    r->ever_busy = r->busy_ms != 0;
+    r->hello = true;
+    r->adopting = true;
+    r->adopt_started_ms = s->started_ms;
+    r->heartbeat_ms = now_ms();
+    uv_timer_init(s->d->loop, &r->timer);
+    r->timer.data = r;
+    r->next = s->runners;
+    s->runners = r;
+    runner_index(r);
+    log_info("runner.adopting", "runner=%s pool=%s host=%s state=%s", r->name, pool->name, r->host,
+             runner_state_names[state]);
+    int64_t since = state == RUNNER_BUSY ? r->busy_ms : state == RUNNER_IDLE ? r->online_ms : 0;
+    arm_timeout(r, since ? since : now_ms());
+    struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = pool};
+    int e = provisioner_guest_adopt(s->d->provisioner, r->host, &spec, &guest_events, r, &r->guest);
+    if (e < 0) {
+        r->guest = NULL;
+        runner_fail(r, "not adopted after a restart: %s",
+                    e == -ENODEV ? "host down" : strerror(-e));
+    }
+}
+
+/* Records the store holds as live that no runner in memory owns: an earlier hatcheryd's.
+ * Those in configured, idle, busy or finishing whose pool and host are still configured
+ * are adopted; the rest are failed and their guests removed. */
 static void recover(struct scheduler *s)
 {
     /* This process's records all have a runner in memory until they are final: only an
      * earlier process's can be stale. */
     json_t *rows = store_query(s->d->store,
-                               "SELECT id, name, host, state, github_runner_id FROM runners WHERE "
-                               "id < ?1 AND state IN ('pending', 'creating', 'configured', "
-                               "'idle', 'busy', 'finishing', 'deleting', 'failed')",
+                               "SELECT id, name, pool, host, state, github_runner_id, job_id, "
+                               "created_at, online_at, busy_at FROM runners WHERE "
+                               "id < ?1 AND state NOT IN ('deleted')",
                                json_pack("[I]", (json_int_t)s->first_id));
+    const struct config *c = s->d->config;
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -901,30 +1159,48 @@ static void recover(struct scheduler *s)
         const char *name = json_string_value(json_object_get(row, "name"));
         const char *host = json_string_value(json_object_get(row, "host"));
         struct runner *r = name ? runner_find(s, name) : NULL;
-        if (r)
+        if (r || !name)
             continue;
         if (host && !provisioner_host_up(s->d->provisioner, host))
             continue; /* again when the host is back */
         const char *state = json_string_value(json_object_get(row, "state"));
-        if (state && strcmp(state, "failed") != 0) {
-            log_warn("reconcile.stale_record", "runner=%s state=%s action=fail", name, state);
+        int st = runner_state_from_name(state);
+        const struct config_pool *pool =
+            pool_named(c, json_string_value(json_object_get(row, "pool")));
+        if (st >= 0 && pool && host_configured(c, host) &&
+            runner_lifecycle_next((enum runner_state)st, RUNNER_EV_ADOPTED) >= 0) {
+            runner_adopt(s, row, pool, (enum runner_state)st);
+            continue;
+        }
+        bool lost = st == RUNNER_BUSY;
+        char reason[200];
+        snprintf(reason, sizeof(reason), "%shatcheryd restarted: the record was in flight%s",
+                 lost ? "job lost: " : "", pool ? "" : " and its pool is no longer configured");
+        if (st != RUNNER_FAILED) {
+            log_warn("reconcile.stale_record", "runner=%s state=%s job_lost=%d action=fail", name,
+                     state ? state : "?", lost);
             s->stats.reconcile_records_failed++;
+            if (lost)
+                s->stats.jobs_lost++;
         }
         if (host)
             provisioner_domain_remove(s->d->provisioner, host, name, NULL, NULL);
         json_t *gid = json_object_get(row, "github_runner_id");
-        if (s->d->github && json_is_integer(gid) && s->d->n_scopes)
-            github_runner_delete(s->d->github, &s->d->scopes[0], json_integer_value(gid),
+        const struct github_scope *scope = pool ? scope_for(s->d, pool) : NULL;
+        if (!scope && s->d->n_scopes)
+            scope = &s->d->scopes[0];
+        if (s->d->github && json_is_integer(gid) && scope)
+            github_runner_delete(s->d->github, scope, json_integer_value(gid),
                                  on_github_deleted_quiet, NULL);
-        json_t *params =
-            json_pack("[I, s, I]", json_integer_value(json_object_get(row, "id")),
-                      "hatcheryd restarted: the record was in flight", (json_int_t)now_ms());
+        json_t *params = json_pack("[I, s, I]", json_integer_value(json_object_get(row, "id")),
+                                   reason, (json_int_t)now_ms());
         store_sql_submit(s->d->store,
                          "UPDATE runners SET state = 'deleted', reason = COALESCE(reason, ?2), "
                          "finished_at = COALESCE(finished_at, ?3), updated_at = ?3 WHERE id = ?1",
                          params, NULL, NULL);
     }
     json_decref(rows);
+    s->recovered = true;
 }
 
 static void reconcile(struct scheduler *s)
@@ -947,8 +1223,14 @@ static void reconcile(struct scheduler *s)
             ctx->scope = &d->scopes[i];
             if (github_runners_list(d->github, ctx->scope, NULL, on_github_runners, ctx) < 0)
                 free(ctx);
-            if (d->scopes[i].repo)
-                github_queued_jobs_list(d->github, d->scopes[i].repo, on_queued_jobs, s);
+            struct scope_ctx *jobs_ctx = d->scopes[i].repo ? calloc(1, sizeof(*jobs_ctx)) : NULL;
+            if (jobs_ctx) {
+                jobs_ctx->s = s;
+                jobs_ctx->scope = &d->scopes[i];
+                if (github_queued_jobs_list(d->github, d->scopes[i].repo, on_queued_jobs,
+                                            jobs_ctx) < 0)
+                    free(jobs_ctx);
+            }
         }
     }
     pass_add(s, t0);
@@ -969,6 +1251,7 @@ int scheduler_new(struct daemon *d, struct scheduler **ret)
     if (!s)
         return -ENOMEM;
     s->d = d;
+    s->started_ms = now_ms();
     snprintf(s->prefix, sizeof(s->prefix), "hatchery-%s-", d->config->controller_id);
     s->drained = calloc(d->config->n_hosts + 1, sizeof(bool));
     s->why = calloc(d->config->n_pools + 1, sizeof(*s->why));
@@ -1070,7 +1353,7 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
     for (int st = 0; st < RUNNER_DELETED; st++)
         json_object_set_new(states, runner_state_names[st], json_integer(0));
     for (struct runner *r = s->runners; r; r = r->next) {
-        if (strcmp(r->pool->name, pool) != 0 || !state_live(r->state))
+        if (strcmp(r->pool->name, pool) != 0 || !runner_state_live(r->state))
             continue;
         json_t *n = json_object_get(states, runner_state_names[r->state]);
         json_integer_set(n, json_integer_value(n) + 1);
@@ -1117,7 +1400,7 @@ bool scheduler_host_drained(struct scheduler *s, const char *host)
 int scheduler_runner_delete(struct scheduler *s, const char *name)
 {
     struct runner *r = runner_find(s, name);
-    if (!r || !state_live(r->state))
+    if (!r || !runner_state_live(r->state))
         return -ENOENT;
     runner_fail(r, "deleted by an operator");
     return 0;

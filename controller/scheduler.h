@@ -1,24 +1,25 @@
 /* The scheduler: keeps, per pool, registered runners equal to demand (DESIGN.md: demand,
- * not 1:1 binding), and drives each runner's life:
- *
- *   pending -> creating -> configured -> idle -> busy -> finishing -> deleting -> deleted
- *                 (failed, from any live state, always leads to deleting)
+ * not 1:1 binding), and drives each runner through its lifecycle, whose states, events,
+ * timeouts and owners are one table in runner_lifecycle.h.
  *
  * pending is written to the store before anything is done. creating asks GitHub for a
- * JIT config and the provisioner for a guest at once; configured is the config delivered
- * to the agent after its hello; idle is the runner started (registered, waiting); busy comes
- * from the `in_progress` webhook (matched by runner name); finishing from `completed` or
- * the agent's `exited`. Then the guest is torn down and the GitHub runner deleted if it
- * still exists.
+ * JIT config and the provisioner for a guest at once; booting is the domain started;
+ * configured is the config delivered to the agent after its hello; idle is the runner
+ * started (registered, waiting); busy comes from the `in_progress` webhook (matched by
+ * runner name); finishing from `completed` or the agent's `exited`. Then the guest is torn
+ * down and the GitHub runner deleted if it still exists.
  *
  * Demand per pool = queued jobs matching it + min_idle. Runners are created up to the
  * pool's max_runners and the hosts' capacity, placed by spreading (default) or packing, on
  * hosts that are up and not drained. Why a job waits is kept per pool.
  *
- * The reconciler runs at start-up and every reconcile_interval_s: records left in flight by
- * a crash are failed and their guests removed (never trusted); tagged domains without a
- * live record are destroyed; GitHub runners with our prefix and no live record deleted;
- * queued jobs GitHub knows and we do not (lost webhooks) are stored. */
+ * The reconciler runs at start-up and every reconcile_interval_s. A record an earlier
+ * hatcheryd left in configured, idle, busy or finishing is adopted: its guest, found
+ * running on its host, is re-attached and its agent resumed, so a restart kills no job.
+ * Other records left in flight are failed and their guests removed; a busy one that
+ * cannot be adopted is a lost job. Tagged domains without a live record are destroyed;
+ * GitHub runners with our prefix and no live record deleted; queued jobs GitHub knows and
+ * we do not (lost webhooks) are stored. */
 #ifndef HATCHERY_SCHEDULER_H
 #define HATCHERY_SCHEDULER_H
 
@@ -26,24 +27,10 @@
 #include <stdint.h>
 
 #include "job.h"
+#include "runner_lifecycle.h"
 
 struct daemon;
 struct scheduler;
-
-enum runner_state {
-    RUNNER_PENDING,
-    RUNNER_CREATING,
-    RUNNER_CONFIGURED,
-    RUNNER_IDLE,
-    RUNNER_BUSY,
-    RUNNER_FINISHING,
-    RUNNER_DELETING,
-    RUNNER_DELETED,
-    RUNNER_FAILED,
-    RUNNER_STATE_MAX,
-};
-
-extern const char *const runner_state_names[RUNNER_STATE_MAX];
 
 int scheduler_new(struct daemon *d, struct scheduler **ret);
 void scheduler_free(struct scheduler *s);
@@ -67,6 +54,10 @@ const char *scheduler_runner_log(struct scheduler *s, const char *name, char *bu
 
 struct scheduler_stats {
     uint64_t created, deleted, failed;
+    uint64_t jobs_lost;           /* busy runners that failed: GitHub fails their jobs */
+    uint64_t transitions_refused; /* moves the lifecycle table does not allow */
+    uint64_t adopted, adopt_failed;
+    double adopt_seconds_sum, adopt_seconds_max; /* restart to the agent's resumed */
     uint64_t reconcile_domains_removed, reconcile_github_deleted, reconcile_jobs_found,
         reconcile_records_failed, reconcile_ticks;
     double reconcile_last_ms;

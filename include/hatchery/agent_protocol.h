@@ -2,9 +2,10 @@
  *
  * A byte stream (a virtio-serial port named AGENT_CHANNEL_NAME for VMs, a unix socket
  * bind-mounted into LXC containers) carrying newline-delimited JSON: one object per line,
- * each with "v": AGENT_PROTOCOL_VERSION and a "type". A line longer than
- * AGENT_MAX_LINE_BYTES, a line that is not a JSON object, a wrong version or an unknown
- * type is an error that ends the conversation. Text (JSON), never raw structs: ppc64le is
+ * each with "v" (the sender's protocol version) and a "type". A line longer than
+ * AGENT_MAX_LINE_BYTES, a line that is not a JSON object, a version outside
+ * AGENT_PROTOCOL_MIN_VERSION … AGENT_PROTOCOL_VERSION or an unknown type is an error that
+ * ends the conversation. Text (JSON), never raw structs: ppc64le is
  * little-endian, s390x big-endian.
  *
  *   agent -> controller  hello      {version, arch, boot_id, machine_id, crng_ready,
@@ -15,6 +16,21 @@
  *   agent -> controller  exited     {code | signal, meaning, duration_s, timed_out,
  *                                    relaunches, jit_on_argv, argv_scans, report}
  *   controller -> agent  shutdown   {reason}
+ *
+ * Version 2 adds resuming, so that a guest outlives a restart of hatcheryd:
+ *
+ *   controller -> agent  resume     {}   first, on a channel reopened to a running guest
+ *   agent -> controller  resumed    {state: "waiting" | "running" | "exited",
+ *                                    runner_name, pid, boot_id}
+ *                                   then, for "exited", the kept `exited` message again
+ *   controller -> agent  ack        {of: "exited"}
+ *   agent -> controller  heartbeat  also while it waits for its config
+ *
+ * A version 2 agent keeps its `exited` message until the controller acknowledges it, and
+ * powers off only then (or on `shutdown`): an exit while no controller listens is told
+ * to the next one. It sends nothing while the host side of the channel is closed. A
+ * version 1 agent ignores `resume` (it rejects the version), so the controller hears no
+ * `resumed` and fails the guest after its grace, as it did before version 2.
  *
  * The runner is started as runner_command, with the JIT config in its environment as
  * ACTIONS_RUNNER_INPUT_JITCONFIG (the GitHub runner reads it like `--jitconfig`), never
@@ -31,9 +47,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define AGENT_PROTOCOL_VERSION 1
-#define AGENT_CHANNEL_NAME     "org.hatchery.agent.0"
-#define AGENT_VERSION          "0.2.0"
+#define AGENT_PROTOCOL_VERSION     2
+#define AGENT_PROTOCOL_MIN_VERSION 1
+#define AGENT_CHANNEL_NAME         "org.hatchery.agent.0"
+#define AGENT_VERSION              "0.2.0"
 /* A JIT config is a few KB of base64; everything else is small. */
 #define AGENT_MAX_LINE_BYTES (64 * 1024)
 #define AGENT_HEARTBEAT_S    5
@@ -51,6 +68,9 @@ enum agent_msg_type {
     AGENT_MSG_HEARTBEAT,
     AGENT_MSG_EXITED,
     AGENT_MSG_SHUTDOWN,
+    AGENT_MSG_RESUME,
+    AGENT_MSG_RESUMED,
+    AGENT_MSG_ACK,
     AGENT_MSG_TYPE_MAX,
 };
 
@@ -58,10 +78,13 @@ static const char *const agent_msg_type_names[AGENT_MSG_TYPE_MAX] = {
     [AGENT_MSG_HELLO] = "hello",     [AGENT_MSG_CONFIG] = "config",
     [AGENT_MSG_STARTED] = "started", [AGENT_MSG_HEARTBEAT] = "heartbeat",
     [AGENT_MSG_EXITED] = "exited",   [AGENT_MSG_SHUTDOWN] = "shutdown",
+    [AGENT_MSG_RESUME] = "resume",   [AGENT_MSG_RESUMED] = "resumed",
+    [AGENT_MSG_ACK] = "ack",
 };
 
 /* Parses one line (without its newline). On success returns 0, the object (a new
- * reference) and its type; otherwise a negative errno and a reason in `err`. */
+ * reference) and its type; otherwise a negative errno and a reason in `err`. The sender's
+ * version is the object's "v". */
 static inline int agent_msg_parse(const char *line, size_t len, json_t **ret_msg,
                                   enum agent_msg_type *ret_type, char *err, size_t err_size)
 {
@@ -77,8 +100,10 @@ static inline int agent_msg_parse(const char *line, size_t len, json_t **ret_msg
         return -EBADMSG;
     }
     json_t *v = json_object_get(msg, "v");
-    if (!json_is_integer(v) || json_integer_value(v) != AGENT_PROTOCOL_VERSION) {
-        snprintf(err, err_size, "protocol version is not %d", AGENT_PROTOCOL_VERSION);
+    if (!json_is_integer(v) || json_integer_value(v) < AGENT_PROTOCOL_MIN_VERSION ||
+        json_integer_value(v) > AGENT_PROTOCOL_VERSION) {
+        snprintf(err, err_size, "protocol version is not %d to %d", AGENT_PROTOCOL_MIN_VERSION,
+                 AGENT_PROTOCOL_VERSION);
         json_decref(msg);
         return -EPROTO;
     }
@@ -95,10 +120,16 @@ static inline int agent_msg_parse(const char *line, size_t len, json_t **ret_msg
     return -EBADMSG;
 }
 
-/* A new message object of `type`, with "v" set. */
+/* A new message object of `type` in protocol `version`. */
+static inline json_t *agent_msg_new_v(enum agent_msg_type type, int version)
+{
+    return json_pack("{s:i, s:s}", "v", version, "type", agent_msg_type_names[type]);
+}
+
+/* A new message object of `type`, in this side's own version. */
 static inline json_t *agent_msg_new(enum agent_msg_type type)
 {
-    return json_pack("{s:i, s:s}", "v", AGENT_PROTOCOL_VERSION, "type", agent_msg_type_names[type]);
+    return agent_msg_new_v(type, AGENT_PROTOCOL_VERSION);
 }
 
 /* Encodes `msg` as one line with its newline (caller frees), or NULL when too long. */

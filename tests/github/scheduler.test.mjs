@@ -66,7 +66,8 @@ test('a JIT answer arriving after its runner was deleted: the daemon lives and t
   await fault([{ method: 'POST', path: 'generate-jitconfig', delay_ms: 2000 }]);
   assert.equal((await d.post('workflow_job', workflowJob('queued', 8100000001, ['sim']))).status, 202);
   const [runner] = await until('a runner for the job', () => live().length === 1 && live());
-  assert.equal(runner.state, 'creating');
+  // Its JIT answer is held back: the guest is made (test driver) and boots meanwhile.
+  assert.ok(['creating', 'booting'].includes(runner.state), runner.state);
   const del = d.cli('delete', runner.name);
   assert.equal(del.code, 0, del.stderr);
   await until('the deleted runner to be forgotten', () =>
