@@ -837,3 +837,179 @@ out:
     *ret_config = c;
     return 0;
 }
+
+/* ---- reload: what changed, and what must wait for a restart ----------------------------- */
+
+static bool str_eq(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Appends to `changed` the name of each key of `keys` whose value differs between `a`
+ * and `b` (nested mappings and sequences count as one key). */
+static void keys_diff(const struct key *keys, const void *a, const void *b, json_t *changed)
+{
+    for (const struct key *k = keys; k->name; k++) {
+        const char *pa = (const char *)a + k->offset, *pb = (const char *)b + k->offset;
+        bool same = true;
+        switch (k->type) {
+        case KEY_INT:
+        case KEY_ENUM:
+            same = *(const int64_t *)pa == *(const int64_t *)pb;
+            break;
+        case KEY_STRING:
+            same = str_eq(*(char *const *)pa, *(char *const *)pb);
+            break;
+        case KEY_STRING_LIST: {
+            size_t na = *(const size_t *)((const char *)a + k->count_offset);
+            size_t nb = *(const size_t *)((const char *)b + k->count_offset);
+            char *const *la = *(char *const *const *)pa, *const *lb = *(char *const *const *)pb;
+            same = na == nb;
+            for (size_t i = 0; same && i < na; i++)
+                same = str_eq(la[i], lb[i]);
+            break;
+        }
+        case KEY_MAPPING: {
+            json_t *sub = json_array();
+            keys_diff(k->sub, pa, pb, sub);
+            same = json_array_size(sub) == 0;
+            json_decref(sub);
+            break;
+        }
+        case KEY_SEQUENCE: {
+            size_t na = *(const size_t *)((const char *)a + k->count_offset);
+            size_t nb = *(const size_t *)((const char *)b + k->count_offset);
+            const char *ea = *(const char *const *)pa, *eb = *(const char *const *)pb;
+            same = na == nb;
+            for (size_t i = 0; same && i < na; i++) {
+                json_t *sub = json_array();
+                keys_diff(k->sub, ea + i * k->elem_size, eb + i * k->elem_size, sub);
+                same = json_array_size(sub) == 0;
+                json_decref(sub);
+            }
+            break;
+        }
+        case KEY_TYPE_MAX:
+            break;
+        }
+        if (!same)
+            json_array_append_new(changed, json_string(k->name));
+    }
+}
+
+/* Top-level keys a reload cannot apply: the running value stays until a restart. */
+static const char *const restart_keys[] = {
+    "controller_id",       "listen", "state_dir", "admin_socket",
+    "webhook_secret_file", "http",   "github",    "adopt_grace_s",
+};
+/* Host keys a reload cannot apply to a host that exists: its connection and volumes. */
+static const char *const host_restart_keys[] = {"uri", "storage_pool", "storage_dir",
+                                                "agent_transport"};
+
+static bool in_list(const char *name, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(list[i], name) == 0)
+            return true;
+    return false;
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Pools or hosts (an array of `size`-byte elements whose first field is the name). */
+static json_t *named_diff(const struct key *keys, const void *old, size_t n_old, const void *new,
+                          size_t n_new, size_t size, const char *const *restart, size_t n_restart,
+                          const char *what, json_t *needs_restart)
+{
+    json_t *added = json_array(), *removed = json_array(), *changed = json_object();
+    for (size_t i = 0; i < n_new; i++) {
+        const void *b = (const char *)new + i *size;
+        const char *name = *(char *const *)b;
+        const void *a = NULL;
+        for (size_t j = 0; j < n_old && !a; j++)
+            if (strcmp(*(char *const *)((const char *)old + j * size), name) == 0)
+                a = (const char *)old + j * size;
+        if (!a) {
+            json_array_append_new(added, json_string(name));
+            continue;
+        }
+        json_t *keys_changed = json_array();
+        keys_diff(keys, a, b, keys_changed);
+        size_t k;
+        json_t *key;
+        json_array_foreach(keys_changed, k, key)
+        {
+            if (in_list(json_string_value(key), restart, n_restart)) {
+                char path[256];
+                snprintf(path, sizeof(path), "%s.%s.%s", what, name, json_string_value(key));
+                json_array_append_new(needs_restart, json_string(path));
+            }
+        }
+        if (json_array_size(keys_changed))
+            json_object_set_new(changed, name, keys_changed);
+        else
+            json_decref(keys_changed);
+    }
+    for (size_t j = 0; j < n_old; j++) {
+        const char *name = *(char *const *)((const char *)old + j * size);
+        bool kept = false;
+        for (size_t i = 0; i < n_new && !kept; i++)
+            kept = strcmp(*(char *const *)((const char *)new + i *size), name) == 0;
+        if (!kept)
+            json_array_append_new(removed, json_string(name));
+    }
+    return json_pack("{s:o, s:o, s:o}", "added", added, "removed", removed, "changed", changed);
+}
+
+json_t *config_diff(const struct config *old, const struct config *new)
+{
+    json_t *needs_restart = json_array(), *settings = json_array(), *top = json_array();
+    keys_diff(top_keys, old, new, top);
+    size_t i;
+    json_t *key;
+    json_array_foreach(top, i, key)
+    {
+        const char *name = json_string_value(key);
+        if (strcmp(name, "hosts") == 0 || strcmp(name, "pools") == 0)
+            continue;
+        json_array_append(
+            in_list(name, restart_keys, N_OF(restart_keys)) ? needs_restart : settings, key);
+    }
+    json_decref(top);
+    json_t *pools = named_diff(pool_keys, old->pools, old->n_pools, new->pools, new->n_pools,
+                               sizeof(struct config_pool), NULL, 0, "pools", needs_restart);
+    json_t *hosts = named_diff(host_keys, old->hosts, old->n_hosts, new->hosts, new->n_hosts,
+                               sizeof(struct config_host), host_restart_keys,
+                               N_OF(host_restart_keys), "hosts", needs_restart);
+    return json_pack("{s:o, s:o, s:o, s:o}", "pools", pools, "hosts", hosts, "settings", settings,
+                     "needs_restart", needs_restart);
+}
+
+#define SWAP(a, b)                                                                                 \
+    do {                                                                                           \
+        __typeof__(a) tmp_ = (a);                                                                  \
+        (a) = (b);                                                                                 \
+        (b) = tmp_;                                                                                \
+    } while (0)
+
+void config_keep_running(struct config *new, struct config *old)
+{
+    SWAP(new->controller_id, old->controller_id);
+    SWAP(new->listen, old->listen);
+    SWAP(new->state_dir, old->state_dir);
+    SWAP(new->admin_socket, old->admin_socket);
+    SWAP(new->webhook_secret_file, old->webhook_secret_file);
+    SWAP(new->http, old->http);
+    SWAP(new->github, old->github);
+    SWAP(new->adopt_grace_s, old->adopt_grace_s);
+    for (size_t i = 0; i < new->n_hosts; i++)
+        for (size_t j = 0; j < old->n_hosts; j++) {
+            struct config_host *n = &new->hosts[i], *o = &old->hosts[j];
+            if (strcmp(n->name, o->name) != 0)
+                continue;
+            SWAP(n->uri, o->uri);
+            SWAP(n->storage_pool, o->storage_pool);
+            SWAP(n->storage_dir, o->storage_dir);
+            SWAP(n->agent_transport, o->agent_transport);
+        }
+}

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <jansson.h>
+
 enum pool_arch {
     ARCH_PPC64LE,
     ARCH_S390X,
@@ -154,6 +156,14 @@ struct config {
 bool config_host_streams(const struct config_host *host);
 int config_load(const char *path, struct config **ret_config, char **ret_errors);
 void config_free(struct config *config);
+
+/* What a reload from `old` to `new` changes: {pools: {added, removed, changed: {NAME:
+ * [keys]}}, hosts: {…}, settings: [top-level keys applied live], needs_restart: [keys that
+ * keep their running value until a restart]}. */
+json_t *config_diff(const struct config *old, const struct config *new);
+/* Moves the running values of every key a reload cannot apply from `old` into `new` (and
+ * the requested ones into `old`), so that `new` describes what runs. */
+void config_keep_running(struct config *new, struct config *old);
 
 /* Whether the config has a `github` section with credentials. */
 bool config_github_enabled(const struct config *config);

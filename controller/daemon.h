@@ -48,7 +48,9 @@ struct daemon {
     size_t n_scopes;
     struct http_server http;
     struct admin_server admin;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
+    struct config **retired_configs; /* replaced by reloads; runners may still point in */
+    size_t n_retired;
     uv_timer_t watchdog_timer;
     uv_timer_t prune_timer;
     int lock_fd;

@@ -47,6 +47,9 @@ static void usage(FILE *out)
         "  delete RUNNER                  tear a runner down now (guest, disk, GitHub runner)\n"
         "  logs RUNNER                    the runner's console log, kept after teardown\n"
         "  github                         auth mode, installation, rate-limit budget, last error\n"
+        "  reload                         re-read the config: pools and hosts added, removed\n"
+        "                                 and changed; a bad config is refused and the running\n"
+        "                                 one stays\n"
         "  health                         version, controller id and uptime\n"
         "\n"
         "options:\n"
@@ -433,6 +436,57 @@ static void print_done(json_t *answer)
         printf("runner %s: teardown started\n", runner);
 }
 
+static void print_names(const char *what, const char *verb, json_t *names)
+{
+    if (!json_array_size(names))
+        return;
+    printf("%s %s:", what, verb);
+    size_t i;
+    json_t *n;
+    json_array_foreach(names, i, n)
+    {
+        char *v = fmt_value(n);
+        printf(" %s", v);
+        free(v);
+    }
+    printf("\n");
+}
+
+static void print_reload(json_t *answer)
+{
+    json_t *c = json_object_get(answer, "changed");
+    bool any = false;
+    const char *const groups[] = {"pools", "hosts"};
+    for (size_t g = 0; g < 2; g++) {
+        json_t *grp = json_object_get(c, groups[g]);
+        print_names(groups[g], "added", json_object_get(grp, "added"));
+        print_names(groups[g], "removed (their runners finish their jobs)",
+                    json_object_get(grp, "removed"));
+        const char *name;
+        json_t *keys;
+        json_object_foreach(json_object_get(grp, "changed"), name, keys)
+        {
+            json_t *jname = json_string(name);
+            char *v = fmt_value(jname);
+            json_decref(jname);
+            char what[300];
+            snprintf(what, sizeof(what), "%.*s %s", (int)strlen(groups[g]) - 1, groups[g], v);
+            free(v);
+            print_names(what, "changed", keys);
+        }
+        any = any || json_array_size(json_object_get(grp, "added")) ||
+              json_array_size(json_object_get(grp, "removed")) ||
+              json_object_size(json_object_get(grp, "changed"));
+    }
+    print_names("settings", "changed", json_object_get(c, "settings"));
+    print_names("needs a restart (the running value stays)", "for",
+                json_object_get(c, "needs_restart"));
+    any = any || json_array_size(json_object_get(c, "settings")) ||
+          json_array_size(json_object_get(c, "needs_restart"));
+    if (!any)
+        printf("config reloaded: nothing changed\n");
+}
+
 static void print_logs(json_t *answer)
 {
     const char *log = json_string_value(json_object_get(answer, "log"));
@@ -552,8 +606,9 @@ int main(int argc, char **argv)
         }
     } else if (strcmp(cmd, "pools") == 0 || strcmp(cmd, "capacity") == 0 ||
                strcmp(cmd, "health") == 0 || strcmp(cmd, "github") == 0 ||
-               strcmp(cmd, "hosts") == 0) {
+               strcmp(cmd, "hosts") == 0 || strcmp(cmd, "reload") == 0) {
         print = strcmp(cmd, "pools") == 0      ? print_pools
+                : strcmp(cmd, "reload") == 0   ? print_reload
                 : strcmp(cmd, "capacity") == 0 ? print_capacity
                 : strcmp(cmd, "github") == 0   ? print_github
                 : strcmp(cmd, "hosts") == 0    ? print_hosts

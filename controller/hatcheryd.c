@@ -379,6 +379,8 @@ static json_t *log_file_json(const char *path)
                      text ? text : json_string(""), "truncated", from > 0);
 }
 
+static json_t *daemon_reload(struct daemon *d, const char *how);
+
 static json_t *on_admin_request(struct admin_server *server, json_t *request)
 {
     struct daemon *d = server->data;
@@ -493,6 +495,8 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
         json_object_set_new(status, "configured", json_true());
         return status;
     }
+    if (strcmp(cmd, "reload") == 0)
+        return daemon_reload(d, "admin");
     if (strcmp(cmd, "health") == 0)
         return json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "version", HATCHERY_VERSION,
                          "controller_id", d->config->controller_id, "uptime_s",
@@ -642,6 +646,7 @@ static void on_signal(uv_signal_t *sig, int signum)
     uv_close((uv_handle_t *)&d->prune_timer, NULL);
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
+    uv_close((uv_handle_t *)&d->sighup, NULL);
 }
 
 static int make_dir(const char *path, mode_t mode)
@@ -679,36 +684,34 @@ static void usage(FILE *out)
                  "  -V, --version            print the version\n");
 }
 
-static int load(const char *path, struct config **ret_config, struct secret **ret_secret)
+/* Loads and checks the config and its secret files. On failure every problem is in
+ * `*ret_errors` (FILE:LINE: KEY: message lines; the caller frees). `check_github` opens
+ * the App key or token too (at start; a reload keeps the running GitHub client). */
+static int load(const char *path, bool check_github, struct config **ret_config,
+                struct secret **ret_secret, char **ret_errors)
 {
     char *errors = NULL;
+    *ret_errors = NULL;
     if (config_load(path, ret_config, &errors) < 0) {
-        fputs(errors, stderr);
-        free(errors);
+        *ret_errors = errors;
         return -EINVAL;
     }
-    char err[512];
+    char err[512], line[1024];
     if (secret_load_file((*ret_config)->webhook_secret_file, ret_secret, err, sizeof(err)) < 0) {
-        fprintf(stderr, "%s: webhook_secret_file: %s\n", path, err);
-        config_free(*ret_config);
-        *ret_config = NULL;
-        return -EINVAL;
+        snprintf(line, sizeof(line), "%s: webhook_secret_file: %s\n", path, err);
+        goto fail;
     }
     /* The TLS key as the start checks it (its mode, that it is a regular file), so that
      * --check-config does not pass what the start refuses. */
     const char *tls_key = (*ret_config)->http.tls_key_file;
     int key_fd = tls_key ? secret_file_open(tls_key, SECRET_MAX_BYTES, err, sizeof(err)) : 0;
     if (key_fd < 0) {
-        fprintf(stderr, "%s: http.tls_key_file: %s\n", path, err);
-        secret_free(*ret_secret);
-        *ret_secret = NULL;
-        config_free(*ret_config);
-        *ret_config = NULL;
-        return -EINVAL;
+        snprintf(line, sizeof(line), "%s: http.tls_key_file: %s\n", path, err);
+        goto fail;
     }
     if (tls_key)
         close(key_fd);
-    if (config_github_enabled(*ret_config)) {
+    if (check_github && config_github_enabled(*ret_config)) {
         /* Open the App key or token now, so a bad file fails the check, not the first job. */
         uv_loop_t loop;
         uv_loop_init(&loop);
@@ -723,15 +726,78 @@ static int load(const char *path, struct config **ret_config, struct secret **re
         uv_loop_close(&loop);
         free(scopes);
         if (r < 0) {
-            fprintf(stderr, "%s: github: %s\n", path, err);
-            secret_free(*ret_secret);
-            *ret_secret = NULL;
-            config_free(*ret_config);
-            *ret_config = NULL;
-            return -EINVAL;
+            snprintf(line, sizeof(line), "%s: github: %s\n", path, err);
+            goto fail;
         }
     }
     return 0;
+fail:
+    *ret_errors = strdup(line);
+    secret_free(*ret_secret);
+    *ret_secret = NULL;
+    config_free(*ret_config);
+    *ret_config = NULL;
+    return -EINVAL;
+}
+
+/* ---- reload (SIGHUP, `hatchery reload`) ---------------------------------------------- */
+
+/* Re-reads the config. A config that does not load is refused whole and the running one
+ * stays; otherwise pools and hosts are added, removed and changed, live settings apply,
+ * and keys that need a restart keep their running value and are named. The old config
+ * stays in memory until exit: runners made under it keep pointing at their pool. */
+static json_t *daemon_reload(struct daemon *d, const char *how)
+{
+    struct config *next = NULL;
+    struct secret *secret = NULL;
+    char *errors = NULL;
+    if (load(d->config->path, false, &next, &secret, &errors) < 0) {
+        /* The errors name the file and line; they carry no secret. */
+        char first[512];
+        snprintf(first, sizeof(first), "%s", errors ? errors : "?");
+        first[strcspn(first, "\n")] = 0;
+        size_t n_errors = 0;
+        for (const char *p = errors; p && *p; p++)
+            n_errors += *p == '\n';
+        log_warn("config.reload_refused", "via=%s errors=%zu first=\"%s\"", how, n_errors, first);
+        json_t *answer = json_pack("{s:b, s:s}", "ok", 0, "error", errors ? errors : "?");
+        free(errors);
+        return answer;
+    }
+    secret_free(secret); /* the running webhook secret stays (webhook_secret_file: restart) */
+    json_t *diff = config_diff(d->config, next);
+    config_keep_running(next, d->config);
+    struct config **retired = realloc(d->retired_configs, (d->n_retired + 1) * sizeof(*retired));
+    if (!retired) {
+        config_free(next);
+        json_decref(diff);
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
+    }
+    d->retired_configs = retired;
+    struct config *old = d->config;
+    d->retired_configs[d->n_retired++] = old;
+    d->config = next;
+    for (size_t i = 0; i < next->n_hosts; i++)
+        provisioner_host_update(d->provisioner, &next->hosts[i]);
+    if (d->scheduler)
+        scheduler_config_changed(d->scheduler, old);
+    enum log_level level;
+    if (log_level_parse(next->log_level, &level) == 0)
+        log_level_set(level);
+    check_pool_images(next);
+    char *text = json_dumps(diff, JSON_COMPACT);
+    log_info("config.reloaded", "via=%s pools=%zu hosts=%zu changes=%s", how, next->n_pools,
+             next->n_hosts, text ? text : "?");
+    free(text);
+    return json_pack("{s:b, s:o}", "ok", 1, "changed", diff);
+}
+
+static void on_sighup(uv_signal_t *sig, int signum)
+{
+    (void)signum;
+    struct daemon *d = sig->data;
+    if (!d->stopping)
+        json_decref(daemon_reload(d, "SIGHUP"));
 }
 
 int main(int argc, char **argv)
@@ -772,8 +838,12 @@ int main(int argc, char **argv)
     }
 
     struct daemon d = {.lock_fd = -1};
-    if (load(config_path, &d.config, &d.webhook_secret) < 0)
+    char *load_errors = NULL;
+    if (load(config_path, true, &d.config, &d.webhook_secret, &load_errors) < 0) {
+        fputs(load_errors ? load_errors : "cannot load the config\n", stderr);
+        free(load_errors);
         return 1;
+    }
     if (check_only) {
         printf("%s: OK (%zu hosts, %zu pools)\n", config_path, d.config->n_hosts,
                d.config->n_pools);
@@ -880,6 +950,9 @@ int main(int argc, char **argv)
     d.sigterm.data = d.sigint.data = &d;
     uv_signal_start(&d.sigterm, on_signal, SIGTERM);
     uv_signal_start(&d.sigint, on_signal, SIGINT);
+    uv_signal_init(d.loop, &d.sighup);
+    d.sighup.data = &d;
+    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
     uv_timer_init(d.loop, &d.watchdog_timer);
     uv_timer_init(d.loop, &d.prune_timer);
     d.prune_timer.data = &d;
@@ -916,6 +989,9 @@ int main(int argc, char **argv)
     free(d.scheduler_closed);
     log_info("daemon.stopped", "controller=%s", d.config->controller_id);
     config_free(d.config);
+    for (size_t i = 0; i < d.n_retired; i++)
+        config_free(d.retired_configs[i]);
+    free(d.retired_configs);
     close(d.lock_fd);
     return 0;
 }

@@ -387,6 +387,19 @@ int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
     return 0;
 }
 
+int provisioner_host_update(struct provisioner *p, const struct config_host *cfg)
+{
+    struct host *h = host_find(p, cfg->name);
+    if (!h)
+        return provisioner_host_add(p, cfg);
+    /* Its connection (uri, transport) and volumes (storage_*) stay as they run. */
+    h->cfg.vcpus = cfg->vcpus;
+    h->cfg.memory_mib = cfg->memory_mib;
+    h->cfg.max_guests = cfg->max_guests;
+    h->cfg.down_grace_s = cfg->down_grace_s;
+    return 0;
+}
+
 bool provisioner_host_up(struct provisioner *p, const char *name)
 {
     struct host *h = host_find(p, name);

@@ -39,6 +39,9 @@ void provisioner_free(struct provisioner *prov);
 
 /* Adds a host and starts connecting to it. */
 int provisioner_host_add(struct provisioner *prov, const struct config_host *host);
+/* A reload: a new host is added; a known one takes its new capacity and down_grace_s. A
+ * host the config no longer names is kept for its guests; it gets no new ones. */
+int provisioner_host_update(struct provisioner *prov, const struct config_host *host);
 bool provisioner_host_up(struct provisioner *prov, const char *host);
 
 struct host_usage {

@@ -203,10 +203,23 @@ static bool runner_move(struct runner *r, enum runner_event ev)
 
 /* A pool whose runners keep failing (a broken image, a bad host) backs off exponentially,
  * up to 5 minutes, instead of boot-looping. */
+/* The runner's pool's slot in the running config (its per-pool counters), or -1 when a
+ * reload removed the pool. Runners keep the pool settings they were made with. */
+static int pool_slot(const struct scheduler *s, const struct config_pool *pool)
+{
+    const struct config *c = s->d->config;
+    for (size_t i = 0; i < c->n_pools; i++)
+        if (&c->pools[i] == pool || strcmp(c->pools[i].name, pool->name) == 0)
+            return (int)i;
+    return -1;
+}
+
 static void pool_result(struct runner *r, bool ok)
 {
     struct scheduler *s = r->s;
-    size_t p = (size_t)(r->pool - s->d->config->pools);
+    int p = pool_slot(s, r->pool);
+    if (p < 0)
+        return;
     if (ok) {
         s->failures[p] = 0;
         s->retry_at_ms[p] = 0;
@@ -307,13 +320,14 @@ static void runner_end(struct runner *r, enum runner_event ev, const char *fmt, 
 {
     if (runner_lifecycle_next(r->state, ev) != RUNNER_FAILED)
         return;
-    char reason[sizeof(r->reason)];
+    bool lost = r->state == RUNNER_BUSY;
+    static const char lost_prefix[] = "job lost: ";
+    size_t at = lost ? sizeof(lost_prefix) - 1 : 0;
+    memcpy(r->reason, lost_prefix, at);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(reason, sizeof(reason), fmt, ap);
+    vsnprintf(r->reason + at, sizeof(r->reason) - at, fmt, ap);
     va_end(ap);
-    bool lost = r->state == RUNNER_BUSY;
-    snprintf(r->reason, sizeof(r->reason), "%s%s", lost ? "job lost: " : "", reason);
     log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s job_lost=%d reason=\"%s\"",
              r->name, r->pool->name, r->host, runner_state_names[r->state], lost, r->reason);
     r->s->stats.failed++;
@@ -493,7 +507,8 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
     struct runner *r = data;
     r->heartbeat_ms = now_ms();
     if (r->state == RUNNER_CONFIGURED) {
-        r->pool_failures_at_start = r->s->failures[r->pool - r->s->d->config->pools];
+        int slot = pool_slot(r->s, r->pool);
+        r->pool_failures_at_start = slot >= 0 ? r->s->failures[slot] : 0;
         pool_result(r, true);
         r->online_ms = now_ms();
         observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
@@ -524,7 +539,9 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
      * image fault, not a job's: it counts toward the pool's back-off as a failed boot does,
      * from where the count stood before this runner started, so it grows. */
     if (exit->code == 126 || exit->code == 127) {
-        r->s->failures[r->pool - r->s->d->config->pools] = r->pool_failures_at_start;
+        int slot = pool_slot(r->s, r->pool);
+        if (slot >= 0)
+            r->s->failures[slot] = r->pool_failures_at_start;
         pool_result(r, false);
     }
     runner_move(r, RUNNER_EV_RUNNER_EXITED);
@@ -786,11 +803,23 @@ static void check_heartbeats(struct scheduler *s)
     }
 }
 
+/* A reload removed their pool: runners without a job go now; busy ones finish theirs
+ * and are not replaced. */
+static void retire_removed(struct scheduler *s)
+{
+    for (struct runner *r = s->runners, *next; r; r = next) {
+        next = r->next;
+        if (runner_state_unbusy(r->state) && !r->adopting && pool_slot(s, r->pool) < 0)
+            runner_fail(r, "its pool %s was removed from the config", r->pool->name);
+    }
+}
+
 static void tick(struct scheduler *s)
 {
     struct daemon *d = s->d;
     const struct config *c = d->config;
     check_heartbeats(s);
+    retire_removed(s);
     if (!d->github) {
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
@@ -799,8 +828,7 @@ static void tick(struct scheduler *s)
     if (!s->recovered) {
         /* An earlier hatcheryd's runners are not counted yet: wait for recover(). */
         for (size_t p = 0; p < c->n_pools; p++)
-            snprintf(s->why[p], sizeof(s->why[p]),
-                     "recovering the runners of before the restart");
+            snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
         return;
     }
     json_t *rows = store_query(d->store,
@@ -822,7 +850,7 @@ static void tick(struct scheduler *s)
         }
         int64_t unbusy = 0, live = 0;
         for (struct runner *r = s->runners; r; r = r->next) {
-            if (r->pool != pool || !runner_state_live(r->state) || r->state == RUNNER_FAILED)
+            if (strcmp(r->pool->name, pool->name) != 0 || !runner_state_live(r->state))
                 continue;
             live++;
             if (r->state <= RUNNER_IDLE)
@@ -1317,6 +1345,47 @@ void scheduler_free(struct scheduler *s)
     free(s->retry_at_ms);
     /* The tick and reconcile handles close in this loop iteration; s outlives them by
      * being freed from the daemon after uv_run returns. */
+}
+
+int scheduler_config_changed(struct scheduler *s, const struct config *old)
+{
+    const struct config *c = s->d->config;
+    bool *drained = calloc(c->n_hosts + 1, sizeof(bool));
+    char(*why)[512] = calloc(c->n_pools + 1, sizeof(*why));
+    int *failures = calloc(c->n_pools + 1, sizeof(int));
+    int64_t *retry_at_ms = calloc(c->n_pools + 1, sizeof(int64_t));
+    if (!drained || !why || !failures || !retry_at_ms) {
+        free(drained);
+        free(why);
+        free(failures);
+        free(retry_at_ms);
+        return -ENOMEM;
+    }
+    /* Per-pool and per-host state follows the name. */
+    for (size_t i = 0; i < c->n_pools; i++)
+        for (size_t j = 0; j < old->n_pools; j++)
+            if (strcmp(c->pools[i].name, old->pools[j].name) == 0) {
+                failures[i] = s->failures[j];
+                retry_at_ms[i] = s->retry_at_ms[j];
+                memcpy(why[i], s->why[j], sizeof(why[i]));
+            }
+    for (size_t i = 0; i < c->n_hosts; i++)
+        for (size_t j = 0; j < old->n_hosts; j++)
+            if (strcmp(c->hosts[i].name, old->hosts[j].name) == 0)
+                drained[i] = s->drained[j];
+    free(s->drained);
+    free(s->why);
+    free(s->failures);
+    free(s->retry_at_ms);
+    s->drained = drained;
+    s->why = why;
+    s->failures = failures;
+    s->retry_at_ms = retry_at_ms;
+    if (c->reconcile_interval_s != old->reconcile_interval_s)
+        uv_timer_start(&s->reconcile, on_reconcile, (uint64_t)c->reconcile_interval_s * 1000,
+                       (uint64_t)c->reconcile_interval_s * 1000);
+    scheduler_kick(s);
+    return 0;
 }
 
 json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)

@@ -29,6 +29,7 @@
 #include "job.h"
 #include "runner_lifecycle.h"
 
+struct config;
 struct daemon;
 struct scheduler;
 
@@ -39,6 +40,10 @@ void scheduler_kick(struct scheduler *s);
 /* A stored workflow_job event: marks our runner busy or finishing. */
 void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status status,
                          const char *runner_name);
+
+/* The daemon's config was replaced by a reload (the old one stays in memory): per-pool
+ * and per-host state follows the names; runners keep the settings they were made with. */
+int scheduler_config_changed(struct scheduler *s, const struct config *old);
 
 /* Admin API. */
 json_t *scheduler_runners_json(struct scheduler *s, bool include_ended);

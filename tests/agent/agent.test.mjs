@@ -166,3 +166,141 @@ describe("the job's report", () => {
     }
   });
 });
+
+// Protocol version 2: the agent outlives its controller. This test plays a controller that
+// goes away and a new one that comes back on the same socket, as hatcheryd does across a
+// restart (a container's agent reconnects; a VM's port reopens).
+function lineReader(sock, onMessage) {
+  let buf = '';
+  sock.on('data', (d) => {
+    buf += d;
+    let nl;
+    while ((nl = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, nl);
+      buf = buf.slice(nl + 1);
+      onMessage(JSON.parse(line));
+    }
+  });
+}
+
+// Listens on `path` until one agent connects; resolves with the connection and a queue of
+// its messages (`next(type)` waits for the next message of that type).
+function controllerAt(path) {
+  return new Promise((resolve) => {
+    const server = net.createServer((c) => {
+      const messages = [];
+      const waiters = [];
+      lineReader(c, (msg) => {
+        messages.push(msg);
+        for (const w of waiters.splice(0)) w();
+      });
+      const next = (type, ms = 30000) => new Promise((res, rej) => {
+        const deadline = setTimeout(() => rej(new Error(`no ${type} in ${ms} ms: ${JSON.stringify(messages)}`)), ms);
+        const look = () => {
+          const i = messages.findIndex((m) => m.type === type);
+          if (i >= 0) { clearTimeout(deadline); res(messages.splice(0, i + 1).pop()); } else waiters.push(look);
+        };
+        look();
+      });
+      const send = (msg) => c.write(JSON.stringify({ v: 2, ...msg }) + '\n');
+      resolve({ server, conn: c, next, send, messages });
+    });
+    server.listen(path);
+  });
+}
+
+function startAgent(sock) {
+  const state = join(dir, `state-${Math.random().toString(16).slice(2)}`);
+  const agent = spawn(agentBin, ['--socket', sock, '--state-dir', state], { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env.PATH } });
+  agent.stderrText = '';
+  agent.stderr.on('data', (d) => { agent.stderrText += d; });
+  agent.exited = new Promise((res) => agent.on('exit', (code) => res(code)));
+  return agent;
+}
+
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+const config = (command) => ({ type: 'config', runner_name: 'hatchery-test-7', jit_config: JIT, job_timeout_s: 60, runner_command: command });
+
+describe('protocol version 2: resuming after the controller went away', () => {
+  test('hello says protocol 2, and the exit is kept until the controller acknowledges it', async () => {
+    const sock = join(dir, 'v2-ack.sock');
+    const ctl = controllerAt(sock);
+    const agent = startAgent(sock);
+    const c = await ctl;
+    const hello = await c.next('hello');
+    assert.equal(hello.protocol, 2);
+    c.send(config([script('v2ok', 'exit 0')]));
+    const exited = await c.next('exited');
+    assert.equal(exited.code, 0);
+    assert.equal(exited.v, 2);
+    // No ack yet: the agent waits.
+    const early = await Promise.race([agent.exited, sleep(2500).then(() => 'still waiting')]);
+    assert.equal(early, 'still waiting', agent.stderrText);
+    c.send({ type: 'ack', of: 'exited' });
+    assert.equal(await agent.exited, 0, agent.stderrText);
+    c.server.close();
+  });
+
+  test('the controller dies mid-run and the runner exits meanwhile: the next controller gets the exit on resume', async () => {
+    const sock = join(dir, 'v2-resume-exited.sock');
+    const firstP = controllerAt(sock);
+    const agent = startAgent(sock);
+    const first = await firstP;
+    await first.next('hello');
+    first.send(config([script('v2sleep', 'sleep 2; exit 0')]));
+    const started = await first.next('started');
+    assert.ok(started.pid > 0);
+    // The controller dies: connection and socket gone.
+    first.conn.destroy();
+    first.server.close();
+    rmSync(sock, { force: true });
+    await sleep(4000); // the runner exits while nobody listens
+    assert.equal(agent.exitCode, null, `the agent must wait for a controller:\n${agent.stderrText}`);
+    const second = await controllerAt(sock);
+    second.send({ type: 'resume' });
+    const resumed = await second.next('resumed');
+    assert.equal(resumed.state, 'exited');
+    assert.equal(resumed.runner_name, 'hatchery-test-7');
+    const exited = await second.next('exited');
+    assert.equal(exited.code, 0);
+    assert.ok(exited.duration_s >= 2);
+    second.send({ type: 'ack', of: 'exited' });
+    assert.equal(await agent.exited, 0, agent.stderrText);
+    assert.match(agent.stderrText, /the controller hung up/);
+    assert.ok(!agent.stderrText.includes(JIT), 'no JIT config in the agent log');
+    second.server.close();
+  });
+
+  test('the controller comes back while the runner runs: resumed says running, with heartbeats after', async () => {
+    const sock = join(dir, 'v2-resume-running.sock');
+    const firstP = controllerAt(sock);
+    const agent = startAgent(sock);
+    const first = await firstP;
+    await first.next('hello');
+    first.send(config([script('v2long', 'sleep 9; exit 3')]));
+    const started = await first.next('started');
+    first.conn.destroy();
+    first.server.close();
+    rmSync(sock, { force: true });
+    await sleep(1500);
+    const second = await controllerAt(sock);
+    second.send({ type: 'resume' });
+    const resumed = await second.next('resumed');
+    assert.equal(resumed.state, 'running');
+    assert.equal(resumed.pid, started.pid);
+    await second.next('heartbeat', 15000);
+    second.send({ type: 'shutdown', reason: 'test over' });
+    const exited = await second.next('exited', 30000);
+    assert.ok(exited.signal || exited.code !== undefined);
+    second.send({ type: 'ack', of: 'exited' });
+    await agent.exited;
+    second.server.close();
+  });
+
+  test('a version 1 controller is still served as before: no ack needed', async () => {
+    const r = await converse({ command: [script('v1ok', 'exit 0')] });
+    assert.equal(r.exited?.code, 0, r.stderr);
+    assert.equal(r.exited.v, 1);
+    assert.equal(r.code, 0);
+  });
+});

@@ -205,6 +205,64 @@ describe('end to end on real guests', () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
   });
 
+  test('hatcheryd killed (SIGKILL) under a busy ppc64le runner: the next hatcheryd adopts it and its job finishes', async () => {
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=30 exit=0' });
+    const before = new Set(runners().map((r) => r.name));
+    const id = nextJob++;
+    assert.equal((await d.post('workflow_job', payload('queued', id, 'linux.ppc64le'))).status, 202);
+    const runner = await until('an idle ppc64le runner', () =>
+      runners().find((r) => r.pool === 'linux.ppc64le' && r.state === 'idle' && !before.has(r.name)));
+    assert.equal((await d.post('workflow_job', payload('in_progress', id, 'linux.ppc64le', runner.name))).status, 202);
+    await until(`${runner.name} busy`, () => runners().find((r) => r.name === runner.name).state === 'busy');
+    const logFrom = d.logs.length;
+    await d.kill9();
+    await sleep(2000);
+    assert.ok(domains().includes(runner.name), 'the guest outlives hatcheryd');
+    const t0 = Date.now();
+    await d.start();
+    await until(`${runner.name} adopted`, () => d.logs.indexOf(`event=runner.adopted runner=${runner.name} `, logFrom) >= 0, 60000);
+    const adoptMs = Date.now() - t0;
+    assert.equal(runners().find((r) => r.name === runner.name).state, 'busy');
+    // The job runs on to its end, and its exit reaches the new hatcheryd.
+    await until(`${runner.name} to finish`, () => runners().find((r) => r.name === runner.name).state === 'deleted', 120000);
+    const r = runners().find((x) => x.name === runner.name);
+    assert.equal(r.exit_code, 0);
+    assert.equal(r.reason, null);
+    assert.equal((await d.post('workflow_job', payload('completed', id, 'linux.ppc64le', runner.name))).status, 202);
+    assert.ok(!domains().includes(runner.name));
+    const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+    assert.match(text, /^hatchery_runners_adopted_total [1-9]/m);
+    assert.match(text, /^hatchery_jobs_lost_total 0$/m);
+    assert.match(text, /^hatchery_runner_transitions_refused_total 0$/m);
+    console.log(`adoption: ${adoptMs} ms from the restart to the agent's resumed (${/event=runner.adopted [^\n]*seconds=([0-9.]+)/.exec(d.logs.slice(logFrom))?.[1]} s by hatcheryd's clock)`);
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
+  });
+
+  test('a job that ends while hatcheryd is down is reported at the restart', async () => {
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=8 exit=0' });
+    const before = new Set(runners().map((r) => r.name));
+    const id = nextJob++;
+    assert.equal((await d.post('workflow_job', payload('queued', id, 'linux.ppc64le'))).status, 202);
+    const runner = await until('an idle ppc64le runner', () =>
+      runners().find((r) => r.pool === 'linux.ppc64le' && r.state === 'idle' && !before.has(r.name)));
+    assert.equal((await d.post('workflow_job', payload('in_progress', id, 'linux.ppc64le', runner.name))).status, 202);
+    await until(`${runner.name} busy`, () => runners().find((r) => r.name === runner.name).state === 'busy');
+    const logFrom = d.logs.length;
+    await d.kill9();
+    // The runner exits while nobody listens; the agent keeps its exit and its guest up.
+    await sleep(15000);
+    assert.ok(domains().includes(runner.name), 'the guest waits for a controller to take its exit');
+    await d.start();
+    await until(`${runner.name} to finish`, () => runners().find((r) => r.name === runner.name).state === 'deleted', 120000);
+    const r = runners().find((x) => x.name === runner.name);
+    assert.equal(r.exit_code, 0);
+    assert.equal(r.reason, null);
+    assert.match(d.logs.slice(logFrom), new RegExp(`event=guest.resumed guest=${runner.name} agent_state=exited`));
+    assert.equal((await d.post('workflow_job', payload('completed', id, 'linux.ppc64le', runner.name))).status, 202);
+    assert.ok(!domains().includes(runner.name));
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
+  });
+
   test('libvirtd restarted mid-run: a guest that kept running goes on, one that died meanwhile is failed and replaced', async () => {
     // Runners that outlive the restart: the stand-in runner waits 40 s before exiting.
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=40 exit=0' });
