@@ -155,6 +155,7 @@ static const struct key pool_keys[] = {
     INT_KEY(struct config_pool, job_timeout_s, 60, 7 * 24 * 3600, 6 * 3600),
     LIST_KEY(struct config_pool, runner_command, 1, 64, false),
     INT_KEY(struct config_pool, idle_max_age_s, 60, 7 * 24 * 3600, 3600),
+    INT_KEY(struct config_pool, surplus_idle_s, 0, 7 * 24 * 3600, 120),
     STRING_KEY(struct config_pool, github_scope, false, NULL),
     {.name = NULL},
 };

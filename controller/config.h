@@ -82,6 +82,7 @@ struct config_pool {
     char **runner_command; /* the JIT config is appended as the last argument */
     size_t n_runner_command;
     int64_t idle_max_age_s;
+    int64_t surplus_idle_s; /* an idle runner beyond demand + min_idle goes after this */
     char *github_scope; /* a repo (owner/name) or org of github.runner_scopes; default the first */
     int line;
 };

@@ -203,6 +203,9 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                 "Jobs whose runner failed while busy (GitHub fails such a job): a host lost, a "
                 "hung guest, a runner not adopted after a restart, an operator's delete.",
                 sch->jobs_lost);
+        counter(&b, "hatchery_runners_surplus_retired_total",
+                "Idle runners beyond demand retired after the pool's surplus_idle_s.",
+                sch->surplus_retired);
         counter(&b, "hatchery_runners_adopted_total",
                 "Runners of an earlier hatcheryd whose guests were re-attached after a restart.",
                 sch->adopted);
@@ -224,6 +227,9 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             {"github_runner_deleted", sch->reconcile_github_deleted},
             {"lost_job_found", sch->reconcile_jobs_found},
             {"record_failed", sch->reconcile_records_failed},
+            {"github_lists_skipped", sch->reconcile_github_skipped},
+            {"volume_removed", sch->reconcile_volumes_removed},
+            {"phantom_job_retired", sch->reconcile_phantoms_retired},
         };
         for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
             textbuf_printf(&b, "hatchery_reconcile_actions_total{action=\"%s\"} %llu\n",

@@ -1254,6 +1254,20 @@ static int domain_remove(struct host *h, const char *name)
     return r;
 }
 
+/* The host's storage pool, on a worker. libvirt 9.0 sometimes answers this lookup with
+ * "not found" while other clients work on volumes (about 1 in 100 here): asked again
+ * before giving up. */
+static virStoragePoolPtr storage_pool_lookup(struct host *h)
+{
+    for (int i = 0; i < 5; i++) {
+        virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+        if (sp || h->dropped)
+            return sp;
+        usleep(100000);
+    }
+    return NULL;
+}
+
 static void teardown_work(uv_work_t *w)
 {
     struct guest *g = w->data;
@@ -1265,7 +1279,11 @@ static void teardown_work(uv_work_t *w)
     if (domain_remove(h, g->name) < 0)
         snprintf(g->error, sizeof(g->error), "destroy: %s", virt_error());
     if (g->pool->backend == BACKEND_VM) {
-        virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+        virStoragePoolPtr sp = storage_pool_lookup(h);
+        if (!sp)
+            snprintf(g->error, sizeof(g->error),
+                     "volume %s kept: storage pool %s: %s (the reconciler removes it later)",
+                     g->volume, h->cfg.storage_pool, virt_error());
         virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
         if (vol && virStorageVolDelete(vol, 0) < 0)
             snprintf(g->error, sizeof(g->error), "volume delete: %s", virt_error());
@@ -1442,17 +1460,62 @@ struct name_work {
     char **names;
     size_t n;
     int err;
+    bool volumes; /* tagged_work lists orphan overlay volumes, not domains */
     provisioner_names_cb names_cb;
     provisioner_done_cb done_cb;
     void *data;
 };
+
+/* Overlay volumes named like our runners (hatchery-<controller>-<n>.qcow2) whose domain
+ * does not exist: left by a teardown whose volume delete failed. On a worker. */
+static int orphan_volumes(struct provisioner *p, struct host *h, char ***ret_names, size_t *ret_n)
+{
+    *ret_names = NULL;
+    *ret_n = 0;
+    if (h->lxc)
+        return 0; /* containers have no overlay */
+    /* No pool (yet), or a lookup that failed once: the next pass looks again. */
+    virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+    if (!sp)
+        return 0;
+    virStorageVolPtr *vols = NULL;
+    int n = virStoragePoolListAllVolumes(sp, &vols, 0);
+    virStoragePoolFree(sp);
+    if (n < 0)
+        return -EIO;
+    char **names = calloc((size_t)n + 1, sizeof(char *));
+    size_t found = 0;
+    char prefix[128];
+    snprintf(prefix, sizeof(prefix), "hatchery-%s-", p->controller_id);
+    for (int i = 0; i < n; i++) {
+        const char *vname = virStorageVolGetName(vols[i]);
+        size_t len = vname ? strlen(vname) : 0;
+        if (names && len > strlen(prefix) + 6 && strncmp(vname, prefix, strlen(prefix)) == 0 &&
+            strcmp(vname + len - 6, ".qcow2") == 0) {
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s", (int)(len - 6), vname);
+            virDomainPtr dom = virDomainLookupByName(h->conn, name);
+            if (dom)
+                virDomainFree(dom);
+            else
+                names[found++] = strdup(name);
+        }
+        virStorageVolFree(vols[i]);
+    }
+    free(vols);
+    *ret_names = names;
+    *ret_n = found;
+    return names ? 0 : -ENOMEM;
+}
 
 static void tagged_work(uv_work_t *w)
 {
     struct name_work *nw = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
     if (!nw->host->conn || nw->host->dropped ||
-        provisioner_tagged_domains(nw->prov, nw->host->cfg.name, &nw->names, &nw->n) < 0) {
+        (nw->volumes
+             ? orphan_volumes(nw->prov, nw->host, &nw->names, &nw->n)
+             : provisioner_tagged_domains(nw->prov, nw->host->cfg.name, &nw->names, &nw->n)) < 0) {
         nw->names = NULL;
         nw->n = 0;
         nw->err = -EIO;
@@ -1471,8 +1534,8 @@ static void tagged_done(uv_work_t *w, int status)
     free(nw);
 }
 
-int provisioner_tagged_domains_async(struct provisioner *p, const char *host,
-                                     provisioner_names_cb cb, void *data)
+static int names_async(struct provisioner *p, const char *host, bool volumes,
+                       provisioner_names_cb cb, void *data)
 {
     struct host *h = host_find(p, host);
     if (!h)
@@ -1482,6 +1545,7 @@ int provisioner_tagged_domains_async(struct provisioner *p, const char *host,
         return -ENOMEM;
     nw->prov = p;
     nw->host = h;
+    nw->volumes = volumes;
     nw->names_cb = cb;
     nw->data = data;
     nw->work.data = nw;
@@ -1489,6 +1553,18 @@ int provisioner_tagged_domains_async(struct provisioner *p, const char *host,
     if (r < 0)
         free(nw);
     return r;
+}
+
+int provisioner_tagged_domains_async(struct provisioner *p, const char *host,
+                                     provisioner_names_cb cb, void *data)
+{
+    return names_async(p, host, false, cb, data);
+}
+
+int provisioner_orphan_volumes_async(struct provisioner *p, const char *host,
+                                     provisioner_names_cb cb, void *data)
+{
+    return names_async(p, host, true, cb, data);
 }
 
 static void remove_work(uv_work_t *w)
@@ -1504,7 +1580,7 @@ static void remove_work(uv_work_t *w)
         nw->err = -EIO;
     char vol_name[300];
     snprintf(vol_name, sizeof(vol_name), "%s.qcow2", nw->name);
-    virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+    virStoragePoolPtr sp = storage_pool_lookup(h);
     virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, vol_name) : NULL;
     if (vol && virStorageVolDelete(vol, 0) < 0)
         nw->err = -EIO;

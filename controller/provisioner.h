@@ -127,6 +127,10 @@ int provisioner_tagged_domains(struct provisioner *prov, const char *host, char 
 typedef void (*provisioner_names_cb)(void *data, const char *host, char **names, size_t n);
 int provisioner_tagged_domains_async(struct provisioner *prov, const char *host,
                                      provisioner_names_cb cb, void *data);
+/* The same for overlay volumes of ours (named like a runner) whose domain does not exist:
+ * left when a teardown could not delete them. */
+int provisioner_orphan_volumes_async(struct provisioner *prov, const char *host,
+                                     provisioner_names_cb cb, void *data);
 /* Removes a domain and its overlay volume by name, for records with no guest in memory
  * (after a restart) and for domains nobody owns. Idempotent; `cb` may be NULL. */
 typedef void (*provisioner_done_cb)(void *data, int err);

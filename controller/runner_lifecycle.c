@@ -24,6 +24,7 @@ const char *const runner_event_names[RUNNER_EVENT_MAX] = {
     [RUNNER_EV_FAIL] = "fail",
     [RUNNER_EV_TIMEOUT] = "timeout",
     [RUNNER_EV_ADOPTED] = "adopted",
+    [RUNNER_EV_RETIRE] = "retire",
 };
 
 /* next[from][event] - 1 is the state `event` moves `from` to; 0 means refused. Stored
@@ -61,6 +62,7 @@ static const signed char next[RUNNER_STATE_MAX][RUNNER_EVENT_MAX] = {
             [RUNNER_EV_FAIL] = TO(RUNNER_FAILED),
             [RUNNER_EV_TIMEOUT] = TO(RUNNER_FAILED),
             [RUNNER_EV_ADOPTED] = TO(RUNNER_CONFIGURED),
+            [RUNNER_EV_RETIRE] = TO(RUNNER_FINISHING),
         },
     [RUNNER_IDLE] =
         {
@@ -70,6 +72,7 @@ static const signed char next[RUNNER_STATE_MAX][RUNNER_EVENT_MAX] = {
             [RUNNER_EV_FAIL] = TO(RUNNER_FAILED),
             [RUNNER_EV_TIMEOUT] = TO(RUNNER_FAILED),
             [RUNNER_EV_ADOPTED] = TO(RUNNER_IDLE),
+            [RUNNER_EV_RETIRE] = TO(RUNNER_FINISHING),
         },
     [RUNNER_BUSY] =
         {

@@ -9,6 +9,7 @@
  *   deleting --github_deleted--> deleted
  *   any state before deleting --fail--> failed --guest_gone--> failed --github_deleted--> deleted
  *   configured | idle | busy | finishing --adopted--> (the same state, after a restart)
+ *   configured | idle --retire--> finishing (surplus beyond demand, or its pool removed)
  *
  * Who owns what:
  *   - The scheduler owns the runner: it makes every decision in this table, runs every
@@ -66,6 +67,7 @@ enum runner_event {
     RUNNER_EV_FAIL,            /* anything that ends the runner early */
     RUNNER_EV_TIMEOUT,         /* the state's timeout fired */
     RUNNER_EV_ADOPTED,         /* a new hatcheryd re-attached the runner's guest */
+    RUNNER_EV_RETIRE,          /* not needed any more (surplus, its pool removed): it goes */
     RUNNER_EVENT_MAX,
 };
 

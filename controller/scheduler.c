@@ -74,6 +74,9 @@ struct scheduler {
     int *failures;        /* per pool: runners that failed in a row */
     int64_t *retry_at_ms; /* per pool: no new runner before this, after failures */
     bool recovered;       /* recover() ran: earlier records are adopted or failed */
+    int lists_pending;    /* GitHub lists of reconciler passes not answered yet */
+    struct orphan *orphans;
+    size_t n_orphans;
     int64_t started_ms;
     struct scheduler_stats stats;
 };
@@ -349,6 +352,26 @@ static void runner_end(struct runner *r, enum runner_event ev, const char *fmt, 
 }
 
 #define runner_fail(r, ...) runner_end((r), RUNNER_EV_FAIL, __VA_ARGS__)
+
+static void runner_retire(struct runner *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A runner no longer wanted, which has no job: it goes the way a finished one does. */
+static void runner_retire(struct runner *r, const char *fmt, ...)
+{
+    if (runner_lifecycle_next(r->state, RUNNER_EV_RETIRE) < 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+    va_end(ap);
+    r->finished_ms = now_ms();
+    runner_move(r, RUNNER_EV_RETIRE);
+    if (r->guest)
+        guest_teardown(r->guest, r->reason);
+    else
+        runner_after_guest(r);
+}
 
 /* Past the deadline of deleting or failed: the guest or GitHub never answered. The
  * record is final; the reconciler removes what is left of the domain or the GitHub
@@ -790,6 +813,20 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
     return NULL;
 }
 
+static void recover(struct scheduler *s);
+
+/* Every host's first connection attempt is over (up or down). */
+static bool hosts_settled(struct scheduler *s)
+{
+    for (size_t i = 0; i < s->d->config->n_hosts; i++) {
+        struct host_status st;
+        if (provisioner_host_status(s->d->provisioner, s->d->config->hosts[i].name, &st) == 0 &&
+            st.connecting)
+            return false;
+    }
+    return true;
+}
+
 /* A guest whose agent went silent in idle or busy is hung: it is replaced. */
 static void check_heartbeats(struct scheduler *s)
 {
@@ -803,13 +840,38 @@ static void check_heartbeats(struct scheduler *s)
     }
 }
 
+/* Idle runners beyond demand (a cancelled burst): the ones idle longer than the pool's
+ * surplus_idle_s go, oldest first, up to `surplus` of them. */
+static void retire_surplus(struct scheduler *s, const struct config_pool *pool, int64_t surplus)
+{
+    int64_t now = now_ms(), limit_ms = pool->surplus_idle_s * 1000;
+    while (surplus-- > 0) {
+        struct runner *oldest = NULL;
+        for (struct runner *r = s->runners; r; r = r->next)
+            if (r->state == RUNNER_IDLE && !r->adopting && strcmp(r->pool->name, pool->name) == 0 &&
+                now - r->online_ms >= limit_ms && (!oldest || r->online_ms < oldest->online_ms))
+                oldest = r;
+        if (!oldest)
+            return;
+        log_info("runner.surplus", "runner=%s pool=%s idle_s=%lld", oldest->name, pool->name,
+                 (long long)((now - oldest->online_ms) / 1000));
+        s->stats.surplus_retired++;
+        runner_retire(oldest, "surplus: idle beyond demand for %lld s",
+                      (long long)((now - oldest->online_ms) / 1000));
+    }
+}
+
 /* A reload removed their pool: runners without a job go now; busy ones finish theirs
  * and are not replaced. */
 static void retire_removed(struct scheduler *s)
 {
     for (struct runner *r = s->runners, *next; r; r = next) {
         next = r->next;
-        if (runner_state_unbusy(r->state) && !r->adopting && pool_slot(s, r->pool) < 0)
+        if (!runner_state_unbusy(r->state) || r->adopting || pool_slot(s, r->pool) >= 0)
+            continue;
+        if (runner_lifecycle_next(r->state, RUNNER_EV_RETIRE) >= 0)
+            runner_retire(r, "its pool %s was removed from the config", r->pool->name);
+        else
             runner_fail(r, "its pool %s was removed from the config", r->pool->name);
     }
 }
@@ -820,6 +882,8 @@ static void tick(struct scheduler *s)
     const struct config *c = d->config;
     check_heartbeats(s);
     retire_removed(s);
+    if (!s->recovered && hosts_settled(s))
+        recover(s); /* as soon as every host's first connection has been tried */
     if (!d->github) {
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
@@ -858,6 +922,8 @@ static void tick(struct scheduler *s)
         }
         int64_t want = queued + pool->min_idle - unbusy;
         int64_t room = pool->max_runners - live;
+        if (want < 0)
+            retire_surplus(s, pool, -want);
         s->why[p][0] = 0;
         bool local = false;
         for (size_t h = 0; h < c->n_hosts; h++)
@@ -975,12 +1041,84 @@ static void on_tagged(void *data, const char *host, char **names, size_t n)
     pass_add(s, t0);
 }
 
-static void on_orphan_runner_deleted(void *data, int err, const char *message)
+/* GitHub runners of ours with no live record, being deleted: each with its own back-off,
+ * so that a GitHub that fails deletes is not asked again for each of them every pass. */
+struct orphan {
+    int64_t github_id;
+    int attempts;
+    int64_t next_ms;
+    bool in_flight;
+    bool seen; /* listed in the last pass of its scope */
+};
+
+#define ORPHAN_BACKOFF_MAX_MS (10 * 60 * 1000)
+
+static struct orphan *orphan_get(struct scheduler *s, int64_t github_id, bool add)
+{
+    for (size_t i = 0; i < s->n_orphans; i++)
+        if (s->orphans[i].github_id == github_id)
+            return &s->orphans[i];
+    if (!add)
+        return NULL;
+    struct orphan *grown = realloc(s->orphans, (s->n_orphans + 1) * sizeof(*grown));
+    if (!grown)
+        return NULL;
+    s->orphans = grown;
+    s->orphans[s->n_orphans] = (struct orphan){.github_id = github_id};
+    return &s->orphans[s->n_orphans++];
+}
+
+static void orphan_drop(struct scheduler *s, struct orphan *o)
+{
+    *o = s->orphans[--s->n_orphans];
+}
+
+struct orphan_delete {
+    struct scheduler *s;
+    int64_t github_id;
+};
+
+static void on_orphan_volumes(void *data, const char *host, char **names, size_t n)
 {
     struct scheduler *s = data;
-    (void)message;
-    if (err == 0)
+    uint64_t t0 = uv_hrtime();
+    for (size_t i = 0; i < n; i++) {
+        struct runner *r = runner_find(s, names[i]);
+        if (r && (runner_state_live(r->state) || r->guest))
+            continue; /* being created or torn down now */
+        log_info("reconcile.orphan_volume", "host=%s volume=%s.qcow2 action=remove", host,
+                 names[i]);
+        s->stats.reconcile_volumes_removed++;
+        provisioner_domain_remove(s->d->provisioner, host, names[i], NULL, NULL);
+    }
+    pass_add(s, t0);
+}
+
+static void on_orphan_runner_deleted(void *data, int err, const char *message)
+{
+    struct orphan_delete *od = data;
+    struct scheduler *s = od->s;
+    struct orphan *o = orphan_get(s, od->github_id, false);
+    free(od);
+    if (err == 0) {
         s->stats.reconcile_github_deleted++;
+        if (o)
+            orphan_drop(s, o);
+        return;
+    }
+    if (!o)
+        return;
+    o->in_flight = false;
+    int64_t delay = 2000;
+    for (int i = 0; i < o->attempts && delay < ORPHAN_BACKOFF_MAX_MS; i++)
+        delay *= 2;
+    o->attempts++;
+    o->next_ms = now_ms() + (delay < ORPHAN_BACKOFF_MAX_MS ? delay : ORPHAN_BACKOFF_MAX_MS);
+    log_warn("reconcile.orphan_delete_failed",
+             "github_runner_id=%lld attempts=%d retry_in_s=%lld "
+             "error=\"%s\"",
+             (long long)o->github_id, o->attempts, (long long)((o->next_ms - now_ms()) / 1000),
+             message ? message : strerror(-err));
 }
 
 struct scope_ctx {
@@ -993,6 +1131,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
     struct scope_ctx *ctx = data;
     struct scheduler *s = ctx->s;
     uint64_t t0 = uv_hrtime();
+    s->lists_pending--;
     size_t i;
     json_t *gr;
     if (err < 0)
@@ -1007,13 +1146,108 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
             continue;
         if (json_is_true(json_object_get(gr, "busy")))
             continue;
-        log_info("reconcile.orphan_github_runner", "runner=%s action=delete", name);
-        github_runner_delete(s->d->github, ctx->scope,
-                             json_integer_value(json_object_get(gr, "id")),
-                             on_orphan_runner_deleted, s);
+        int64_t id = json_integer_value(json_object_get(gr, "id"));
+        struct orphan *o = orphan_get(s, id, true);
+        if (!o || o->in_flight || o->next_ms > now_ms())
+            continue; /* its back-off after a failed delete */
+        struct orphan_delete *od = calloc(1, sizeof(*od));
+        if (!od)
+            continue;
+        od->s = s;
+        od->github_id = id;
+        log_info("reconcile.orphan_github_runner", "runner=%s attempt=%d action=delete", name,
+                 o->attempts + 1);
+        o->in_flight = true;
+        if (github_runner_delete(s->d->github, ctx->scope, id, on_orphan_runner_deleted, od) < 0) {
+            o->in_flight = false;
+            free(od);
+        }
     }
     free(ctx);
     pass_add(s, t0);
+}
+
+/* ---- phantom queued jobs: their `completed` never came ---------------------------------- */
+
+#define PHANTOM_AGE_MS   (10 * 60 * 1000) /* queued and unheard of for this long */
+#define PHANTOM_PER_PASS 10               /* GitHub calls a pass may spend on them */
+
+struct phantom_check {
+    struct scheduler *s;
+    int64_t job_id;
+};
+
+static void on_phantom_checked(void *data, const struct github_response *res)
+{
+    struct phantom_check *pc = data;
+    struct scheduler *s = pc->s;
+    int64_t id = pc->job_id;
+    free(pc);
+    s->lists_pending--;
+    const char *status = json_string_value(json_object_get(res->body, "status"));
+    const char *conclusion = json_string_value(json_object_get(res->body, "conclusion"));
+    enum job_status st;
+    if (res->status == 404) {
+        st = JOB_COMPLETED; /* GitHub no longer knows it */
+        conclusion = "gone";
+    } else if (res->err < 0 || !status) {
+        log_warn("reconcile.phantom_check_failed", "job=%lld error=\"%s\"", (long long)id,
+                 res->message ? res->message : "no status in the answer");
+        return;
+    } else if (job_status_parse(status, &st) < 0) {
+        st = JOB_COMPLETED; /* a state GitHub added that is not waiting for a runner */
+    }
+    int64_t now = now_ms();
+    if (st <= JOB_QUEUED) {
+        /* Really queued (a run in progress hides it from the queued list): asked again
+         * after another PHANTOM_AGE_MS. */
+        store_sql_submit(s->d->store, "UPDATE jobs SET updated_at = ?2 WHERE id = ?1",
+                         json_pack("[I, I]", (json_int_t)id, (json_int_t)now), NULL, NULL);
+        return;
+    }
+    log_info("reconcile.phantom_job", "job=%lld github_status=%s action=retire", (long long)id,
+             job_status_names[st]);
+    s->stats.reconcile_phantoms_retired++;
+    store_sql_submit(s->d->store,
+                     "UPDATE jobs SET status = ?2, status_rank = ?3, conclusion = "
+                     "COALESCE(?4, conclusion), started_at = COALESCE(started_at, ?5), "
+                     "completed_at = CASE WHEN ?3 = 3 THEN ?5 ELSE completed_at END, "
+                     "updated_at = ?5 WHERE id = ?1 AND status_rank < ?3",
+                     json_pack("[I, s, i, s?, I]", (json_int_t)id, job_status_names[st], (int)st,
+                               conclusion, (json_int_t)now),
+                     NULL, NULL);
+    scheduler_kick(s);
+}
+
+/* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for
+ * `repo` does not show (`listed`, a JSON array of ids): each is asked about (a few per
+ * pass), and retired when GitHub says it is no longer queued. Otherwise one lost
+ * `completed` webhook keeps a runner reserved for ever. */
+static void verify_phantoms(struct scheduler *s, const char *repo, const char *listed)
+{
+    int64_t cutoff = now_ms() - PHANTOM_AGE_MS;
+    json_t *rows =
+        store_query(s->d->store,
+                    "SELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 "
+                    "AND queued_at < ?2 AND updated_at < ?2 AND id NOT IN "
+                    "(SELECT value FROM json_each(?3)) ORDER BY queued_at LIMIT ?4",
+                    json_pack("[s, I, s, i]", repo, (json_int_t)cutoff, listed, PHANTOM_PER_PASS));
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        struct phantom_check *pc = calloc(1, sizeof(*pc));
+        if (!pc)
+            break;
+        pc->s = s;
+        pc->job_id = json_integer_value(json_object_get(row, "id"));
+        s->lists_pending++;
+        if (github_job_get(s->d->github, repo, pc->job_id, on_phantom_checked, pc) < 0) {
+            s->lists_pending--;
+            free(pc);
+        }
+    }
+    json_decref(rows);
 }
 
 static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
@@ -1022,6 +1256,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     struct scheduler *s = ctx->s;
     const char *repo = ctx->scope->repo;
     free(ctx);
+    s->lists_pending--;
     if (err < 0) {
         log_warn("reconcile.queued_list_failed", "repository=%s error=\"%s\"", repo,
                  message ? message : "?");
@@ -1045,6 +1280,8 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
                                "(SELECT id FROM jobs)",
                                json_pack("[s]", ids_text))
                  : NULL;
+    if (ids_text)
+        verify_phantoms(s, repo, ids_text);
     free(ids_text);
     json_t *unknown = json_object();
     json_t *row;
@@ -1239,25 +1476,39 @@ static void reconcile(struct scheduler *s)
     s->pass_ms = 0;
     recover(s);
     for (size_t i = 0; i < d->config->n_hosts; i++)
-        if (provisioner_host_up(d->provisioner, d->config->hosts[i].name))
+        if (provisioner_host_up(d->provisioner, d->config->hosts[i].name)) {
             provisioner_tagged_domains_async(d->provisioner, d->config->hosts[i].name, on_tagged,
                                              s);
-    if (d->github) {
+            provisioner_orphan_volumes_async(d->provisioner, d->config->hosts[i].name,
+                                             on_orphan_volumes, s);
+        }
+    /* While a rate-limit wait holds the last pass's lists back, a new pass would only pile
+     * more behind them, all fired at once when the wait ends. */
+    if (d->github && s->lists_pending > 0) {
+        s->stats.reconcile_github_skipped++;
+        log_info("reconcile.github_skipped", "lists_pending=%d", s->lists_pending);
+    } else if (d->github) {
         for (size_t i = 0; i < d->n_scopes; i++) {
             struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
             if (!ctx)
                 break;
             ctx->s = s;
             ctx->scope = &d->scopes[i];
-            if (github_runners_list(d->github, ctx->scope, NULL, on_github_runners, ctx) < 0)
+            s->lists_pending++;
+            if (github_runners_list(d->github, ctx->scope, NULL, on_github_runners, ctx) < 0) {
+                s->lists_pending--;
                 free(ctx);
+            }
             struct scope_ctx *jobs_ctx = d->scopes[i].repo ? calloc(1, sizeof(*jobs_ctx)) : NULL;
             if (jobs_ctx) {
                 jobs_ctx->s = s;
                 jobs_ctx->scope = &d->scopes[i];
+                s->lists_pending++;
                 if (github_queued_jobs_list(d->github, d->scopes[i].repo, on_queued_jobs,
-                                            jobs_ctx) < 0)
+                                            jobs_ctx) < 0) {
+                    s->lists_pending--;
                     free(jobs_ctx);
+                }
             }
         }
     }
@@ -1343,6 +1594,9 @@ void scheduler_free(struct scheduler *s)
     free(s->why);
     free(s->failures);
     free(s->retry_at_ms);
+    free(s->orphans);
+    s->orphans = NULL;
+    s->n_orphans = 0;
     /* The tick and reconcile handles close in this loop iteration; s outlives them by
      * being freed from the daemon after uv_run returns. */
 }

@@ -60,11 +60,13 @@ const char *scheduler_runner_log(struct scheduler *s, const char *name, char *bu
 struct scheduler_stats {
     uint64_t created, deleted, failed;
     uint64_t jobs_lost;           /* busy runners that failed: GitHub fails their jobs */
+    uint64_t surplus_retired;     /* idle runners beyond demand, retired */
     uint64_t transitions_refused; /* moves the lifecycle table does not allow */
     uint64_t adopted, adopt_failed;
     double adopt_seconds_sum, adopt_seconds_max; /* restart to the agent's resumed */
     uint64_t reconcile_domains_removed, reconcile_github_deleted, reconcile_jobs_found,
-        reconcile_records_failed, reconcile_ticks;
+        reconcile_records_failed, reconcile_ticks, reconcile_github_skipped,
+        reconcile_volumes_removed, reconcile_phantoms_retired;
     double reconcile_last_ms;
     /* histograms: seconds, cumulative on output */
     uint64_t online_buckets[10], online_count;

@@ -74,8 +74,11 @@ test('systemd-analyze verify accepts the unit', () => {
   const hatcheryd = process.env.HATCHERYD;
   assert.ok(hatcheryd, 'HATCHERYD is set by ctest');
   // Point it at the binary that exists here; everything else as shipped.
-  const unit = readFileSync(join(root, 'deploy/hatcheryd.service'), 'utf8').replaceAll('/usr/local/bin/hatcheryd', hatcheryd);
-  for (const want of ['Type=notify', 'WatchdogSec=', 'NoNewPrivileges=yes', 'ProtectSystem=strict', 'StateDirectory=hatchery', 'RuntimeDirectory=hatchery', 'LoadCredential=', 'SupplementaryGroups=libvirt']) {
+  const cli = process.env.HATCHERY_CLI;
+  assert.ok(cli, 'HATCHERY_CLI is set by ctest');
+  const unit = readFileSync(join(root, 'deploy/hatcheryd.service'), 'utf8')
+    .replaceAll('/usr/local/bin/hatcheryd', hatcheryd).replaceAll('/usr/local/bin/hatchery ', `${cli} `);
+  for (const want of ['Type=notify', 'ExecReload=', 'WatchdogSec=', 'NoNewPrivileges=yes', 'ProtectSystem=strict', 'StateDirectory=hatchery', 'RuntimeDirectory=hatchery', 'LoadCredential=', 'SupplementaryGroups=libvirt']) {
     assert.ok(unit.includes(want), want);
   }
   writeFileSync(join(dir, 'hatcheryd.service'), unit);

@@ -43,20 +43,22 @@ function pool(name, label, arch, { max = 2, minIdle = 0, dir = g[arch], command 
 `;
 }
 
-const config = {
-  hostsExtra: `  - name: local
+const localHost = (guests) => `  - name: local
     uri: qemu:///system
-    vcpus: 4
-    memory_mib: 4096
-    max_guests: 4
+    vcpus: ${guests}
+    memory_mib: ${guests * 1024}
+    max_guests: ${guests}
     storage_pool: hatchery-e2e-${process.pid}
     storage_dir: /tmp/hatchery-e2e-volumes-${process.pid}
-`,
-  pools: 'pools:\n' + pool('linux.ppc64le', 'linux.ppc64le', 'ppc64le') +
-    pool('linux.s390x', 'linux.s390x', 's390x', { max: 1 }) +
-    pool('linux.s390x.warm', 'linux.s390x.warm', 's390x', { max: 1, minIdle: 1 }) +
-    pool('image.checked', 'image.checked', 'ppc64le', { max: 1, dir: badDir }) +
-    pool('no.runner', 'no.runner', 'ppc64le', { max: 1, command: '/opt/actions-runner/bin/Runner.Listener' }),
+`;
+const otherPools = (s390xMax) =>
+  pool('linux.s390x', 'linux.s390x', 's390x', { max: s390xMax }) +
+  pool('linux.s390x.warm', 'linux.s390x.warm', 's390x', { max: 1, minIdle: 1 }) +
+  pool('image.checked', 'image.checked', 'ppc64le', { max: 1, dir: badDir }) +
+  pool('no.runner', 'no.runner', 'ppc64le', { max: 1, command: '/opt/actions-runner/bin/Runner.Listener' });
+const config = {
+  hostsExtra: localHost(4),
+  pools: 'pools:\n' + pool('linux.ppc64le', 'linux.ppc64le', 'ppc64le') + otherPools(1),
   extra: githubConfig({ reconcileIntervalS: 5 }),
 };
 
@@ -311,5 +313,59 @@ describe('end to end on real guests', () => {
     assert.equal((await d.post('workflow_job', payload('completed', id, 'linux.ppc64le', keeper.name))).status, 202);
     assert.ok(!domains().includes(keeper.name));
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
+  });
+  test('SIGHUP raises max_runners, adds a pool and removes one whose runner is busy: that runner finishes and is not replaced', async () => {
+    // A busy runner in linux.ppc64le, the pool about to be removed.
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=40 exit=0' });
+    const before = new Set(runners().map((r) => r.name));
+    const busyJob = nextJob++;
+    assert.equal((await d.post('workflow_job', payload('queued', busyJob, 'linux.ppc64le'))).status, 202);
+    const doomed = await until('an idle ppc64le runner', () =>
+      runners().find((r) => r.pool === 'linux.ppc64le' && r.state === 'idle' && !before.has(r.name)));
+    assert.equal((await d.post('workflow_job', payload('in_progress', busyJob, 'linux.ppc64le', doomed.name))).status, 202);
+    await until(`${doomed.name} busy`, () => runners().find((r) => r.name === doomed.name).state === 'busy');
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
+    // Two s390x jobs in a pool of max_runners 1: the second waits.
+    const [x, y] = [nextJob++, nextJob++];
+    for (const id of [x, y]) assert.equal((await d.post('workflow_job', payload('queued', id, 'linux.s390x'))).status, 202);
+    await until('the second s390x job to wait for max_runners', () =>
+      /pool at max_runners \(1\)/.test(d.jobs().find((j) => j.id === y)?.waiting ?? ''), 60000);
+
+    const logFrom = d.logs.length;
+    d.rewrite({
+      hostsExtra: localHost(6),
+      pools: 'pools:\n' + pool('linux.ppc64le.added', 'linux.ppc64le.added', 'ppc64le') + otherPools(2),
+    });
+    d.proc.kill('SIGHUP');
+    await until('the reload', () => d.logs.indexOf('event=config.reloaded via=SIGHUP', logFrom) >= 0, 10000);
+    const line = d.logs.slice(logFrom).split('\n').find((l) => l.includes('event=config.reloaded'));
+    assert.match(line, /"added":\["linux.ppc64le.added"\]/);
+    assert.match(line, /"removed":\["linux.ppc64le"\]/);
+    assert.match(line, /"linux.s390x":\["max_runners"\]/);
+
+    // Raised max_runners: a second s390x runner, for the job that waited.
+    await until('two s390x runners', () =>
+      runners().filter((r) => r.pool === 'linux.s390x' && ['idle', 'busy'].includes(r.state)).length === 2);
+    // The added pool serves its label.
+    const z = nextJob++;
+    assert.equal((await d.post('workflow_job', payload('queued', z, 'linux.ppc64le.added'))).status, 202);
+    const added = await until('an idle runner in the added pool', () =>
+      runners().find((r) => r.pool === 'linux.ppc64le.added' && r.state === 'idle'));
+    // The removed pool's busy runner finishes its job, and is not replaced.
+    await until(`${doomed.name} to finish its job`, () => runners().find((r) => r.name === doomed.name).state === 'deleted', 120000);
+    const r = runners().find((x2) => x2.name === doomed.name);
+    assert.equal(r.exit_code, 0);
+    assert.equal(r.reason, null);
+    assert.equal((await d.post('workflow_job', payload('completed', busyJob, 'linux.ppc64le', doomed.name))).status, 202);
+    await sleep(3000);
+    assert.deepEqual(runners().filter((x2) => x2.pool === 'linux.ppc64le' && !before.has(x2.name) && x2.name !== doomed.name), []);
+
+    // The rest runs its jobs to the end.
+    const s390x = runners().filter((x2) => x2.pool === 'linux.s390x' && x2.state === 'idle');
+    for (const [id, runner, label] of [[x, s390x[0], 'linux.s390x'], [y, s390x[1], 'linux.s390x'], [z, added, 'linux.ppc64le.added']])
+      assert.equal((await d.post('workflow_job', payload('in_progress', id, label, runner.name))).status, 202);
+    for (const runner of [s390x[0], s390x[1], added])
+      await until(`${runner.name} to finish`, () => runners().find((x2) => x2.name === runner.name).state === 'deleted', 120000);
+    assert.ok(!/event=runner.transition_refused/.test(d.logs.slice(logFrom)));
   });
 });

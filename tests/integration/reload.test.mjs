@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { DEFAULT_POOLS, Daemon, writeConfig } from './lib/daemon.mjs';
+import { DEFAULT_POOLS, Daemon } from './lib/daemon.mjs';
 
 const extraPool = `  - name: linux.ppc64le.big
     labels: [linux.ppc64le.big]
@@ -23,7 +23,7 @@ const hostB = `  - name: host-b
 
 describe('reload', () => {
   const d = new Daemon();
-  const rewrite = (opts) => writeConfig(d.dir, { port: d.port, secret: d.secret, ...opts });
+  const rewrite = (opts) => d.rewrite(opts);
   const pools = () => d.cliJson('pools').pools.map((p) => p.name).sort();
   before(async () => { await d.start(); });
   after(async () => {

@@ -99,6 +99,13 @@ export class Daemon {
     return this;
   }
 
+  // Rewrites the config file with `opts` over the current ones (for a reload).
+  rewrite(opts = {}) {
+    this.opts = { ...this.opts, ...opts };
+    this.config = writeConfig(this.dir, { ...this.opts, port: this.port, secret: this.secret });
+    return this.config;
+  }
+
   // Graceful stop; resolves with the exit status (0 expected, and ASan reports leaks as non-zero).
   async stop() {
     if (!this.proc || this.proc.exitCode !== null || this.proc.signalCode) return this.exited;
