@@ -130,7 +130,8 @@ createServer(async (req, res) => {
     const name = JSON.parse(body.toString()).name;
     if ([...registered.values()].includes(name)) fault = { ...(fault ?? {}), prefer: 409 };
   }
-  if (stateful && req.method === 'DELETE' && /\/actions\/runners\/\d+$/.test(path)) {
+  // A delete that fails (an injected status, a reset, a hang) deletes nothing.
+  if (stateful && req.method === 'DELETE' && /\/actions\/runners\/\d+$/.test(path) && !fault?.status && !fault?.reset && !fault?.hang) {
     const id = Number(path.split('/').pop());
     if (!registered.delete(id)) return send(res, 404, {}, JSON.stringify({ message: 'Not Found' }));
   }
@@ -190,7 +191,8 @@ createServer(async (req, res) => {
   if (stateful && upstream.status === 200 && /\/actions\/runs$/.test(path)) {
     const parsed = JSON.parse(text);
     const example = parsed.workflow_runs[0];
-    const runIds = [...new Set([...queuedJobs.values()].map((j) => j.run_id))];
+    // A job marked hidden is queued in a run that is in progress: not in this list.
+    const runIds = [...new Set([...queuedJobs.values()].filter((j) => !j.hidden).map((j) => j.run_id))];
     parsed.workflow_runs = runIds.map((id) => ({ ...example, id, status: 'queued', conclusion: null }));
     parsed.total_count = parsed.workflow_runs.length;
     text = JSON.stringify(parsed);
@@ -202,6 +204,15 @@ createServer(async (req, res) => {
     parsed.jobs = [...queuedJobs.values()].filter((j) => j.run_id === Number(runJobs[1]))
       .map((j) => ({ ...example, id: j.id, run_id: j.run_id, labels: j.labels, status: 'queued', conclusion: null, runner_name: null, runner_id: null }));
     parsed.total_count = parsed.jobs.length;
+    text = JSON.stringify(parsed);
+  }
+  // One job: GitHub's example, with this job's id, and queued while the test says so.
+  const oneJob = /\/actions\/jobs\/(\d+)$/.exec(path);
+  if (stateful && upstream.status === 200 && oneJob) {
+    const parsed = JSON.parse(text);
+    const queued = queuedJobs.get(Number(oneJob[1]));
+    parsed.id = Number(oneJob[1]);
+    if (queued) Object.assign(parsed, { run_id: queued.run_id, labels: queued.labels, status: 'queued', conclusion: null, completed_at: null });
     text = JSON.stringify(parsed);
   }
   const out = { 'Content-Type': upstream.headers.get('content-type') ?? 'application/json' };
