@@ -94,6 +94,8 @@ int github_runner_get(struct github_client *client, const struct github_scope *s
 typedef void (*github_done_cb)(void *data, int err, const char *message);
 int github_runner_delete(struct github_client *client, const struct github_scope *scope,
                          int64_t runner_id, github_done_cb cb, void *data);
+/* The repositories the App's installation can reach (for an org scope's lost jobs). */
+int github_installation_repos_list(struct github_client *client, github_list_cb cb, void *data);
 int github_job_get(struct github_client *client, const char *repo, int64_t job_id,
                    github_json_cb cb, void *data);
 /* Queued jobs of a repository: its queued workflow runs, then each run's jobs that are

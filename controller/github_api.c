@@ -326,6 +326,11 @@ int github_runner_delete(struct github_client *client, const struct github_scope
     return e;
 }
 
+int github_installation_repos_list(struct github_client *client, github_list_cb cb, void *data)
+{
+    return list_start(client, "/installation/repositories?per_page=100", "repositories", cb, data);
+}
+
 int github_job_get(struct github_client *client, const char *repo, int64_t job_id,
                    github_json_cb cb, void *data)
 {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,12 +70,13 @@ struct scheduler {
     char prefix[64]; /* hatchery-<controller>- */
     uv_timer_t tick;
     uv_timer_t reconcile;
-    bool *drained;        /* per config host */
-    char (*why)[512];     /* per pool: why queued jobs wait, or "" */
-    int *failures;        /* per pool: runners that failed in a row */
-    int64_t *retry_at_ms; /* per pool: no new runner before this, after failures */
-    bool recovered;       /* recover() ran: earlier records are adopted or failed */
-    int lists_pending;    /* GitHub lists of reconciler passes not answered yet */
+    bool *drained;               /* per config host */
+    char (*why)[512];            /* per pool: why queued jobs wait, or "" */
+    int *failures;               /* per pool: runners that failed in a row */
+    int64_t *retry_at_ms;        /* per pool: no new runner before this, after failures */
+    bool recovered;              /* recover() ran: earlier records are adopted or failed */
+    int lists_pending;           /* GitHub lists of reconciler passes not answered yet */
+    struct org_repos *org_repos; /* per scope (used by org scopes) */
     struct orphan *orphans;
     size_t n_orphans;
     int64_t started_ms;
@@ -1124,7 +1126,21 @@ static void on_orphan_runner_deleted(void *data, int err, const char *message)
 struct scope_ctx {
     struct scheduler *s;
     const struct github_scope *scope;
+    char *repo; /* queued jobs: the repository listed (owned) */
 };
+
+/* An org scope's repositories, listed through the installation and cached, so that lost
+ * jobs are found across them a few repositories per pass. */
+struct org_repos {
+    char **names;
+    size_t n;
+    size_t cursor;
+    int64_t listed_ms;
+    bool listing;
+};
+
+#define ORG_REPOS_TTL_MS   (10 * 60 * 1000)
+#define ORG_REPOS_PER_PASS 5
 
 static void on_github_runners(void *data, int err, const char *message, json_t *runners)
 {
@@ -1254,12 +1270,13 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
 {
     struct scope_ctx *ctx = data;
     struct scheduler *s = ctx->s;
-    const char *repo = ctx->scope->repo;
+    char *repo = ctx->repo;
     free(ctx);
     s->lists_pending--;
     if (err < 0) {
         log_warn("reconcile.queued_list_failed", "repository=%s error=\"%s\"", repo,
                  message ? message : "?");
+        free(repo);
         return;
     }
     uint64_t t0 = uv_hrtime();
@@ -1333,8 +1350,96 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
         store_job_event_submit(s->d->store, ev, NULL, NULL);
     }
     json_decref(unknown);
+    free(repo);
     scheduler_kick(s);
     pass_add(s, t0);
+}
+
+static void queued_jobs_start(struct scheduler *s, const struct github_scope *scope,
+                              const char *repo)
+{
+    struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
+    char *copy = strdup(repo);
+    if (!ctx || !copy) {
+        free(ctx);
+        free(copy);
+        return;
+    }
+    ctx->s = s;
+    ctx->scope = scope;
+    ctx->repo = copy;
+    s->lists_pending++;
+    if (github_queued_jobs_list(s->d->github, repo, on_queued_jobs, ctx) < 0) {
+        s->lists_pending--;
+        free(copy);
+        free(ctx);
+    }
+}
+
+static void on_org_repos(void *data, int err, const char *message, json_t *repos)
+{
+    struct scope_ctx *ctx = data;
+    struct scheduler *s = ctx->s;
+    size_t i = (size_t)(ctx->scope - s->d->scopes);
+    const char *org = ctx->scope->org;
+    free(ctx);
+    s->lists_pending--;
+    struct org_repos *o = &s->org_repos[i];
+    o->listing = false;
+    if (err < 0) {
+        log_warn("reconcile.org_repos_failed", "org=%s error=\"%s\"", org, message ? message : "?");
+        return;
+    }
+    for (size_t k = 0; k < o->n; k++)
+        free(o->names[k]);
+    free(o->names);
+    o->names = calloc(json_array_size(repos) + 1, sizeof(char *));
+    o->n = 0;
+    o->listed_ms = now_ms();
+    size_t k;
+    json_t *repo;
+    size_t org_len = strlen(org);
+    json_array_foreach(repos, k, repo)
+    {
+        const char *full = json_string_value(json_object_get(repo, "full_name"));
+        /* The installation may reach other owners' repositories: only the org's. */
+        if (o->names && full && strncasecmp(full, org, org_len) == 0 && full[org_len] == '/' &&
+            strlen(full) <= WEBHOOK_MAX_NAME_BYTES)
+            o->names[o->n++] = strdup(full);
+    }
+    log_info("reconcile.org_repos", "org=%s repositories=%zu", org, o->n);
+}
+
+/* Lost jobs of an org scope: its repositories (listed through the installation every
+ * ORG_REPOS_TTL_MS), a few per pass in turn, fewer when the rate-limit budget is low. */
+static void org_queued_jobs(struct scheduler *s, size_t i)
+{
+    const struct github_scope *scope = &s->d->scopes[i];
+    struct org_repos *o = &s->org_repos[i];
+    if (!o->listing && (!o->listed_ms || now_ms() - o->listed_ms > ORG_REPOS_TTL_MS)) {
+        struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
+        if (ctx) {
+            ctx->s = s;
+            ctx->scope = scope;
+            o->listing = true;
+            s->lists_pending++;
+            if (github_installation_repos_list(s->d->github, on_org_repos, ctx) < 0) {
+                o->listing = false;
+                s->lists_pending--;
+                free(ctx);
+            }
+        }
+    }
+    struct github_stats gs;
+    github_client_stats(s->d->github, &gs);
+    size_t per_pass = gs.ratelimit_remaining >= 0 && gs.ratelimit_remaining < 200 ? 0
+                      : gs.ratelimit_remaining >= 0 && gs.ratelimit_remaining < 1000
+                          ? 1
+                          : ORG_REPOS_PER_PASS;
+    for (size_t k = 0; k < per_pass && k < o->n; k++) {
+        queued_jobs_start(s, scope, o->names[o->cursor % o->n]);
+        o->cursor = (o->cursor + 1) % o->n;
+    }
 }
 
 static const struct config_pool *pool_named(const struct config *c, const char *name)
@@ -1499,17 +1604,10 @@ static void reconcile(struct scheduler *s)
                 s->lists_pending--;
                 free(ctx);
             }
-            struct scope_ctx *jobs_ctx = d->scopes[i].repo ? calloc(1, sizeof(*jobs_ctx)) : NULL;
-            if (jobs_ctx) {
-                jobs_ctx->s = s;
-                jobs_ctx->scope = &d->scopes[i];
-                s->lists_pending++;
-                if (github_queued_jobs_list(d->github, d->scopes[i].repo, on_queued_jobs,
-                                            jobs_ctx) < 0) {
-                    s->lists_pending--;
-                    free(jobs_ctx);
-                }
-            }
+            if (d->scopes[i].repo)
+                queued_jobs_start(s, &d->scopes[i], d->scopes[i].repo);
+            else if (d->scopes[i].org && s->org_repos)
+                org_queued_jobs(s, i);
         }
     }
     pass_add(s, t0);
@@ -1536,11 +1634,13 @@ int scheduler_new(struct daemon *d, struct scheduler **ret)
     s->why = calloc(d->config->n_pools + 1, sizeof(*s->why));
     s->failures = calloc(d->config->n_pools + 1, sizeof(int));
     s->retry_at_ms = calloc(d->config->n_pools + 1, sizeof(int64_t));
-    if (!s->drained || !s->why || !s->failures || !s->retry_at_ms) {
+    s->org_repos = calloc(d->n_scopes + 1, sizeof(*s->org_repos));
+    if (!s->drained || !s->why || !s->failures || !s->retry_at_ms || !s->org_repos) {
         free(s->drained);
         free(s->why);
         free(s->failures);
         free(s->retry_at_ms);
+        free(s->org_repos);
         free(s);
         return -ENOMEM;
     }
@@ -1597,6 +1697,13 @@ void scheduler_free(struct scheduler *s)
     free(s->orphans);
     s->orphans = NULL;
     s->n_orphans = 0;
+    for (size_t i = 0; s->org_repos && i < s->d->n_scopes; i++) {
+        for (size_t k = 0; k < s->org_repos[i].n; k++)
+            free(s->org_repos[i].names[k]);
+        free(s->org_repos[i].names);
+    }
+    free(s->org_repos);
+    s->org_repos = NULL;
     /* The tick and reconcile handles close in this loop iteration; s outlives them by
      * being freed from the daemon after uv_run returns. */
 }

@@ -33,6 +33,7 @@ let nextRunnerId = 100000;
 let registrations = 0;
 // Jobs GitHub holds as queued (for the reconciler's lost-webhook search): id -> job.
 const queuedJobs = new Map();
+let installationRepos = null; // what /installation/repositories lists, once a test sets it
 
 function b64urlJson(part) {
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
@@ -95,6 +96,10 @@ createServer(async (req, res) => {
     if (url === '/__double/registrations') return send(res, 200, {}, JSON.stringify({ registrations }));
     if (url === '/__double/queued' && req.method === 'POST') {
       for (const j of JSON.parse(body.toString())) queuedJobs.set(j.id, j);
+      return send(res, 200, {}, '{}');
+    }
+    if (url === '/__double/repos' && req.method === 'POST') {
+      installationRepos = JSON.parse(body.toString());
       return send(res, 200, {}, '{}');
     }
     if (url === '/__double/dequeue' && req.method === 'POST') {
@@ -191,8 +196,10 @@ createServer(async (req, res) => {
   if (stateful && upstream.status === 200 && /\/actions\/runs$/.test(path)) {
     const parsed = JSON.parse(text);
     const example = parsed.workflow_runs[0];
-    // A job marked hidden is queued in a run that is in progress: not in this list.
-    const runIds = [...new Set([...queuedJobs.values()].filter((j) => !j.hidden).map((j) => j.run_id))];
+    // A job marked hidden is queued in a run that is in progress: not in this list. A job
+    // with a `repo` is listed for that repository only.
+    const repo = /^\/repos\/([^/]+\/[^/]+)\//.exec(path)[1];
+    const runIds = [...new Set([...queuedJobs.values()].filter((j) => !j.hidden && (!j.repo || j.repo === repo)).map((j) => j.run_id))];
     parsed.workflow_runs = runIds.map((id) => ({ ...example, id, status: 'queued', conclusion: null }));
     parsed.total_count = parsed.workflow_runs.length;
     text = JSON.stringify(parsed);
@@ -204,6 +211,13 @@ createServer(async (req, res) => {
     parsed.jobs = [...queuedJobs.values()].filter((j) => j.run_id === Number(runJobs[1]))
       .map((j) => ({ ...example, id: j.id, run_id: j.run_id, labels: j.labels, status: 'queued', conclusion: null, runner_name: null, runner_id: null }));
     parsed.total_count = parsed.jobs.length;
+    text = JSON.stringify(parsed);
+  }
+  if (stateful && installationRepos && upstream.status === 200 && path === '/installation/repositories') {
+    const parsed = JSON.parse(text);
+    const example = parsed.repositories[0];
+    parsed.repositories = installationRepos.map((fullName) => ({ ...example, full_name: fullName, name: fullName.split('/')[1], owner: { ...example.owner, login: fullName.split('/')[0] } }));
+    parsed.total_count = parsed.repositories.length;
     text = JSON.stringify(parsed);
   }
   // One job: GitHub's example, with this job's id, and queued while the test says so.

@@ -105,3 +105,43 @@ test('a phantom queued job is asked about and retired; one GitHub still has queu
   const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
   assert.match(metrics, /hatchery_reconcile_actions_total\{action="phantom_job_retired"\} 1/);
 });
+
+test('an org scope: lost jobs are found across the installation\'s repositories of that org', async () => {
+  const org = new Daemon({
+    pools: `pools:
+  - name: sim
+    labels: [sim]
+    arch: s390x
+    image: /default-pool/base.qcow2
+    max_runners: 0
+`,
+    extra: githubConfig({ reconcileIntervalS: 1 }).replace('    - repo: pytorch/pytorch', '    - org: pytorch'),
+  });
+  // The installation reaches three repositories, one of another owner.
+  await fetch(`${api}/__double/repos`, { method: 'POST', body: JSON.stringify(['pytorch/vision', 'pytorch/audio', 'someone/else']) });
+  const jobs = [
+    { id: 8400000001, run_id: 71, labels: ['sim'], repo: 'pytorch/vision' },
+    { id: 8400000002, run_id: 72, labels: ['sim'], repo: 'pytorch/audio' },
+    { id: 8400000003, run_id: 73, labels: ['sim'], repo: 'someone/else' },
+  ];
+  await fetch(`${api}/__double/queued`, { method: 'POST', body: JSON.stringify(jobs) });
+  await org.start();
+  try {
+    await org.until('both org jobs found', () => {
+      const found = org.jobs().filter((j) => j.id >= 8400000001 && j.id <= 8400000003);
+      return found.length >= 2 && found;
+    }, { ms: 20000 });
+    await sleep(3000);
+    const found = org.jobs().filter((j) => j.id >= 8400000001 && j.id <= 8400000003);
+    assert.deepEqual(found.map((j) => [j.id, j.repository]).sort(), [[8400000001, 'pytorch/vision'], [8400000002, 'pytorch/audio']]);
+    assert.match(org.logs, /event=reconcile.org_repos org=pytorch repositories=2/);
+    // Not the other owner's repository, whose job is not ours to serve.
+    const listed = (await log()).filter((e) => /\/repos\/someone\/else\//.test(e.url));
+    assert.deepEqual(listed, []);
+  } finally {
+    await fetch(`${api}/__double/dequeue`, { method: 'POST', body: JSON.stringify(jobs.map((j) => j.id)) });
+    const { code } = await org.stop();
+    org.cleanup();
+    assert.equal(code, 0);
+  }
+});
