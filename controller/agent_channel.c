@@ -209,12 +209,6 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
             exit.report = report;
         }
         c->state = CHANNEL_EXITED;
-        /* A version 2 agent keeps its exit until told we have it. */
-        if (c->version >= 2) {
-            json_t *ack = agent_msg_new_v(AGENT_MSG_ACK, c->version);
-            json_object_set_new(ack, "of", json_string("exited"));
-            send_msg(c, ack);
-        }
         if (ev->on_exited)
             ev->on_exited(c->data, &exit);
         return;
@@ -387,6 +381,17 @@ int agent_channel_send_config(struct agent_channel *c, const char *runner_name,
     if (r == 0)
         c->state = CHANNEL_CONFIGURED;
     return r;
+}
+
+int agent_channel_ack_exit(struct agent_channel *c)
+{
+    if (c->state != CHANNEL_EXITED)
+        return -EPROTO;
+    if (c->version < 2)
+        return 0; /* a version 1 agent does not wait for it */
+    json_t *ack = agent_msg_new_v(AGENT_MSG_ACK, c->version);
+    json_object_set_new(ack, "of", json_string("exited"));
+    return send_msg(c, ack);
 }
 
 int agent_channel_send_shutdown(struct agent_channel *c, const char *reason)

@@ -74,6 +74,9 @@ int agent_channel_resume(uv_stream_t *stream, const struct agent_channel_events 
 int agent_channel_send_config(struct agent_channel *channel, const char *runner_name,
                               const struct secret *jit_config, int64_t job_timeout_s,
                               const char *const *runner_command, size_t n_command);
+/* After `exited`, once the exit is recorded: a version 2 agent keeps its exit (and its
+ * guest up) until it hears this. */
+int agent_channel_ack_exit(struct agent_channel *channel);
 int agent_channel_send_shutdown(struct agent_channel *channel, const char *reason);
 /* Closes without further callbacks. */
 void agent_channel_close(struct agent_channel *channel);

@@ -1355,6 +1355,12 @@ void guest_teardown(struct guest *g, const char *reason)
     teardown_start(g);
 }
 
+void guest_ack_exit(struct guest *g)
+{
+    if (g->channel && g->state == GUEST_EXITED)
+        agent_channel_ack_exit(g->channel);
+}
+
 int guest_send_config(struct guest *g, const struct secret *jit, int64_t job_timeout_s,
                       const char *const *command, size_t n_command)
 {

@@ -39,9 +39,9 @@ struct runner {
     bool hello;
     bool ever_busy;
     int pool_failures_at_start; /* the pool's failures in a row when this runner started */
-    /* GitHub requests in flight that will call back with this runner: it is freed only
-     * when it is deleted and none is left. */
-    int github_holds;
+    /* Callbacks still to come with this runner (GitHub requests, store commits): it is
+     * freed only when it is deleted and none is left. */
+    int holds;
     bool forget_pending;
     bool adopting; /* an earlier hatcheryd's runner, waiting for its agent */
     int64_t adopt_started_ms;
@@ -150,7 +150,15 @@ static json_t *ms_or_null(int64_t ms)
     return ms ? json_integer(ms) : json_null();
 }
 
+static void record_then(struct runner *r, store_write_cb cb);
+
 static void record(struct runner *r)
+{
+    record_then(r, NULL);
+}
+
+/* Writes the runner's record; `cb` (with the runner) once it is committed. */
+static void record_then(struct runner *r, store_write_cb cb)
 {
     json_t *params = json_pack(
         "[I, s, s, o, o, o, s?, o, o, o, I, o]", (json_int_t)r->id, runner_state_names[r->state],
@@ -159,11 +167,13 @@ static void record(struct runner *r)
         r->exit_code >= 0 ? json_integer(r->exit_code) : json_null(),
         r->reason[0] ? r->reason : NULL, ms_or_null(r->online_ms), ms_or_null(r->busy_ms),
         ms_or_null(r->finished_ms), (json_int_t)now_ms(), json_null());
-    store_sql_submit(r->s->d->store,
-                     "UPDATE runners SET state = ?2, host = ?3, github_runner_id = ?4, "
-                     "job_id = ?5, exit_code = ?6, reason = ?7, online_at = ?8, busy_at = ?9, "
-                     "finished_at = ?10, updated_at = ?11 WHERE id = ?1",
-                     params, NULL, NULL);
+    int e = store_sql_submit(r->s->d->store,
+                             "UPDATE runners SET state = ?2, host = ?3, github_runner_id = ?4, "
+                             "job_id = ?5, exit_code = ?6, reason = ?7, online_at = ?8, "
+                             "busy_at = ?9, finished_at = ?10, updated_at = ?11 WHERE id = ?1",
+                             params, cb, cb ? r : NULL);
+    if (e < 0 && cb)
+        cb(r, e); /* not taken: the caller still hears of it */
 }
 
 static void on_runner_timer(uv_timer_t *t);
@@ -249,7 +259,7 @@ static void on_runner_timer_closed(uv_handle_t *h)
 static void runner_forget(struct runner *r)
 {
     struct scheduler *s = r->s;
-    if (r->github_holds > 0) {
+    if (r->holds > 0) {
         r->forget_pending = true; /* the last GitHub callback frees it */
         return;
     }
@@ -263,12 +273,12 @@ static void runner_forget(struct runner *r)
     scheduler_kick(s);
 }
 
-/* A GitHub callback that held the runner has come: true when the runner is still
- * wanted, false when it was freed. */
-static bool github_release(struct runner *r)
+/* A callback that held the runner has come: true when the runner is still wanted, false
+ * when it was freed. */
+static bool hold_release(struct runner *r)
 {
-    r->github_holds--;
-    if (r->forget_pending && r->github_holds == 0) {
+    r->holds--;
+    if (r->forget_pending && r->holds == 0) {
         r->forget_pending = false;
         runner_forget(r);
         return false;
@@ -287,7 +297,7 @@ static void runner_deleted(struct runner *r)
 static void on_github_deleted(void *data, int err, const char *message)
 {
     struct runner *r = data;
-    if (!github_release(r))
+    if (!hold_release(r))
         return;
     if (err < 0)
         log_warn("runner.github_delete_failed", "runner=%s error=\"%s\"", r->name,
@@ -306,11 +316,11 @@ static void runner_after_guest(struct runner *r)
     if (r->state == RUNNER_FAILED)
         record(r);
     if (d->github && r->github_runner_id > 0) {
-        r->github_holds++;
+        r->holds++;
         if (github_runner_delete(d->github, r->scope, r->github_runner_id, on_github_deleted, r) ==
             0)
             return;
-        r->github_holds--;
+        r->holds--;
     }
     runner_deleted(r);
 }
@@ -381,7 +391,7 @@ static void runner_retire(struct runner *r, const char *fmt, ...)
 static void runner_give_up(struct runner *r)
 {
     log_warn("runner.delete_deadline", "runner=%s state=%s guest=%s github_requests=%d", r->name,
-             runner_state_names[r->state], r->guest ? "kept" : "gone", r->github_holds);
+             runner_state_names[r->state], r->guest ? "kept" : "gone", r->holds);
     if (r->guest) {
         guest_disown(r->guest);
         r->guest = NULL;
@@ -545,6 +555,20 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
     runner_move(r, RUNNER_EV_RUNNER_STARTED);
 }
 
+static void on_exit_recorded(void *data, int result)
+{
+    struct runner *r = data;
+    if (!hold_release(r))
+        return;
+    if (result < 0)
+        log_warn("runner.exit_unrecorded", "runner=%s error=\"%s\"", r->name, strerror(-result));
+    if (r->guest) {
+        guest_ack_exit(r->guest);
+        /* The guest powers itself off; tear down now either way. */
+        guest_teardown(r->guest, "runner exited");
+    }
+}
+
 static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit)
 {
     struct runner *r = data;
@@ -569,9 +593,13 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
             r->s->failures[slot] = r->pool_failures_at_start;
         pool_result(r, false);
     }
-    runner_move(r, RUNNER_EV_RUNNER_EXITED);
-    /* The guest powers itself off; tear down now either way. */
-    guest_teardown(g, "runner exited");
+    /* The exit is on disk before the agent hears that we have it (and may power off)
+     * and before the guest goes: a restart in between finds the runner finishing, with
+     * its exit, not busy with a guest gone. */
+    if (!runner_move(r, RUNNER_EV_RUNNER_EXITED))
+        return;
+    r->holds++;
+    record_then(r, on_exit_recorded);
 }
 
 static void ev_failed(void *data, struct guest *g, const char *reason)
@@ -645,7 +673,7 @@ static void on_jit(void *data, int err, const char *message, int64_t runner_id, 
     struct runner *r = data;
     struct github_client *github = r->s->d->github;
     const struct github_scope *scope = r->scope;
-    bool wanted = github_release(r); /* false: r is freed */
+    bool wanted = hold_release(r); /* false: r is freed */
     if (!wanted || r->state >= RUNNER_DELETING) {
         secret_free(jit);
         /* Registered after all: delete it, or it lingers. */
@@ -673,10 +701,10 @@ static void runner_start(struct runner *r)
     labels[n++] = "self-hosted";
     for (size_t i = 0; i < p->n_labels && n < CONFIG_MAX_POOL_LABELS + 1; i++)
         labels[n++] = p->labels[i];
-    r->github_holds++;
+    r->holds++;
     int e = github_jitconfig_generate(d->github, r->scope, r->name, labels, n, "_work", on_jit, r);
     if (e < 0) {
-        r->github_holds--;
+        r->holds--;
         runner_fail(r, "cannot ask GitHub for a JIT config: %s", strerror(-e));
         return;
     }
@@ -1482,7 +1510,13 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     r->state = state;
     r->github_runner_id = row_ms(row, "github_runner_id");
     r->job_id = row_ms(row, "job_id");
-    r->exit_code = -1;
+    json_t *exit_code = json_object_get(row, "exit_code");
+    r->exit_code = json_is_integer(exit_code) ? (int)json_integer_value(exit_code) : -1;
+    snprintf(r->reason, sizeof(r->reason), "%s",
+             json_is_string(json_object_get(row, "reason"))
+                 ? json_string_value(json_object_get(row, "reason"))
+                 : "");
+    r->finished_ms = row_ms(row, "finished_at");
     r->created_ms = row_ms(row, "created_at");
     r->online_ms = row_ms(row, "online_at");
     r->busy_ms = row_ms(row, "busy_at");
@@ -1518,7 +1552,8 @@ static void recover(struct scheduler *s)
      * earlier process's can be stale. */
     json_t *rows = store_query(s->d->store,
                                "SELECT id, name, pool, host, state, github_runner_id, job_id, "
-                               "created_at, online_at, busy_at FROM runners WHERE "
+                               "exit_code, reason, created_at, online_at, busy_at, finished_at "
+                               "FROM runners WHERE "
                                "id < ?1 AND state NOT IN ('deleted')",
                                json_pack("[I]", (json_int_t)s->first_id));
     const struct config *c = s->d->config;

@@ -13,6 +13,9 @@
 // hatcheryd must lose none: its runners are adopted by the next one.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
@@ -96,6 +99,8 @@ before(async () => {
 
 after(async () => {
   await d.stop();
+  // The daemon's log across every restart, to read after a failure.
+  writeFileSync(join(tmpdir(), 'hatchery-chaos-daemon.log'), d.logs);
   d.cleanup();
 });
 
