@@ -976,7 +976,16 @@ int main(int argc, char **argv)
     sd_notify_send("READY=1");
     if (d.github)
         github_probe(&d);
-    r = scheduler_new(&d, &d.scheduler);
+    struct scheduler_deps deps = {
+        .loop = d.loop,
+        .store = d.store,
+        .config = &d.config,
+        .github = &d.github,
+        .provisioner = &d.provisioner,
+        .scopes = d.scopes,
+        .n_scopes = d.n_scopes,
+    };
+    r = scheduler_new(&deps, &d.scheduler);
     if (r < 0)
         log_error("daemon.scheduler_failed", "error=\"%s\"", strerror(-r));
 

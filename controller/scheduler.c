@@ -10,10 +10,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "config.h"
+#include "github.h"
 #include "hatchery/limits.h"
 #include "image_manifest.h"
 #include "log.h"
+#include "provisioner.h"
+#include "store.h"
+#include "webhook.h"
 
 #define TICK_MS              1000
 #define DEFAULT_COMMAND_ARGS 2
@@ -58,7 +62,7 @@ struct runner {
 #define RUNNER_BUCKETS 1024 /* by id; a power of two */
 
 struct scheduler {
-    struct daemon *d;
+    struct scheduler_deps deps;
     struct runner *runners;
     struct runner *by_id[RUNNER_BUCKETS];
     int64_t next_id;
@@ -82,6 +86,23 @@ struct scheduler {
     int64_t started_ms;
     struct scheduler_stats stats;
 };
+
+/* The running config, GitHub client and provisioner, read through on each use: a reload
+ * replaces the config, and a stop clears the clients. */
+static const struct config *cfg(const struct scheduler *s)
+{
+    return *s->deps.config;
+}
+
+static struct github_client *gh(const struct scheduler *s)
+{
+    return *s->deps.github;
+}
+
+static struct provisioner *prov(const struct scheduler *s)
+{
+    return *s->deps.provisioner;
+}
 
 static int64_t now_ms(void)
 {
@@ -167,7 +188,7 @@ static void record_then(struct runner *r, store_write_cb cb)
         r->exit_code >= 0 ? json_integer(r->exit_code) : json_null(),
         r->reason[0] ? r->reason : NULL, ms_or_null(r->online_ms), ms_or_null(r->busy_ms),
         ms_or_null(r->finished_ms), (json_int_t)now_ms(), json_null());
-    int e = store_sql_submit(r->s->d->store,
+    int e = store_sql_submit(r->s->deps.store,
                              "UPDATE runners SET state = ?2, host = ?3, github_runner_id = ?4, "
                              "job_id = ?5, exit_code = ?6, reason = ?7, online_at = ?8, "
                              "busy_at = ?9, finished_at = ?10, updated_at = ?11 WHERE id = ?1",
@@ -222,7 +243,7 @@ static bool runner_move(struct runner *r, enum runner_event ev)
  * reload removed the pool. Runners keep the pool settings they were made with. */
 static int pool_slot(const struct scheduler *s, const struct config_pool *pool)
 {
-    const struct config *c = s->d->config;
+    const struct config *c = cfg(s);
     for (size_t i = 0; i < c->n_pools; i++)
         if (&c->pools[i] == pool || strcmp(c->pools[i].name, pool->name) == 0)
             return (int)i;
@@ -310,14 +331,13 @@ static void on_github_deleted(void *data, int err, const char *message)
  * guest failed), then the record is final. */
 static void runner_after_guest(struct runner *r)
 {
-    struct daemon *d = r->s->d;
     if (!runner_move(r, RUNNER_EV_GUEST_GONE))
         return;
     if (r->state == RUNNER_FAILED)
         record(r);
-    if (d->github && r->github_runner_id > 0) {
+    if (gh(r->s) && r->github_runner_id > 0) {
         r->holds++;
-        if (github_runner_delete(d->github, r->scope, r->github_runner_id, on_github_deleted, r) ==
+        if (github_runner_delete(gh(r->s), r->scope, r->github_runner_id, on_github_deleted, r) ==
             0)
             return;
         r->holds--;
@@ -511,7 +531,7 @@ static bool supplied_recently(const struct scheduler *s, int64_t job_id)
 static void credit_oldest_queued_job(struct runner *r)
 {
     struct scheduler *s = r->s;
-    json_t *rows = store_query(s->d->store,
+    json_t *rows = store_query(s->deps.store,
                                "SELECT id, queued_at FROM jobs WHERE pool = ?1 AND status = "
                                "'queued' AND supplied_at IS NULL ORDER BY queued_at, id LIMIT 65",
                                json_pack("[s]", r->pool->name));
@@ -527,7 +547,7 @@ static void credit_oldest_queued_job(struct runner *r)
         if (json_is_integer(queued_at))
             observe(s->stats.supplied_buckets, &s->stats.supplied_count, &s->stats.supplied_sum,
                     (double)(r->online_ms - json_integer_value(queued_at)) / 1000.0);
-        store_sql_submit(s->d->store,
+        store_sql_submit(s->deps.store,
                          "UPDATE jobs SET supplied_at = ?2 WHERE id = ?1 AND supplied_at IS NULL",
                          json_pack("[I, I]", (json_int_t)id, (json_int_t)r->online_ms), NULL, NULL);
         break;
@@ -671,7 +691,7 @@ static void on_github_deleted_quiet(void *data, int err, const char *message)
 static void on_jit(void *data, int err, const char *message, int64_t runner_id, struct secret *jit)
 {
     struct runner *r = data;
-    struct github_client *github = r->s->d->github;
+    struct github_client *github = gh(r->s);
     const struct github_scope *scope = r->scope;
     bool wanted = hold_release(r); /* false: r is freed */
     if (!wanted || r->state >= RUNNER_DELETING) {
@@ -693,7 +713,6 @@ static void on_jit(void *data, int err, const char *message, int64_t runner_id, 
 
 static void runner_start(struct runner *r)
 {
-    struct daemon *d = r->s->d;
     runner_move(r, RUNNER_EV_RECORDED);
     const struct config_pool *p = r->pool;
     const char *labels[CONFIG_MAX_POOL_LABELS + 1];
@@ -702,7 +721,7 @@ static void runner_start(struct runner *r)
     for (size_t i = 0; i < p->n_labels && n < CONFIG_MAX_POOL_LABELS + 1; i++)
         labels[n++] = p->labels[i];
     r->holds++;
-    int e = github_jitconfig_generate(d->github, r->scope, r->name, labels, n, "_work", on_jit, r);
+    int e = github_jitconfig_generate(gh(r->s), r->scope, r->name, labels, n, "_work", on_jit, r);
     if (e < 0) {
         r->holds--;
         runner_fail(r, "cannot ask GitHub for a JIT config: %s", strerror(-e));
@@ -713,7 +732,7 @@ static void runner_start(struct runner *r)
     if (r->state != RUNNER_CREATING)
         return;
     struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = p};
-    e = provisioner_guest_create(d->provisioner, r->host, &spec, &guest_events, r, &r->guest);
+    e = provisioner_guest_create(prov(r->s), r->host, &spec, &guest_events, r, &r->guest);
     if (e < 0) {
         r->guest = NULL;
         runner_fail(r, "cannot create the guest on %s: %s", r->host,
@@ -733,15 +752,15 @@ static void on_runner_inserted(void *data, int result)
     runner_start(r);
 }
 
-static const struct github_scope *scope_for(struct daemon *d, const struct config_pool *p)
+static const struct github_scope *scope_for(const struct scheduler *s, const struct config_pool *p)
 {
-    for (size_t i = 0; p->github_scope && i < d->n_scopes; i++) {
-        const struct github_scope *sc = &d->scopes[i];
+    for (size_t i = 0; p->github_scope && i < s->deps.n_scopes; i++) {
+        const struct github_scope *sc = &s->deps.scopes[i];
         if ((sc->repo && strcmp(sc->repo, p->github_scope) == 0) ||
             (sc->org && strcmp(sc->org, p->github_scope) == 0))
             return sc;
     }
-    return d->n_scopes ? &d->scopes[0] : NULL;
+    return s->deps.n_scopes ? &s->deps.scopes[0] : NULL;
 }
 
 static void runner_create(struct scheduler *s, const struct config_pool *pool, const char *host)
@@ -753,12 +772,12 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
     r->id = s->next_id++;
     snprintf(r->name, sizeof(r->name), "%s%lld", s->prefix, (long long)r->id);
     r->pool = pool;
-    r->scope = scope_for(s->d, pool);
+    r->scope = scope_for(s, pool);
     snprintf(r->host, sizeof(r->host), "%s", host);
     r->state = RUNNER_PENDING;
     r->exit_code = -1;
     r->created_ms = now_ms();
-    uv_timer_init(s->d->loop, &r->timer);
+    uv_timer_init(s->deps.loop, &r->timer);
     r->timer.data = r;
     r->next = s->runners;
     s->runners = r;
@@ -770,7 +789,7 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
                                host, runner_state_names[RUNNER_PENDING], (json_int_t)pool->vcpus,
                                (json_int_t)pool->memory_mib, (json_int_t)r->created_ms);
     /* Written before anything is done: a crash from here on leaves a record to repair. */
-    if (store_sql_submit(s->d->store,
+    if (store_sql_submit(s->deps.store,
                          "INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, "
                          "created_at, updated_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
                          params, on_runner_inserted, r) < 0)
@@ -790,7 +809,7 @@ static bool host_is_local(const char *uri)
 static const char *place(struct scheduler *s, const struct config_pool *pool, char *why,
                          size_t why_size)
 {
-    const struct config *c = s->d->config;
+    const struct config *c = cfg(s);
     const char *best = NULL;
     int64_t best_guests = 0;
     size_t down = 0, drained = 0, full = 0, candidates = 0;
@@ -807,7 +826,7 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
             drained++;
             continue;
         }
-        if (provisioner_host_status(s->d->provisioner, h->name, &st) < 0 || !st.up) {
+        if (provisioner_host_status(prov(s), h->name, &st) < 0 || !st.up) {
             down++;
             continue;
         }
@@ -848,10 +867,9 @@ static void recover(struct scheduler *s);
 /* Every host's first connection attempt is over (up or down). */
 static bool hosts_settled(struct scheduler *s)
 {
-    for (size_t i = 0; i < s->d->config->n_hosts; i++) {
+    for (size_t i = 0; i < cfg(s)->n_hosts; i++) {
         struct host_status st;
-        if (provisioner_host_status(s->d->provisioner, s->d->config->hosts[i].name, &st) == 0 &&
-            st.connecting)
+        if (provisioner_host_status(prov(s), cfg(s)->hosts[i].name, &st) == 0 && st.connecting)
             return false;
     }
     return true;
@@ -860,7 +878,7 @@ static bool hosts_settled(struct scheduler *s)
 /* A guest whose agent went silent in idle or busy is hung: it is replaced. */
 static void check_heartbeats(struct scheduler *s)
 {
-    int64_t limit_ms = s->d->config->heartbeat_timeout_s * 1000, now = now_ms();
+    int64_t limit_ms = cfg(s)->heartbeat_timeout_s * 1000, now = now_ms();
     for (struct runner *r = s->runners, *next; r; r = next) {
         next = r->next;
         if (runner_state_heartbeats(r->state) && !r->adopting && r->guest &&
@@ -908,13 +926,12 @@ static void retire_removed(struct scheduler *s)
 
 static void tick(struct scheduler *s)
 {
-    struct daemon *d = s->d;
-    const struct config *c = d->config;
+    const struct config *c = cfg(s);
     check_heartbeats(s);
     retire_removed(s);
     if (!s->recovered && hosts_settled(s))
         recover(s); /* as soon as every host's first connection has been tried */
-    if (!d->github) {
+    if (!gh(s)) {
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
         return;
@@ -925,12 +942,12 @@ static void tick(struct scheduler *s)
             snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
         return;
     }
-    json_t *rows = store_query(d->store,
+    json_t *rows = store_query(s->deps.store,
                                "SELECT pool, count(*) AS n FROM jobs WHERE status = 'queued' AND "
                                "pool IS NOT NULL GROUP BY pool",
                                json_array());
     struct github_stats gs;
-    github_client_stats(d->github, &gs);
+    github_client_stats(gh(s), &gs);
     bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > now_ms();
     for (size_t p = 0; p < c->n_pools; p++) {
         const struct config_pool *pool = &c->pools[p];
@@ -1032,7 +1049,7 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
         r->job_id = job_id;
         r->busy_ms = now_ms();
         r->ever_busy = true;
-        json_t *rows = store_query(s->d->store, "SELECT queued_at FROM jobs WHERE id = ?1",
+        json_t *rows = store_query(s->deps.store, "SELECT queued_at FROM jobs WHERE id = ?1",
                                    json_pack("[I]", (json_int_t)job_id));
         json_t *q = json_object_get(json_array_get(rows, 0), "queued_at");
         if (json_is_integer(q))
@@ -1066,7 +1083,7 @@ static void on_tagged(void *data, const char *host, char **names, size_t n)
         if (r && runner_state_live(r->state))
             continue;
         log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
-        provisioner_domain_remove(s->d->provisioner, host, names[i], on_orphan_removed, s);
+        provisioner_domain_remove(prov(s), host, names[i], on_orphan_removed, s);
     }
     pass_add(s, t0);
 }
@@ -1119,7 +1136,7 @@ static void on_orphan_volumes(void *data, const char *host, char **names, size_t
         log_info("reconcile.orphan_volume", "host=%s volume=%s.qcow2 action=remove", host,
                  names[i]);
         s->stats.reconcile_volumes_removed++;
-        provisioner_domain_remove(s->d->provisioner, host, names[i], NULL, NULL);
+        provisioner_domain_remove(prov(s), host, names[i], NULL, NULL);
     }
     pass_add(s, t0);
 }
@@ -1202,7 +1219,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
         log_info("reconcile.orphan_github_runner", "runner=%s attempt=%d action=delete", name,
                  o->attempts + 1);
         o->in_flight = true;
-        if (github_runner_delete(s->d->github, ctx->scope, id, on_orphan_runner_deleted, od) < 0) {
+        if (github_runner_delete(gh(s), ctx->scope, id, on_orphan_runner_deleted, od) < 0) {
             o->in_flight = false;
             free(od);
         }
@@ -1245,14 +1262,14 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     if (st <= JOB_QUEUED) {
         /* Really queued (a run in progress hides it from the queued list): asked again
          * after another PHANTOM_AGE_MS. */
-        store_sql_submit(s->d->store, "UPDATE jobs SET updated_at = ?2 WHERE id = ?1",
+        store_sql_submit(s->deps.store, "UPDATE jobs SET updated_at = ?2 WHERE id = ?1",
                          json_pack("[I, I]", (json_int_t)id, (json_int_t)now), NULL, NULL);
         return;
     }
     log_info("reconcile.phantom_job", "job=%lld github_status=%s action=retire", (long long)id,
              job_status_names[st]);
     s->stats.reconcile_phantoms_retired++;
-    store_sql_submit(s->d->store,
+    store_sql_submit(s->deps.store,
                      "UPDATE jobs SET status = ?2, status_rank = ?3, conclusion = "
                      "COALESCE(?4, conclusion), started_at = COALESCE(started_at, ?5), "
                      "completed_at = CASE WHEN ?3 = 3 THEN ?5 ELSE completed_at END, "
@@ -1271,7 +1288,7 @@ static void verify_phantoms(struct scheduler *s, const char *repo, const char *l
 {
     int64_t cutoff = now_ms() - PHANTOM_AGE_MS;
     json_t *rows =
-        store_query(s->d->store,
+        store_query(s->deps.store,
                     "SELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 "
                     "AND queued_at < ?2 AND updated_at < ?2 AND id NOT IN "
                     "(SELECT value FROM json_each(?3)) ORDER BY queued_at LIMIT ?4",
@@ -1286,7 +1303,7 @@ static void verify_phantoms(struct scheduler *s, const char *repo, const char *l
         pc->s = s;
         pc->job_id = json_integer_value(json_object_get(row, "id"));
         s->lists_pending++;
-        if (github_job_get(s->d->github, repo, pc->job_id, on_phantom_checked, pc) < 0) {
+        if (github_job_get(gh(s), repo, pc->job_id, on_phantom_checked, pc) < 0) {
             s->lists_pending--;
             free(pc);
         }
@@ -1320,7 +1337,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     char *ids_text = json_dumps(ids, JSON_COMPACT);
     json_decref(ids);
     json_t *unknown_rows =
-        ids_text ? store_query(s->d->store,
+        ids_text ? store_query(s->deps.store,
                                "SELECT value AS id FROM json_each(?1) WHERE value NOT IN "
                                "(SELECT id FROM jobs)",
                                json_pack("[s]", ids_text))
@@ -1358,7 +1375,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
             break;
         char delivery[64];
         snprintf(delivery, sizeof(delivery), "reconcile-%lld", (long long)json_integer_value(id));
-        const struct config_pool *pool = job_pool_match(s->d->config, values, n);
+        const struct config_pool *pool = job_pool_match(cfg(s), values, n);
         ev->delivery_id = strdup(delivery);
         ev->job_id = json_integer_value(id);
         ev->run_id = json_integer_value(json_object_get(job, "run_id"));
@@ -1375,7 +1392,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
         log_info("reconcile.lost_job", "job=%lld pool=%s action=store", (long long)ev->job_id,
                  pool ? pool->name : "(unmatched)");
         s->stats.reconcile_jobs_found++;
-        store_job_event_submit(s->d->store, ev, NULL, NULL);
+        store_job_event_submit(s->deps.store, ev, NULL, NULL);
     }
     json_decref(unknown);
     free(repo);
@@ -1397,7 +1414,7 @@ static void queued_jobs_start(struct scheduler *s, const struct github_scope *sc
     ctx->scope = scope;
     ctx->repo = copy;
     s->lists_pending++;
-    if (github_queued_jobs_list(s->d->github, repo, on_queued_jobs, ctx) < 0) {
+    if (github_queued_jobs_list(gh(s), repo, on_queued_jobs, ctx) < 0) {
         s->lists_pending--;
         free(copy);
         free(ctx);
@@ -1408,7 +1425,7 @@ static void on_org_repos(void *data, int err, const char *message, json_t *repos
 {
     struct scope_ctx *ctx = data;
     struct scheduler *s = ctx->s;
-    size_t i = (size_t)(ctx->scope - s->d->scopes);
+    size_t i = (size_t)(ctx->scope - s->deps.scopes);
     const char *org = ctx->scope->org;
     free(ctx);
     s->lists_pending--;
@@ -1442,7 +1459,7 @@ static void on_org_repos(void *data, int err, const char *message, json_t *repos
  * ORG_REPOS_TTL_MS), a few per pass in turn, fewer when the rate-limit budget is low. */
 static void org_queued_jobs(struct scheduler *s, size_t i)
 {
-    const struct github_scope *scope = &s->d->scopes[i];
+    const struct github_scope *scope = &s->deps.scopes[i];
     struct org_repos *o = &s->org_repos[i];
     if (!o->listing && (!o->listed_ms || now_ms() - o->listed_ms > ORG_REPOS_TTL_MS)) {
         struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -1451,7 +1468,7 @@ static void org_queued_jobs(struct scheduler *s, size_t i)
             ctx->scope = scope;
             o->listing = true;
             s->lists_pending++;
-            if (github_installation_repos_list(s->d->github, on_org_repos, ctx) < 0) {
+            if (github_installation_repos_list(gh(s), on_org_repos, ctx) < 0) {
                 o->listing = false;
                 s->lists_pending--;
                 free(ctx);
@@ -1459,7 +1476,7 @@ static void org_queued_jobs(struct scheduler *s, size_t i)
         }
     }
     struct github_stats gs;
-    github_client_stats(s->d->github, &gs);
+    github_client_stats(gh(s), &gs);
     size_t per_pass = gs.ratelimit_remaining >= 0 && gs.ratelimit_remaining < 200 ? 0
                       : gs.ratelimit_remaining >= 0 && gs.ratelimit_remaining < 1000
                           ? 1
@@ -1506,7 +1523,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     snprintf(r->name, sizeof(r->name), "%s", json_string_value(json_object_get(row, "name")));
     snprintf(r->host, sizeof(r->host), "%s", json_string_value(json_object_get(row, "host")));
     r->pool = pool;
-    r->scope = scope_for(s->d, pool);
+    r->scope = scope_for(s, pool);
     r->state = state;
     r->github_runner_id = row_ms(row, "github_runner_id");
     r->job_id = row_ms(row, "job_id");
@@ -1525,7 +1542,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     r->adopting = true;
     r->adopt_started_ms = s->started_ms;
     r->heartbeat_ms = now_ms();
-    uv_timer_init(s->d->loop, &r->timer);
+    uv_timer_init(s->deps.loop, &r->timer);
     r->timer.data = r;
     r->next = s->runners;
     s->runners = r;
@@ -1535,7 +1552,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     int64_t since = state == RUNNER_BUSY ? r->busy_ms : state == RUNNER_IDLE ? r->online_ms : 0;
     arm_timeout(r, since ? since : now_ms());
     struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = pool};
-    int e = provisioner_guest_adopt(s->d->provisioner, r->host, &spec, &guest_events, r, &r->guest);
+    int e = provisioner_guest_adopt(prov(s), r->host, &spec, &guest_events, r, &r->guest);
     if (e < 0) {
         r->guest = NULL;
         runner_fail(r, "not adopted after a restart: %s",
@@ -1550,13 +1567,13 @@ static void recover(struct scheduler *s)
 {
     /* This process's records all have a runner in memory until they are final: only an
      * earlier process's can be stale. */
-    json_t *rows = store_query(s->d->store,
+    json_t *rows = store_query(s->deps.store,
                                "SELECT id, name, pool, host, state, github_runner_id, job_id, "
                                "exit_code, reason, created_at, online_at, busy_at, finished_at "
                                "FROM runners WHERE "
                                "id < ?1 AND state NOT IN ('deleted')",
                                json_pack("[I]", (json_int_t)s->first_id));
-    const struct config *c = s->d->config;
+    const struct config *c = cfg(s);
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -1566,7 +1583,7 @@ static void recover(struct scheduler *s)
         struct runner *r = name ? runner_find(s, name) : NULL;
         if (r || !name)
             continue;
-        if (host && !provisioner_host_up(s->d->provisioner, host))
+        if (host && !provisioner_host_up(prov(s), host))
             continue; /* again when the host is back */
         const char *state = json_string_value(json_object_get(row, "state"));
         int st = runner_state_from_name(state);
@@ -1589,17 +1606,17 @@ static void recover(struct scheduler *s)
                 s->stats.jobs_lost++;
         }
         if (host)
-            provisioner_domain_remove(s->d->provisioner, host, name, NULL, NULL);
+            provisioner_domain_remove(prov(s), host, name, NULL, NULL);
         json_t *gid = json_object_get(row, "github_runner_id");
-        const struct github_scope *scope = pool ? scope_for(s->d, pool) : NULL;
-        if (!scope && s->d->n_scopes)
-            scope = &s->d->scopes[0];
-        if (s->d->github && json_is_integer(gid) && scope)
-            github_runner_delete(s->d->github, scope, json_integer_value(gid),
-                                 on_github_deleted_quiet, NULL);
+        const struct github_scope *scope = pool ? scope_for(s, pool) : NULL;
+        if (!scope && s->deps.n_scopes)
+            scope = &s->deps.scopes[0];
+        if (gh(s) && json_is_integer(gid) && scope)
+            github_runner_delete(gh(s), scope, json_integer_value(gid), on_github_deleted_quiet,
+                                 NULL);
         json_t *params = json_pack("[I, s, I]", json_integer_value(json_object_get(row, "id")),
                                    reason, (json_int_t)now_ms());
-        store_sql_submit(s->d->store,
+        store_sql_submit(s->deps.store,
                          "UPDATE runners SET state = 'deleted', reason = COALESCE(reason, ?2), "
                          "finished_at = COALESCE(finished_at, ?3), updated_at = ?3 WHERE id = ?1",
                          params, NULL, NULL);
@@ -1611,37 +1628,34 @@ static void recover(struct scheduler *s)
 static void reconcile(struct scheduler *s)
 {
     uint64_t t0 = uv_hrtime();
-    struct daemon *d = s->d;
     s->stats.reconcile_ticks++;
     s->pass_ms = 0;
     recover(s);
-    for (size_t i = 0; i < d->config->n_hosts; i++)
-        if (provisioner_host_up(d->provisioner, d->config->hosts[i].name)) {
-            provisioner_tagged_domains_async(d->provisioner, d->config->hosts[i].name, on_tagged,
-                                             s);
-            provisioner_orphan_volumes_async(d->provisioner, d->config->hosts[i].name,
-                                             on_orphan_volumes, s);
+    for (size_t i = 0; i < cfg(s)->n_hosts; i++)
+        if (provisioner_host_up(prov(s), cfg(s)->hosts[i].name)) {
+            provisioner_tagged_domains_async(prov(s), cfg(s)->hosts[i].name, on_tagged, s);
+            provisioner_orphan_volumes_async(prov(s), cfg(s)->hosts[i].name, on_orphan_volumes, s);
         }
     /* While a rate-limit wait holds the last pass's lists back, a new pass would only pile
      * more behind them, all fired at once when the wait ends. */
-    if (d->github && s->lists_pending > 0) {
+    if (gh(s) && s->lists_pending > 0) {
         s->stats.reconcile_github_skipped++;
         log_info("reconcile.github_skipped", "lists_pending=%d", s->lists_pending);
-    } else if (d->github) {
-        for (size_t i = 0; i < d->n_scopes; i++) {
+    } else if (gh(s)) {
+        for (size_t i = 0; i < s->deps.n_scopes; i++) {
             struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
             if (!ctx)
                 break;
             ctx->s = s;
-            ctx->scope = &d->scopes[i];
+            ctx->scope = &s->deps.scopes[i];
             s->lists_pending++;
-            if (github_runners_list(d->github, ctx->scope, NULL, on_github_runners, ctx) < 0) {
+            if (github_runners_list(gh(s), ctx->scope, NULL, on_github_runners, ctx) < 0) {
                 s->lists_pending--;
                 free(ctx);
             }
-            if (d->scopes[i].repo)
-                queued_jobs_start(s, &d->scopes[i], d->scopes[i].repo);
-            else if (d->scopes[i].org && s->org_repos)
+            if (s->deps.scopes[i].repo)
+                queued_jobs_start(s, &s->deps.scopes[i], s->deps.scopes[i].repo);
+            else if (s->deps.scopes[i].org && s->org_repos)
                 org_queued_jobs(s, i);
         }
     }
@@ -1657,19 +1671,19 @@ static void on_reconcile(uv_timer_t *t)
 /* ---- lifetime and admin -----------------------------------------------------------------------
  */
 
-int scheduler_new(struct daemon *d, struct scheduler **ret)
+int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
 {
     struct scheduler *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
-    s->d = d;
+    s->deps = *deps;
     s->started_ms = now_ms();
-    snprintf(s->prefix, sizeof(s->prefix), "hatchery-%s-", d->config->controller_id);
-    s->drained = calloc(d->config->n_hosts + 1, sizeof(bool));
-    s->why = calloc(d->config->n_pools + 1, sizeof(*s->why));
-    s->failures = calloc(d->config->n_pools + 1, sizeof(int));
-    s->retry_at_ms = calloc(d->config->n_pools + 1, sizeof(int64_t));
-    s->org_repos = calloc(d->n_scopes + 1, sizeof(*s->org_repos));
+    snprintf(s->prefix, sizeof(s->prefix), "hatchery-%s-", cfg(s)->controller_id);
+    s->drained = calloc(cfg(s)->n_hosts + 1, sizeof(bool));
+    s->why = calloc(cfg(s)->n_pools + 1, sizeof(*s->why));
+    s->failures = calloc(cfg(s)->n_pools + 1, sizeof(int));
+    s->retry_at_ms = calloc(cfg(s)->n_pools + 1, sizeof(int64_t));
+    s->org_repos = calloc(s->deps.n_scopes + 1, sizeof(*s->org_repos));
     if (!s->drained || !s->why || !s->failures || !s->retry_at_ms || !s->org_repos) {
         free(s->drained);
         free(s->why);
@@ -1680,7 +1694,7 @@ int scheduler_new(struct daemon *d, struct scheduler **ret)
         return -ENOMEM;
     }
     /* Ids are never reused, even once old records are pruned: AUTOINCREMENT remembers. */
-    json_t *rows = store_query(d->store,
+    json_t *rows = store_query(s->deps.store,
                                "SELECT max(COALESCE((SELECT max(id) FROM runners), 0), "
                                "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'runners'), "
                                "0)) + 1 AS next",
@@ -1690,24 +1704,24 @@ int scheduler_new(struct daemon *d, struct scheduler **ret)
         s->next_id = 1;
     s->first_id = s->next_id;
     json_decref(rows);
-    rows = store_query(d->store, "SELECT name FROM hosts WHERE drained = 1", json_array());
+    rows = store_query(s->deps.store, "SELECT name FROM hosts WHERE drained = 1", json_array());
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
     {
         const char *name = json_string_value(json_object_get(row, "name"));
-        for (size_t h = 0; name && h < d->config->n_hosts; h++)
-            if (strcmp(d->config->hosts[h].name, name) == 0)
+        for (size_t h = 0; name && h < cfg(s)->n_hosts; h++)
+            if (strcmp(cfg(s)->hosts[h].name, name) == 0)
                 s->drained[h] = true;
     }
     json_decref(rows);
-    uv_timer_init(d->loop, &s->tick);
-    uv_timer_init(d->loop, &s->reconcile);
+    uv_timer_init(s->deps.loop, &s->tick);
+    uv_timer_init(s->deps.loop, &s->reconcile);
     s->tick.data = s->reconcile.data = s;
     uv_timer_start(&s->tick, on_tick, TICK_MS, 0);
     /* The first pass waits a little for the hosts' connections and the GitHub token. */
     uv_timer_start(&s->reconcile, on_reconcile, 2000,
-                   (uint64_t)d->config->reconcile_interval_s * 1000);
+                   (uint64_t)cfg(s)->reconcile_interval_s * 1000);
     *ret = s;
     return 0;
 }
@@ -1732,7 +1746,7 @@ void scheduler_free(struct scheduler *s)
     free(s->orphans);
     s->orphans = NULL;
     s->n_orphans = 0;
-    for (size_t i = 0; s->org_repos && i < s->d->n_scopes; i++) {
+    for (size_t i = 0; s->org_repos && i < s->deps.n_scopes; i++) {
         for (size_t k = 0; k < s->org_repos[i].n; k++)
             free(s->org_repos[i].names[k]);
         free(s->org_repos[i].names);
@@ -1745,7 +1759,7 @@ void scheduler_free(struct scheduler *s)
 
 int scheduler_config_changed(struct scheduler *s, const struct config *old)
 {
-    const struct config *c = s->d->config;
+    const struct config *c = cfg(s);
     bool *drained = calloc(c->n_hosts + 1, sizeof(bool));
     char(*why)[512] = calloc(c->n_pools + 1, sizeof(*why));
     int *failures = calloc(c->n_pools + 1, sizeof(int));
@@ -1787,7 +1801,7 @@ int scheduler_config_changed(struct scheduler *s, const struct config *old)
 json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)
 {
     json_t *rows = store_query(
-        s->d->store,
+        s->deps.store,
         include_ended
             ? "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
               "created_at, online_at, busy_at, finished_at FROM runners ORDER BY id DESC LIMIT 1000"
@@ -1831,19 +1845,19 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
 
 const char *scheduler_pool_waiting(struct scheduler *s, const char *pool)
 {
-    for (size_t p = 0; p < s->d->config->n_pools; p++)
-        if (strcmp(s->d->config->pools[p].name, pool) == 0)
+    for (size_t p = 0; p < cfg(s)->n_pools; p++)
+        if (strcmp(cfg(s)->pools[p].name, pool) == 0)
             return s->why[p][0] ? s->why[p] : NULL;
     return NULL;
 }
 
 int scheduler_host_drain(struct scheduler *s, const char *host, bool drained)
 {
-    for (size_t h = 0; h < s->d->config->n_hosts; h++) {
-        if (strcmp(s->d->config->hosts[h].name, host) != 0)
+    for (size_t h = 0; h < cfg(s)->n_hosts; h++) {
+        if (strcmp(cfg(s)->hosts[h].name, host) != 0)
             continue;
         s->drained[h] = drained;
-        store_sql_submit(s->d->store,
+        store_sql_submit(s->deps.store,
                          "INSERT INTO hosts(name, drained) VALUES(?1, ?2) ON CONFLICT(name) DO "
                          "UPDATE SET drained = excluded.drained",
                          json_pack("[s, i]", host, drained ? 1 : 0), NULL, NULL);
@@ -1856,8 +1870,8 @@ int scheduler_host_drain(struct scheduler *s, const char *host, bool drained)
 
 bool scheduler_host_drained(struct scheduler *s, const char *host)
 {
-    for (size_t h = 0; h < s->d->config->n_hosts; h++)
-        if (strcmp(s->d->config->hosts[h].name, host) == 0)
+    for (size_t h = 0; h < cfg(s)->n_hosts; h++)
+        if (strcmp(cfg(s)->hosts[h].name, host) == 0)
             return s->drained[h];
     return false;
 }
@@ -1875,7 +1889,7 @@ const char *scheduler_runner_log(struct scheduler *s, const char *name, char *bu
 {
     if (strncmp(name, s->prefix, strlen(s->prefix)) != 0 || strchr(name, '/'))
         return NULL;
-    snprintf(buf, size, "%s/logs/%s.console.log", s->d->config->state_dir, name);
+    snprintf(buf, size, "%s/logs/%s.console.log", cfg(s)->state_dir, name);
     return access(buf, R_OK) == 0 ? buf : NULL;
 }
 

@@ -25,15 +25,33 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <uv.h>
 
 #include "job.h"
 #include "runner_lifecycle.h"
 
 struct config;
-struct daemon;
+struct github_client;
+struct github_scope;
+struct provisioner;
 struct scheduler;
+struct store;
 
-int scheduler_new(struct daemon *d, struct scheduler **ret);
+/* What the scheduler works with. The config, the GitHub client and the provisioner are
+ * the daemon's own variables, read through on each use: a reload replaces the config,
+ * and a stop sets the clients to NULL (the GitHub client is NULL without a `github`
+ * section). */
+struct scheduler_deps {
+    uv_loop_t *loop;
+    struct store *store;
+    struct config *const *config;
+    struct github_client *const *github;
+    struct provisioner *const *provisioner;
+    const struct github_scope *scopes; /* config.github.runner_scopes, resolved */
+    size_t n_scopes;
+};
+
+int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret);
 void scheduler_free(struct scheduler *s);
 /* Recounts demand soon (after a webhook, a runner's end, a drain). */
 void scheduler_kick(struct scheduler *s);

@@ -1,0 +1,597 @@
+/* The scheduler, driven through every move of the runner lifecycle without libvirt or
+ * GitHub: this file defines the provisioner's and the GitHub client's functions itself
+ * (the linker takes these before the library's), records what the scheduler asks of
+ * them, and plays their answers back as the real ones would. The store is real SQLite,
+ * the config is a real file, the loop is libuv's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "github.h"
+#include "job.h"
+#include "provisioner.h"
+#include "scheduler.h"
+#include "secret.h"
+#include "store.h"
+
+/* ---- the fake provisioner ---------------------------------------------------------------- */
+
+struct guest {
+    char name[160];
+    const struct guest_events *events;
+    void *data;
+    bool adopted;
+    bool torn_down;
+    bool acked;
+    bool config_sent;
+    bool disowned;
+};
+
+#define MAX_GUESTS 16
+static struct guest guests[MAX_GUESTS];
+static size_t n_guests;
+static bool host_up = true;
+static int tagged_calls;
+
+static struct guest *guest_named(const char *name)
+{
+    for (size_t i = 0; i < n_guests; i++)
+        if (strcmp(guests[i].name, name) == 0)
+            return &guests[i];
+    return NULL;
+}
+
+int provisioner_guest_create(struct provisioner *prov, const char *host,
+                             const struct guest_spec *spec, const struct guest_events *events,
+                             void *data, struct guest **ret_guest)
+{
+    (void)prov;
+    (void)host;
+    assert_true(n_guests < MAX_GUESTS);
+    struct guest *g = &guests[n_guests++];
+    memset(g, 0, sizeof(*g));
+    snprintf(g->name, sizeof(g->name), "%s", spec->name);
+    g->events = events;
+    g->data = data;
+    *ret_guest = g;
+    return 0;
+}
+
+int provisioner_guest_adopt(struct provisioner *prov, const char *host,
+                            const struct guest_spec *spec, const struct guest_events *events,
+                            void *data, struct guest **ret_guest)
+{
+    int r = provisioner_guest_create(prov, host, spec, events, data, ret_guest);
+    (*ret_guest)->adopted = true;
+    return r;
+}
+
+int guest_send_config(struct guest *g, const struct secret *jit, int64_t job_timeout_s,
+                      const char *const *command, size_t n_command)
+{
+    (void)jit;
+    (void)job_timeout_s;
+    (void)command;
+    (void)n_command;
+    g->config_sent = true;
+    return 0;
+}
+
+void guest_ack_exit(struct guest *g)
+{
+    g->acked = true;
+}
+
+void guest_teardown(struct guest *g, const char *reason)
+{
+    (void)reason;
+    g->torn_down = true;
+}
+
+void guest_disown(struct guest *g)
+{
+    g->disowned = true;
+}
+
+bool provisioner_host_up(struct provisioner *prov, const char *host)
+{
+    (void)prov;
+    (void)host;
+    return host_up;
+}
+
+int provisioner_host_status(struct provisioner *prov, const char *host, struct host_status *ret)
+{
+    (void)prov;
+    (void)host;
+    memset(ret, 0, sizeof(*ret));
+    ret->up = host_up;
+    return 0;
+}
+
+int provisioner_tagged_domains_async(struct provisioner *prov, const char *host,
+                                     provisioner_names_cb cb, void *data)
+{
+    (void)prov;
+    (void)host;
+    (void)cb;
+    (void)data;
+    tagged_calls++;
+    return 0;
+}
+
+int provisioner_orphan_volumes_async(struct provisioner *prov, const char *host,
+                                     provisioner_names_cb cb, void *data)
+{
+    (void)prov;
+    (void)host;
+    (void)cb;
+    (void)data;
+    return 0;
+}
+
+int provisioner_domain_remove(struct provisioner *prov, const char *host, const char *name,
+                              provisioner_done_cb cb, void *data)
+{
+    (void)prov;
+    (void)host;
+    (void)name;
+    if (cb)
+        cb(data, 0);
+    return 0;
+}
+
+/* ---- the fake GitHub client ------------------------------------------------------------ */
+
+static github_jit_cb jit_cb;
+static void *jit_data;
+static int jit_requests;
+static github_done_cb delete_cb;
+static void *delete_data;
+static int deletes;
+
+int github_jitconfig_generate(struct github_client *client, const struct github_scope *scope,
+                              const char *name, const char *const *labels, size_t n_labels,
+                              const char *work_folder, github_jit_cb cb, void *data)
+{
+    (void)client;
+    (void)scope;
+    (void)name;
+    (void)labels;
+    (void)n_labels;
+    (void)work_folder;
+    jit_cb = cb;
+    jit_data = data;
+    jit_requests++;
+    return 0;
+}
+
+int github_runner_delete(struct github_client *client, const struct github_scope *scope,
+                         int64_t runner_id, github_done_cb cb, void *data)
+{
+    (void)client;
+    (void)scope;
+    (void)runner_id;
+    delete_cb = cb;
+    delete_data = data;
+    deletes++;
+    return 0;
+}
+
+int github_runners_list(struct github_client *client, const struct github_scope *scope,
+                        const char *name, github_list_cb cb, void *data)
+{
+    (void)client;
+    (void)scope;
+    (void)name;
+    json_t *none = json_array();
+    cb(data, 0, NULL, none);
+    json_decref(none);
+    return 0;
+}
+
+int github_queued_jobs_list(struct github_client *client, const char *repo, github_list_cb cb,
+                            void *data)
+{
+    (void)client;
+    (void)repo;
+    json_t *none = json_array();
+    cb(data, 0, NULL, none);
+    json_decref(none);
+    return 0;
+}
+
+int github_installation_repos_list(struct github_client *client, github_list_cb cb, void *data)
+{
+    (void)client;
+    json_t *none = json_array();
+    cb(data, 0, NULL, none);
+    json_decref(none);
+    return 0;
+}
+
+int github_job_get(struct github_client *client, const char *repo, int64_t job_id,
+                   github_json_cb cb, void *data)
+{
+    (void)client;
+    (void)repo;
+    (void)job_id;
+    (void)cb;
+    (void)data;
+    return -ENOTSUP;
+}
+
+void github_client_stats(const struct github_client *client, struct github_stats *ret)
+{
+    (void)client;
+    memset(ret, 0, sizeof(*ret));
+    ret->ratelimit_remaining = -1;
+}
+
+/* ---- the world: a loop, a store, a config ------------------------------------------------ */
+
+static uv_loop_t loop;
+static struct store *store;
+static struct config *config;
+static struct github_client *github = (struct github_client *)&loop; /* never dereferenced */
+static struct provisioner *provisioner = (struct provisioner *)&loop;
+static struct github_scope scope = {.repo = "pytorch/pytorch"};
+static char dir[] = "/tmp/hatchery-test-scheduler-XXXXXX";
+
+static void spin(int ms)
+{
+    for (int i = 0; i < ms / 10; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(10000);
+    }
+}
+
+static void write_config(const char *extra_pool)
+{
+    char path[256], text[2048];
+    snprintf(path, sizeof(path), "%s/secret", dir);
+    FILE *f = fopen(path, "w");
+    fputs("s3cret\n", f);
+    fclose(f);
+    snprintf(text, sizeof(text),
+             "controller_id: t\n"
+             "state_dir: %s\n"
+             "admin_socket: %s/admin.sock\n"
+             "webhook_secret_file: %s/secret\n"
+             "heartbeat_timeout_s: 15\n"
+             "hosts:\n"
+             "  - name: h\n"
+             "    uri: test:///default\n"
+             "    vcpus: 8\n"
+             "    memory_mib: 8192\n"
+             "    max_guests: 8\n"
+             "pools:\n"
+             "  - name: p\n"
+             "    labels: [p]\n"
+             "    arch: ppc64le\n"
+             "    image: /default-pool/base.qcow2\n"
+             "    max_runners: 2\n"
+             "    boot_timeout_s: 5\n"
+             "%s",
+             dir, dir, dir, extra_pool);
+    snprintf(path, sizeof(path), "%s/hatchery.yaml", dir);
+    f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    char *errors = NULL;
+    if (config_load(path, &config, &errors) < 0)
+        fail_msg("config: %s", errors);
+}
+
+static struct scheduler *start(void)
+{
+    struct scheduler *s = NULL;
+    struct scheduler_deps deps = {.loop = &loop,
+                                  .store = store,
+                                  .config = &config,
+                                  .github = &github,
+                                  .provisioner = &provisioner,
+                                  .scopes = &scope,
+                                  .n_scopes = 1};
+    assert_int_equal(scheduler_new(&deps, &s), 0);
+    return s;
+}
+
+static void stop(struct scheduler *s)
+{
+    scheduler_free(s);
+    spin(50);
+    free(s);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    assert_non_null(mkdtemp(dir));
+    uv_loop_init(&loop);
+    char err[256];
+    assert_int_equal(store_open(&loop, dir, &store, err, sizeof(err)), 0);
+    write_config("");
+    n_guests = 0;
+    jit_cb = NULL;
+    delete_cb = NULL;
+    jit_requests = deletes = 0;
+    host_up = true;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    store_close(store);
+    spin(50);
+    uv_loop_close(&loop);
+    config_free(config);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+    strcpy(dir, "/tmp/hatchery-test-scheduler-XXXXXX");
+    return 0;
+}
+
+/* The runner's state as the admin API shows it, or "" when there is none. */
+static const char *state_of(struct scheduler *s, const char *name)
+{
+    static char out[32];
+    json_t *rows = scheduler_runners_json(s, true);
+    size_t i;
+    json_t *row;
+    out[0] = 0;
+    json_array_foreach(rows, i, row)
+    {
+        if (strcmp(json_string_value(json_object_get(row, "name")), name) == 0)
+            snprintf(out, sizeof(out), "%s", json_string_value(json_object_get(row, "state")));
+    }
+    json_decref(rows);
+    return out;
+}
+
+static json_t *runner_row(struct scheduler *s, const char *name)
+{
+    json_t *rows = scheduler_runners_json(s, true);
+    size_t i;
+    json_t *row, *found = NULL;
+    json_array_foreach(rows, i, row)
+    {
+        if (strcmp(json_string_value(json_object_get(row, "name")), name) == 0)
+            found = json_incref(row);
+    }
+    json_decref(rows);
+    return found;
+}
+
+static void queue_job(int64_t id)
+{
+    struct job_event *ev = calloc(1, sizeof(*ev));
+    ev->delivery_id = strdup("d");
+    char delivery[32];
+    snprintf(delivery, sizeof(delivery), "d-%lld", (long long)id);
+    free(ev->delivery_id);
+    ev->delivery_id = strdup(delivery);
+    ev->job_id = id;
+    ev->run_id = 1;
+    ev->status = JOB_QUEUED;
+    ev->repository = strdup("pytorch/pytorch");
+    ev->labels_json = strdup("[\"p\"]");
+    ev->pool = strdup("p");
+    ev->received_at_ms = (int64_t)time(NULL) * 1000;
+    assert_int_equal(store_job_event_submit(store, ev, NULL, NULL), 0);
+}
+
+/* The runner's recorded reason, once the store has it ("" when none). */
+static const char *reason_of(struct scheduler *s, const char *name)
+{
+    static char out[512];
+    spin(300);
+    json_t *row = runner_row(s, name);
+    const char *r = json_string_value(json_object_get(row, "reason"));
+    snprintf(out, sizeof(out), "%s", r ? r : "");
+    json_decref(row);
+    return out;
+}
+
+static uint64_t refused(struct scheduler *s)
+{
+    return scheduler_stats_get(s)->transitions_refused;
+}
+
+/* pending → creating → booting → configured → idle → busy → finishing → deleting → deleted,
+ * each move made by the event that makes it in hatcheryd. */
+static void one_runner_through_every_state(void **state)
+{
+    (void)state;
+    struct scheduler *s = start();
+    queue_job(1001);
+    spin(3500); /* the first tick after recovery makes the runner */
+    assert_int_equal(n_guests, 1);
+    struct guest *g = &guests[0];
+    assert_string_equal(state_of(s, g->name), "creating");
+    assert_int_equal(jit_requests, 1);
+    g->events->on_booting(g->data, g);
+    assert_string_equal(state_of(s, g->name), "booting");
+    /* The JIT answer and the hello meet, in either order: here the answer first. */
+    struct secret *jit = NULL;
+    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
+    jit_cb(jit_data, 0, NULL, 4242, jit);
+    assert_false(g->config_sent);
+    struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
+    g->events->on_hello(g->data, g, &hello);
+    assert_true(g->config_sent);
+    assert_string_equal(state_of(s, g->name), "configured");
+    g->events->on_started(g->data, g, 77);
+    assert_string_equal(state_of(s, g->name), "idle");
+    scheduler_job_event(s, 1001, JOB_IN_PROGRESS, g->name);
+    assert_string_equal(state_of(s, g->name), "busy");
+    struct agent_exit exit = {.code = 0, .duration_s = 3};
+    g->events->on_exited(g->data, g, &exit);
+    assert_string_equal(state_of(s, g->name), "finishing");
+    /* The exit is committed before the agent hears of it and the guest goes. */
+    assert_false(g->acked);
+    assert_false(g->torn_down);
+    spin(300);
+    assert_true(g->acked);
+    assert_true(g->torn_down);
+    g->events->on_gone(g->data, g);
+    assert_string_equal(state_of(s, g->name), "deleting");
+    assert_int_equal(deletes, 1);
+    delete_cb(delete_data, 0, NULL);
+    spin(300); /* the final record's commit */
+    assert_string_equal(state_of(s, g->name), "deleted");
+    json_t *row = runner_row(s, g->name);
+    assert_int_equal(json_integer_value(json_object_get(row, "exit_code")), 0);
+    assert_true(json_is_null(json_object_get(row, "reason")));
+    json_decref(row);
+    assert_int_equal(refused(s), 0);
+    assert_int_equal(scheduler_stats_get(s)->jobs_lost, 0);
+    stop(s);
+}
+
+/* Moves the table does not hold are refused, counted and not applied. */
+static void illegal_moves_are_refused(void **state)
+{
+    (void)state;
+    struct scheduler *s = start();
+    queue_job(1002);
+    spin(3500);
+    assert_int_equal(n_guests, 1);
+    struct guest *g = &guests[0];
+    /* started before any config: creating --runner_started--> is not in the table */
+    g->events->on_started(g->data, g, 77);
+    assert_string_equal(state_of(s, g->name), "creating");
+    assert_int_equal(refused(s), 1);
+    /* GitHub's in_progress for a runner that never started: ignored, not applied */
+    scheduler_job_event(s, 1002, JOB_IN_PROGRESS, g->name);
+    assert_string_equal(state_of(s, g->name), "creating");
+    stop(s);
+}
+
+/* The booting timeout fails the runner; a busy runner that fails is a lost job. */
+static void timeouts_and_lost_jobs(void **state)
+{
+    (void)state;
+    struct scheduler *s = start();
+    queue_job(1003);
+    spin(3500);
+    struct guest *g = &guests[0];
+    g->events->on_booting(g->data, g);
+    spin(5600); /* boot_timeout_s: 5 */
+    assert_string_equal(state_of(s, g->name), "failed");
+    assert_true(g->torn_down);
+    assert_non_null(strstr(reason_of(s, g->name), "no hello"));
+    g->events->on_gone(g->data, g);
+    jit_cb(jit_data, -EIO, "late", 0, NULL); /* the JIT answer after all */
+    spin(300);
+    assert_string_equal(state_of(s, g->name), "deleted");
+
+    /* A replacement, made busy, then its guest fails: the job is lost. */
+    spin(1500);
+    assert_int_equal(n_guests, 2);
+    struct guest *b = &guests[1];
+    struct secret *jit = NULL;
+    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
+    jit_cb(jit_data, 0, NULL, 4343, jit);
+    struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
+    b->events->on_hello(b->data, b, &hello);
+    b->events->on_started(b->data, b, 78);
+    scheduler_job_event(s, 1003, JOB_IN_PROGRESS, b->name);
+    b->events->on_failed(b->data, b, "host h went down");
+    assert_string_equal(state_of(s, b->name), "failed");
+    assert_non_null(strstr(reason_of(s, b->name), "job lost: "));
+    assert_int_equal(scheduler_stats_get(s)->jobs_lost, 1);
+    stop(s);
+}
+
+/* A heartbeat silent past heartbeat_timeout_s in idle fails the runner as hung. */
+static void a_silent_agent_is_hung(void **state)
+{
+    (void)state;
+    struct scheduler *s = start();
+    queue_job(1004);
+    spin(3500);
+    struct guest *g = &guests[0];
+    struct secret *jit = NULL;
+    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
+    jit_cb(jit_data, 0, NULL, 4444, jit);
+    struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
+    g->events->on_hello(g->data, g, &hello);
+    g->events->on_started(g->data, g, 79);
+    for (int i = 0; i < 4; i++) {
+        spin(5000);
+        g->events->on_heartbeat(g->data, g); /* beats every 5 s: alive */
+    }
+    assert_string_equal(state_of(s, g->name), "idle");
+    spin(16500); /* then silent past 15 s */
+    assert_string_equal(state_of(s, g->name), "failed");
+    assert_non_null(strstr(reason_of(s, g->name), "hung: no heartbeat"));
+    stop(s);
+}
+
+/* A record an earlier process left busy is adopted, stays busy, and its exit comes; one
+ * that cannot be adopted is a lost job. */
+static void adoption_after_a_restart(void **state)
+{
+    (void)state;
+    int64_t now = (int64_t)time(NULL) * 1000;
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, github_runner_id, "
+             "job_id, created_at, online_at, busy_at, updated_at) VALUES "
+             "(1, 'hatchery-t-1', 'p', 'h', 'busy', 2, 4096, 11, 1005, %lld, %lld, %lld, %lld), "
+             "(2, 'hatchery-t-2', 'p', 'h', 'busy', 2, 4096, 12, 1006, %lld, %lld, %lld, %lld), "
+             "(3, 'hatchery-t-3', 'p', 'h', 'creating', 2, 4096, NULL, NULL, %lld, NULL, NULL, %lld)",
+             (long long)now, (long long)now, (long long)now, (long long)now, (long long)now,
+             (long long)now, (long long)now, (long long)now, (long long)now, (long long)now);
+    assert_int_equal(store_sql_apply_sync(store, sql, json_array()), 0);
+    struct scheduler *s = start();
+    spin(1500); /* the first tick: hosts settled, recovery */
+    assert_int_equal(n_guests, 2); /* the two busy ones; the creating one is failed */
+    struct guest *a = guest_named("hatchery-t-1"), *b = guest_named("hatchery-t-2");
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_true(a->adopted);
+    struct agent_resumed running = {.state = AGENT_RESUMED_RUNNING, .pid = 5,
+                                    .runner_name = "hatchery-t-1"};
+    a->events->on_resumed(a->data, a, &running);
+    assert_string_equal(state_of(s, "hatchery-t-1"), "busy");
+    b->events->on_failed(b->data, b, "its domain is gone");
+    b->events->on_gone(b->data, b);
+    assert_string_equal(reason_of(s, "hatchery-t-2"),
+                        "job lost: not adopted after a restart: its domain is gone");
+    struct agent_exit exit = {.code = 0, .duration_s = 30};
+    a->events->on_exited(a->data, a, &exit);
+    spin(300);
+    assert_true(a->acked);
+    assert_string_equal(state_of(s, "hatchery-t-1"), "finishing");
+    const struct scheduler_stats *st = scheduler_stats_get(s);
+    assert_int_equal(st->adopted, 1);
+    assert_int_equal(st->adopt_failed, 1);
+    assert_int_equal(st->jobs_lost, 1);
+    assert_int_equal(st->reconcile_records_failed, 1); /* the creating one */
+    assert_int_equal(refused(s), 0);
+    stop(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(one_runner_through_every_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(illegal_moves_are_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(timeouts_and_lost_jobs, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_silent_agent_is_hung, setup, teardown),
+        cmocka_unit_test_setup_teardown(adoption_after_a_restart, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
