@@ -88,6 +88,19 @@ async function serve(label, poolName, taken) {
   return { id, runner: runner.name };
 }
 
+// Plays GitHub up to a busy runner: a job queued, a new idle runner of the pool, and the
+// job given to it.
+async function busyRunner(pool) {
+  const before = new Set(runners().map((r) => r.name));
+  const id = nextJob++;
+  assert.equal((await d.post('workflow_job', payload('queued', id, pool))).status, 202);
+  const runner = await until(`an idle runner in ${pool}`, () =>
+    runners().find((r) => r.pool === pool && r.state === 'idle' && !before.has(r.name)));
+  assert.equal((await d.post('workflow_job', payload('in_progress', id, pool, runner.name))).status, 202);
+  await until(`${runner.name} busy`, () => runners().find((r) => r.name === runner.name).state === 'busy');
+  return { id, runner };
+}
+
 describe('end to end on real guests', () => {
   const taken = new Set();
   before(async () => {
@@ -209,13 +222,7 @@ describe('end to end on real guests', () => {
 
   test('hatcheryd killed (SIGKILL) under a busy ppc64le runner: the next hatcheryd adopts it and its job finishes', async () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=30 exit=0' });
-    const before = new Set(runners().map((r) => r.name));
-    const id = nextJob++;
-    assert.equal((await d.post('workflow_job', payload('queued', id, 'linux.ppc64le'))).status, 202);
-    const runner = await until('an idle ppc64le runner', () =>
-      runners().find((r) => r.pool === 'linux.ppc64le' && r.state === 'idle' && !before.has(r.name)));
-    assert.equal((await d.post('workflow_job', payload('in_progress', id, 'linux.ppc64le', runner.name))).status, 202);
-    await until(`${runner.name} busy`, () => runners().find((r) => r.name === runner.name).state === 'busy');
+    const { id, runner } = await busyRunner('linux.ppc64le');
     const logFrom = d.logs.length;
     await d.kill9();
     await sleep(2000);
@@ -242,13 +249,7 @@ describe('end to end on real guests', () => {
 
   test('a job that ends while hatcheryd is down is reported at the restart', async () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=8 exit=0' });
-    const before = new Set(runners().map((r) => r.name));
-    const id = nextJob++;
-    assert.equal((await d.post('workflow_job', payload('queued', id, 'linux.ppc64le'))).status, 202);
-    const runner = await until('an idle ppc64le runner', () =>
-      runners().find((r) => r.pool === 'linux.ppc64le' && r.state === 'idle' && !before.has(r.name)));
-    assert.equal((await d.post('workflow_job', payload('in_progress', id, 'linux.ppc64le', runner.name))).status, 202);
-    await until(`${runner.name} busy`, () => runners().find((r) => r.name === runner.name).state === 'busy');
+    const { id, runner } = await busyRunner('linux.ppc64le');
     const logFrom = d.logs.length;
     await d.kill9();
     // The runner exits while nobody listens; the agent keeps its exit and its guest up.

@@ -14,14 +14,17 @@ import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs
 const api = process.env.GITHUB_DOUBLE_URL;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-const d = new Daemon({
-  pools: `pools:
+// One pool that never gets a runner: only the reconciler talks to GitHub.
+const pools = `pools:
   - name: sim
     labels: [sim]
     arch: s390x
     image: /default-pool/base.qcow2
     max_runners: 0
-`,
+`;
+
+const d = new Daemon({
+  pools,
   extra: githubConfig({ reconcileIntervalS: 1 }),
 });
 
@@ -108,13 +111,7 @@ test('a phantom queued job is asked about and retired; one GitHub still has queu
 
 test('an org scope: lost jobs are found across the installation\'s repositories of that org', async () => {
   const org = new Daemon({
-    pools: `pools:
-  - name: sim
-    labels: [sim]
-    arch: s390x
-    image: /default-pool/base.qcow2
-    max_runners: 0
-`,
+    pools,
     extra: githubConfig({ reconcileIntervalS: 1 }).replace('    - repo: pytorch/pytorch', '    - org: pytorch'),
   });
   // The installation reaches three repositories, one of another owner.

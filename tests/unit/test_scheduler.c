@@ -403,6 +403,17 @@ static const char *reason_of(struct scheduler *s, const char *name)
     return out;
 }
 
+/* GitHub's JIT answer, the agent's hello and its started: the runner is idle. */
+static void bring_online(struct guest *g, int64_t github_runner_id)
+{
+    struct secret *jit = NULL;
+    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
+    jit_cb(jit_data, 0, NULL, github_runner_id, jit);
+    struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
+    g->events->on_hello(g->data, g, &hello);
+    g->events->on_started(g->data, g, 77);
+}
+
 static uint64_t refused(struct scheduler *s)
 {
     return scheduler_stats_get(s)->transitions_refused;
@@ -500,12 +511,7 @@ static void timeouts_and_lost_jobs(void **state)
     spin(1500);
     assert_int_equal(n_guests, 2);
     struct guest *b = &guests[1];
-    struct secret *jit = NULL;
-    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
-    jit_cb(jit_data, 0, NULL, 4343, jit);
-    struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
-    b->events->on_hello(b->data, b, &hello);
-    b->events->on_started(b->data, b, 78);
+    bring_online(b, 4343);
     scheduler_job_event(s, 1003, JOB_IN_PROGRESS, b->name);
     b->events->on_failed(b->data, b, "host h went down");
     assert_string_equal(state_of(s, b->name), "failed");
@@ -522,12 +528,7 @@ static void a_silent_agent_is_hung(void **state)
     queue_job(1004);
     spin(3500);
     struct guest *g = &guests[0];
-    struct secret *jit = NULL;
-    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
-    jit_cb(jit_data, 0, NULL, 4444, jit);
-    struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
-    g->events->on_hello(g->data, g, &hello);
-    g->events->on_started(g->data, g, 79);
+    bring_online(g, 4444);
     for (int i = 0; i < 4; i++) {
         spin(5000);
         g->events->on_heartbeat(g->data, g); /* beats every 5 s: alive */
@@ -546,24 +547,25 @@ static void adoption_after_a_restart(void **state)
     (void)state;
     int64_t now = (int64_t)time(NULL) * 1000;
     char sql[1024];
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, github_runner_id, "
-             "job_id, created_at, online_at, busy_at, updated_at) VALUES "
-             "(1, 'hatchery-t-1', 'p', 'h', 'busy', 2, 4096, 11, 1005, %lld, %lld, %lld, %lld), "
-             "(2, 'hatchery-t-2', 'p', 'h', 'busy', 2, 4096, 12, 1006, %lld, %lld, %lld, %lld), "
-             "(3, 'hatchery-t-3', 'p', 'h', 'creating', 2, 4096, NULL, NULL, %lld, NULL, NULL, %lld)",
-             (long long)now, (long long)now, (long long)now, (long long)now, (long long)now,
-             (long long)now, (long long)now, (long long)now, (long long)now, (long long)now);
+    snprintf(
+        sql, sizeof(sql),
+        "INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, github_runner_id, "
+        "job_id, created_at, online_at, busy_at, updated_at) VALUES "
+        "(1, 'hatchery-t-1', 'p', 'h', 'busy', 2, 4096, 11, 1005, %lld, %lld, %lld, %lld), "
+        "(2, 'hatchery-t-2', 'p', 'h', 'busy', 2, 4096, 12, 1006, %lld, %lld, %lld, %lld), "
+        "(3, 'hatchery-t-3', 'p', 'h', 'creating', 2, 4096, NULL, NULL, %lld, NULL, NULL, %lld)",
+        (long long)now, (long long)now, (long long)now, (long long)now, (long long)now,
+        (long long)now, (long long)now, (long long)now, (long long)now, (long long)now);
     assert_int_equal(store_sql_apply_sync(store, sql, json_array()), 0);
     struct scheduler *s = start();
-    spin(1500); /* the first tick: hosts settled, recovery */
+    spin(1500);                    /* the first tick: hosts settled, recovery */
     assert_int_equal(n_guests, 2); /* the two busy ones; the creating one is failed */
     struct guest *a = guest_named("hatchery-t-1"), *b = guest_named("hatchery-t-2");
     assert_non_null(a);
     assert_non_null(b);
     assert_true(a->adopted);
-    struct agent_resumed running = {.state = AGENT_RESUMED_RUNNING, .pid = 5,
-                                    .runner_name = "hatchery-t-1"};
+    struct agent_resumed running = {
+        .state = AGENT_RESUMED_RUNNING, .pid = 5, .runner_name = "hatchery-t-1"};
     a->events->on_resumed(a->data, a, &running);
     assert_string_equal(state_of(s, "hatchery-t-1"), "busy");
     b->events->on_failed(b->data, b, "its domain is gone");
