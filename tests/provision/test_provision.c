@@ -31,7 +31,8 @@ static char state_dir[] = "/tmp/hatchery-prov-XXXXXX";
 static struct provisioner *prov;
 
 struct run {
-    bool hello, started, exited, failed, gone;
+    bool hello, started, exited, failed, gone, resumed;
+    struct agent_resumed resumed_as;
     struct agent_exit exit;
     char arch[32];
     char reason[512];
@@ -107,10 +108,18 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
 
 static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit)
 {
-    (void)g;
     struct run *r = data;
     r->exited = true;
     r->exit = *exit;
+    guest_ack_exit(g); /* a version 2 agent keeps its guest up until it hears this */
+}
+
+static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *resumed)
+{
+    (void)g;
+    struct run *r = data;
+    r->resumed = true;
+    r->resumed_as = *resumed;
 }
 
 static void ev_failed(void *data, struct guest *g, const char *reason)
@@ -136,6 +145,7 @@ static const struct guest_events events = {
     .on_exited = ev_exited,
     .on_failed = ev_failed,
     .on_gone = ev_gone,
+    .on_resumed = ev_resumed,
 };
 
 static void tick(uv_timer_t *t)
@@ -467,6 +477,53 @@ static void test_guests_through_streams(void **state)
     guest_host = "local";
 }
 
+/* A guest outlives its provisioner (hatcheryd restarted): a new provisioner adopts it on
+ * a stream host (the channel reopened through libvirt, forced past the dead one's), and
+ * its agent resumes, with the runner still running, then reports its exit. */
+static void test_adoption_through_streams(void **state)
+{
+    (void)state;
+    guest_host = "streamed";
+    struct config_pool pool = real_pool("ppc64le");
+    struct run first = {.jit = "sleep=12 exit=0 jit-secret-7d3f1a"};
+    struct guest *g = NULL;
+    struct guest_spec spec = {.name = "hatchery-ptest-adopt-0", .runner_id = 7, .pool = &pool};
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec, &events, &first, &g), 0);
+    wait_for(&first.started, 120);
+    assert_true(first.started);
+    /* hatcheryd goes away: its connections close, the guest and its domain stay. */
+    provisioner_free(prov);
+    bool never = false;
+    wait_for(&never, 2);
+    assert_true(domain_exists("hatchery-ptest-adopt-0"));
+    struct provisioner_options o = {
+        .controller_id = "ptest", .state_dir = state_dir, .adopt_grace_ms = 30000};
+    assert_int_equal(provisioner_new(&loop, &o, &prov), 0);
+    add_host_via("streamed", "qemu:///system", 4, TRANSPORT_STREAM);
+    struct run second = {.jit = NULL};
+    uint64_t t0 = uv_now(&loop);
+    assert_int_equal(provisioner_guest_adopt(prov, guest_host, &spec, &events, &second, &g), 0);
+    wait_for(&second.resumed, 60);
+    if (!second.resumed)
+        fail_msg("not resumed (failed=%d: %s)", second.failed, second.reason);
+    fprintf(stderr, "adoption through a stream: %llu ms to resumed\n",
+            (unsigned long long)(uv_now(&loop) - t0));
+    assert_int_equal(second.resumed_as.state, AGENT_RESUMED_RUNNING);
+    assert_true(second.resumed_as.pid > 0);
+    assert_string_equal(second.resumed_as.runner_name, "hatchery-ptest-adopt-0");
+    wait_for(&second.exited, 120);
+    assert_true(second.exited);
+    assert_int_equal(second.exit.code, 0);
+    assert_true(second.exit.duration_s >= 12);
+    wait_for(&second.gone, 60);
+    assert_true(second.gone);
+    assert_false(second.failed);
+    assert_false(domain_exists("hatchery-ptest-adopt-0"));
+    /* The hosts the tests after this one use, on the new provisioner. */
+    add_host("local", "qemu:///system", 4);
+    guest_host = "local";
+}
+
 static struct config_pool lxc_pool(void)
 {
     return (struct config_pool){
@@ -647,6 +704,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_flooding_guest_is_cut_off),
         cmocka_unit_test(test_lying_guest_is_cut_off),
         cmocka_unit_test(test_guests_through_streams),
+        cmocka_unit_test(test_adoption_through_streams),
         cmocka_unit_test(test_lxc_container),
         cmocka_unit_test(test_host_away_past_its_grace),
         cmocka_unit_test(test_stale_container_after_libvirtd_restart),
