@@ -121,6 +121,8 @@ static const struct key http_keys[] = {
     {.name = NULL},
 };
 
+static const char *const bool_names[] = {"false", "true"};
+
 static const struct key host_keys[] = {
     STRING_KEY(struct config_host, name, true, NULL),
     STRING_KEY(struct config_host, uri, true, NULL),
@@ -157,6 +159,7 @@ static const struct key pool_keys[] = {
     INT_KEY(struct config_pool, idle_max_age_s, 60, 7 * 24 * 3600, 3600),
     INT_KEY(struct config_pool, surplus_idle_s, 0, 7 * 24 * 3600, 120),
     STRING_KEY(struct config_pool, github_scope, false, NULL),
+    ENUM_KEY(struct config_pool, trusted, bool_names, false, 0),
     {.name = NULL},
 };
 
@@ -698,6 +701,14 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
                      "pool's hosts",
                      p->name ? p->name : "?", c->hosts[j].name);
         }
+        /* A container shares the host's kernel, and its agent (PID 1) runs as root with
+         * the host's network: no place for a pull request's code (README: Security
+         * model). The config must say that only trusted code goes there. */
+        if (p->backend == BACKEND_CONTAINER && !p->trusted)
+            fail(l, line_node(p->line, &at), "pools[].trusted",
+                 "container pool '%s' is not isolated enough for untrusted jobs: set "
+                 "`trusted: true` if only trusted workflows use its labels, or use a VM pool",
+                 p->name ? p->name : "?");
         if (!fits)
             fail(l, line_node(p->line, &at), "pools[].vcpus",
                  "pool '%s' (%lld vCPUs, %lld MiB) fits on none of its hosts",

@@ -84,6 +84,7 @@ struct config_pool {
     int64_t idle_max_age_s;
     int64_t surplus_idle_s; /* an idle runner beyond demand + min_idle goes after this */
     char *github_scope; /* a repo (owner/name) or org of github.runner_scopes; default the first */
+    int64_t trusted;    /* 1: only trusted code runs here (required of container pools) */
     int line;
 };
 

@@ -3,8 +3,13 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "hatchery/limits.h"
@@ -34,36 +39,252 @@ int log_level_parse(const char *name, enum log_level *ret_level)
     return -EINVAL;
 }
 
+/* ---- logfmt values ---------------------------------------------------------------------- */
+
+struct line {
+    char *buf;
+    size_t size, len;
+    bool truncated;
+};
+
+static void put_char(struct line *l, char c)
+{
+    if (l->len + 1 < l->size)
+        l->buf[l->len++] = c;
+    else
+        l->truncated = true;
+}
+
+static void put_text(struct line *l, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        put_char(l, s[i]);
+}
+
+/* A value needs quotes when it is empty or holds a space, '=', '"', '\' or a control
+ * character: then `key=value` pairs cannot be split wrongly, and a value from the network
+ * cannot add a pair of its own. */
+static bool needs_quotes(const char *v, size_t n)
+{
+    if (n == 0)
+        return true;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c <= ' ' || c == '=' || c == '"' || c == '\\' || c == 0x7f)
+            return true;
+    }
+    return false;
+}
+
+/* The inside of a quoted value: '"' and '\' escaped, control characters as \n, \t, \r or
+ * \xNN. */
+static void put_escaped(struct line *l, const char *v, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '"' || c == '\\') {
+            put_char(l, '\\');
+            put_char(l, (char)c);
+        } else if (c == '\n') {
+            put_text(l, "\\n", 2);
+        } else if (c == '\t') {
+            put_text(l, "\\t", 2);
+        } else if (c == '\r') {
+            put_text(l, "\\r", 2);
+        } else if (c < 0x20 || c == 0x7f) {
+            char esc[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
+            put_text(l, esc, 4);
+        } else {
+            put_char(l, (char)c);
+        }
+    }
+}
+
+/* Formats `fmt` as printf would, except that each %s value is a logfmt value: quoted and
+ * escaped when it must be, and only escaped where the format already quotes it
+ * (`reason="%s"`). Each other conversion is handed to snprintf with its own spec, cut
+ * from `fmt`, which the compiler checked against the arguments at log_emit's call. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+static void format_pairs(struct line *l, const char *fmt, va_list *ap)
+{
+    for (const char *p = fmt; *p; p++) {
+        if (*p != '%') {
+            put_char(l, *p);
+            continue;
+        }
+        const char *start = p++;
+        if (*p == '%') {
+            put_char(l, '%');
+            continue;
+        }
+        char spec[32];
+        size_t k = 0;
+        spec[k++] = '%';
+        while (*p && strchr("-+ #0", *p) && k < 8)
+            spec[k++] = *p++;
+        int width = -1, precision = -1;
+        if (*p == '*') {
+            width = va_arg(*ap, int);
+            p++;
+        } else {
+            while (*p >= '0' && *p <= '9')
+                width = (width < 0 ? 0 : width * 10) + (*p++ - '0');
+        }
+        if (*p == '.') {
+            p++;
+            precision = 0;
+            if (*p == '*') {
+                precision = va_arg(*ap, int);
+                p++;
+            } else {
+                while (*p >= '0' && *p <= '9')
+                    precision = precision * 10 + (*p++ - '0');
+            }
+        }
+        char length[3] = "";
+        if (*p == 'h' || *p == 'l') {
+            length[0] = *p++;
+            if (*p == length[0])
+                length[1] = *p++;
+        } else if (*p == 'z' || *p == 'j' || *p == 't' || *p == 'L') {
+            length[0] = *p++;
+        }
+        char conv = *p;
+        if (!conv)
+            break;
+        if (width >= 0)
+            k += (size_t)snprintf(spec + k, sizeof(spec) - k, "%d", width);
+        if (precision >= 0)
+            k += (size_t)snprintf(spec + k, sizeof(spec) - k, ".%d", precision);
+        k += (size_t)snprintf(spec + k, sizeof(spec) - k, "%s%c", length, conv);
+        char out[128];
+        int n = 0;
+        switch (conv) {
+        case 's': {
+            const char *v = va_arg(*ap, const char *);
+            if (!v)
+                v = "(null)";
+            size_t len = strlen(v);
+            if (precision >= 0 && (size_t)precision < len)
+                len = (size_t)precision;
+            bool quoted_in_format = start > fmt && start[-1] == '"';
+            if (quoted_in_format) {
+                put_escaped(l, v, len);
+            } else if (needs_quotes(v, len)) {
+                put_char(l, '"');
+                put_escaped(l, v, len);
+                put_char(l, '"');
+            } else {
+                put_text(l, v, len);
+            }
+            continue;
+        }
+        case 'd':
+        case 'i':
+        case 'c':
+            if (!strcmp(length, "l"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, long));
+            else if (!strcmp(length, "ll"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, long long));
+            else if (!strcmp(length, "z"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, ssize_t));
+            else if (!strcmp(length, "j"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, intmax_t));
+            else if (!strcmp(length, "t"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, ptrdiff_t));
+            else
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, int));
+            break;
+        case 'u':
+        case 'x':
+        case 'X':
+        case 'o':
+            if (!strcmp(length, "l"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, unsigned long));
+            else if (!strcmp(length, "ll"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, unsigned long long));
+            else if (!strcmp(length, "z"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, size_t));
+            else if (!strcmp(length, "j"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, uintmax_t));
+            else
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, unsigned int));
+            break;
+        case 'f':
+        case 'F':
+        case 'e':
+        case 'E':
+        case 'g':
+        case 'G':
+            if (!strcmp(length, "L"))
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, long double));
+            else
+                n = snprintf(out, sizeof(out), spec, va_arg(*ap, double));
+            break;
+        case 'p':
+            n = snprintf(out, sizeof(out), spec, va_arg(*ap, void *));
+            break;
+        default:
+            /* Not a conversion this logger knows: written as it is, nothing consumed. */
+            put_text(l, start, (size_t)(p - start + 1));
+            continue;
+        }
+        if (n > 0)
+            put_text(l, out, (size_t)n < sizeof(out) ? (size_t)n : sizeof(out) - 1);
+    }
+}
+
+#pragma GCC diagnostic pop
+
+/* When stderr is the journal (systemd sets JOURNAL_STREAM to its device and inode), each
+ * line starts with its syslog priority, so that `journalctl -p warning` works. */
+static bool stderr_is_journal(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev = 0, ino = 0;
+    struct stat st;
+    return js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
+           (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
+static const char syslog_priority[LOG_LEVEL_MAX] = {
+    [LOG_DEBUG] = '7', [LOG_INFO] = '6', [LOG_WARN] = '4', [LOG_ERROR] = '3'};
+
 void log_emit(enum log_level level, const char *event, const char *fmt, ...)
 {
     if (level < threshold || level >= LOG_LEVEL_MAX)
         return;
 
-    char line[LOG_MAX_LINE_BYTES];
+    char buf[LOG_MAX_LINE_BYTES];
+    struct line l = {.buf = buf, .size = sizeof(buf)};
     struct timespec now;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&now.tv_sec, &tm);
-
-    int n =
-        snprintf(line, sizeof(line), "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s event=%s ",
-                 tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                 now.tv_nsec / 1000000, level_names[level], event);
-    if (n < 0)
-        return;
-    size_t used = (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1;
-
+    char head[128];
+    int n = snprintf(head, sizeof(head),
+                     "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s event=", tm.tm_year + 1900,
+                     tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     now.tv_nsec / 1000000, level_names[level]);
+    if (stderr_is_journal()) {
+        put_char(&l, '<');
+        put_char(&l, syslog_priority[level]);
+        put_char(&l, '>');
+    }
+    put_text(&l, head, n > 0 ? (size_t)n : 0);
+    put_text(&l, event, strlen(event));
+    put_char(&l, ' ');
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(line + used, sizeof(line) - used, fmt, ap);
+    format_pairs(&l, fmt, &ap);
     va_end(ap);
-    bool truncated = m < 0 || used + (size_t)m >= sizeof(line);
-    size_t len = truncated ? sizeof(line) - 1 : used + (size_t)m;
-
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)line[i];
+    /* Whatever a value held, the line stays one line. */
+    for (size_t i = 0; i < l.len; i++) {
+        unsigned char c = (unsigned char)buf[i];
         if (c < 0x20 || c == 0x7f)
-            line[i] = '?';
+            buf[i] = '?';
     }
-    fprintf(stderr, "%.*s%s\n", (int)len, line, truncated ? " truncated=1" : "");
+    fprintf(stderr, "%.*s%s\n", (int)l.len, buf, l.truncated ? " truncated=1" : "");
 }

@@ -981,7 +981,7 @@ static void streams_done(uv_work_t *w, int status)
                               &g->console_bridge) == 0)
             g->opened_console = NULL;
         else
-            log_warn("guest.console_lost", "guest=%s reason=\"cannot write %s\"", g->name,
+            log_warn("guest.console_lost", "guest=%s reason=\"cannot write\" path=%s", g->name,
                      g->console_log);
     } else {
         log_warn("guest.console_lost", "guest=%s reason=\"no console stream\"", g->name);

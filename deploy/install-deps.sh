@@ -22,6 +22,8 @@ packages=(
   mmdebstrap arch-test e2fsprogs
   # its test: a small OCI archive to preload, made without a container engine
   buildah
+  # guest isolation (deploy/guest-firewall.sh) and its test's network namespace
+  iptables iproute2
   # tests
   sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
   # benchmarks

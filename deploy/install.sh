@@ -40,7 +40,14 @@ if [ ! -f /etc/hatchery/webhook-secret ]; then
   echo "install.sh: a webhook secret was generated in /etc/hatchery/webhook-secret: give it to the GitHub App"
 fi
 install -m 0644 deploy/hatcheryd.service /etc/systemd/system/hatcheryd.service
+# Guests must not reach this host's own services (see deploy/guest-firewall.sh); on every
+# libvirt host, this one included when it runs guests.
+install -d /usr/local/lib/hatchery
+install -m 0755 deploy/guest-firewall.sh /usr/local/lib/hatchery/guest-firewall.sh
+install -m 0644 deploy/hatchery-guest-firewall.service /etc/systemd/system/
 systemctl daemon-reload 2>/dev/null || true
+systemctl enable --now hatchery-guest-firewall.service 2>/dev/null ||
+  echo "install.sh: enable hatchery-guest-firewall.service on each libvirt host (README: Security model)"
 cat <<MSG
 install.sh: done. Next:
   1. create the GitHub App from deploy/github-app-manifest.json (README: "Create the GitHub App")

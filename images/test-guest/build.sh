@@ -15,9 +15,9 @@ arch=${1:?usage: build.sh ppc64le|s390x [CACHE_DIR]}
 cache=${2:-$root/build-images}
 case "$arch" in
   ppc64le) deb_arch=ppc64el; flavour=powerpc64le; kernel_glob='boot/vmlinux-*'
-           modules="virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_console" ;;
+           modules="virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_console failover net_failover virtio_net" ;;
   s390x)   deb_arch=s390x; flavour=s390x; kernel_glob='boot/vmlinuz-*'
-           modules="virtio_console" ;;
+           modules="virtio_console failover net_failover virtio_net" ;;
   *) echo "build.sh: unknown arch $arch (ppc64le or s390x)" >&2; exit 2 ;;
 esac
 log() { echo "test-guest($arch): $*" >&2; }

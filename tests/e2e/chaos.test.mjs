@@ -41,6 +41,7 @@ const d = new Daemon({
     labels: [chaos]
     arch: x86_64
     backend: container
+    trusted: true
     image: ${process.env.ROOTFS}
     vcpus: 1
     memory_mib: 256

@@ -3,9 +3,10 @@
 // runner is online, tells hatcheryd a job went to it (in_progress), as GitHub would.
 // Last, libvirtd is restarted under running guests.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -13,6 +14,7 @@ import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
+const firewall = fileURLToPath(new URL('../../deploy/guest-firewall.sh', import.meta.url));
 const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
 
 // A copy of the ppc64le test guest whose manifest the tests break on purpose.
@@ -21,7 +23,7 @@ for (const f of ['base.qcow2', 'base.qcow2.json', 'kernel', 'initrd']) copyFileS
 const badManifest = join(badDir, 'base.qcow2.json');
 const goodManifest = readFileSync(badManifest, 'utf8');
 
-function pool(name, label, arch, { max = 2, minIdle = 0, dir = g[arch], command = '/usr/bin/fake-runner' } = {}) {
+function pool(name, label, arch, { max = 2, minIdle = 0, dir = g[arch], command = '/usr/bin/fake-runner', network = 'none' } = {}) {
   const ppc = arch === 'ppc64le';
   return `  - name: ${name}
     labels: [${label}]
@@ -31,7 +33,7 @@ function pool(name, label, arch, { max = 2, minIdle = 0, dir = g[arch], command 
     initrd: ${dir}/initrd
     cmdline: "${ppc ? 'console=hvc0' : 'console=ttysclp0'} quiet"
     firmware: ${ppc ? 'vof' : 'default'}
-    network: none
+    network: ${network}
     disk_mib: 64
     vcpus: 1
     memory_mib: 512
@@ -55,7 +57,8 @@ const otherPools = (s390xMax) =>
   pool('linux.s390x', 'linux.s390x', 's390x', { max: s390xMax }) +
   pool('linux.s390x.warm', 'linux.s390x.warm', 's390x', { max: 1, minIdle: 1 }) +
   pool('image.checked', 'image.checked', 'ppc64le', { max: 1, dir: badDir }) +
-  pool('no.runner', 'no.runner', 'ppc64le', { max: 1, command: '/opt/actions-runner/bin/Runner.Listener' });
+  pool('no.runner', 'no.runner', 'ppc64le', { max: 1, command: '/opt/actions-runner/bin/Runner.Listener' }) +
+  pool('net.ppc64le', 'net.ppc64le', 'ppc64le', { max: 1, network: 'user' });
 const config = {
   hostsExtra: localHost(4),
   pools: 'pools:\n' + pool('linux.ppc64le', 'linux.ppc64le', 'ppc64le') + otherPools(1),
@@ -86,6 +89,41 @@ async function serve(label, poolName, taken) {
   await until(`${runner.name} to finish`, () => ['deleting', 'deleted'].includes(runners().find((r) => r.name === runner.name)?.state));
   assert.equal((await d.post('workflow_job', payload('completed', id, label, runner.name))).status, 202);
   return { id, runner: runner.name };
+}
+
+// A network namespace behind a veth pair, with a TCP server at 198.18.0.2:8080 (an
+// address of the benchmarking range, not this host's): where a job's egress goes.
+function egressNetwork() {
+  const ns = `hatchery-egress-${process.pid}`;
+  const sh = (args) => spawnSync(args[0], args.slice(1), { encoding: 'utf8' });
+  const run = (args) => {
+    const r = sh(args);
+    assert.equal(r.status, 0, `${args.join(' ')}: ${r.stderr}`);
+  };
+  sh(['ip', 'netns', 'del', ns]);
+  sh(['ip', 'link', 'del', 'hegress0']);
+  run(['ip', 'netns', 'add', ns]);
+  run(['ip', 'link', 'add', 'hegress0', 'type', 'veth', 'peer', 'name', 'hegress1']);
+  run(['ip', 'link', 'set', 'hegress1', 'netns', ns]);
+  run(['ip', 'addr', 'add', '198.18.0.1/30', 'dev', 'hegress0']);
+  run(['ip', 'link', 'set', 'hegress0', 'up']);
+  run(['ip', 'netns', 'exec', ns, 'ip', 'addr', 'add', '198.18.0.2/30', 'dev', 'hegress1']);
+  run(['ip', 'netns', 'exec', ns, 'ip', 'link', 'set', 'hegress1', 'up']);
+  run(['ip', 'netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
+  const server = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e',
+    "require('net').createServer((s) => s.end()).listen(8080, '198.18.0.2')"], { stdio: 'ignore' });
+  for (let i = 0; i < 50; i++) {
+    if (sh(['timeout', '2', 'bash', '-c', 'exec 3<>/dev/tcp/198.18.0.2/8080']).status === 0) break;
+    spawnSync('sleep', ['0.1']);
+  }
+  return {
+    target: '198.18.0.2:8080',
+    close() {
+      server.kill();
+      sh(['ip', 'netns', 'del', ns]);
+      sh(['ip', 'link', 'del', 'hegress0']);
+    },
+  };
 }
 
 // Plays GitHub up to a busy runner: a job queued, a new idle runner of the pool, and the
@@ -169,6 +207,48 @@ describe('end to end on real guests', () => {
     const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
     assert.match(text, /hatchery_runners\{pool="linux.s390x.warm",state="idle"\} 1/);
     assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
+  });
+
+  test('a hostile job on the user network reaches the internet, and nothing of its host (guest-firewall.sh)', async () => {
+    // The host's own services: a listener on loopback, one on every address, and hatcheryd.
+    const servers = [];
+    const listen = (host) => new Promise((res) => {
+      const srv = createServer((sock) => sock.end()).listen(0, host, () => res(srv.address().port));
+      servers.push(srv);
+    });
+    const loPort = await listen('127.0.0.1');
+    const anyPort = await listen('0.0.0.0');
+    const hostIp = Object.values(networkInterfaces()).flat().find((a) => a.family === 'IPv4' && !a.internal).address;
+    // "The internet": an address that is not the host's, in a network namespace of its own.
+    const egress = egressNetwork();
+    const targets = [`10.0.2.2:${d.port}`, `10.0.2.2:${loPort}`, `10.0.2.2:${anyPort}`, `${hostIp}:${anyPort}`, `${hostIp}:${d.port}`, egress.target];
+    const probe = async () => {
+      await fetch(`${api}/__double/jit`, { method: 'POST', body: `probe=${targets.join('+')} exit=0` });
+      const { runner } = await serve('net.ppc64le', 'net.ppc64le', new Set());
+      const logs = d.cli('logs', runner);
+      const report = /hatchery: job report: (\{.*\})/.exec(logs.stdout);
+      assert.ok(report, `no report in ${runner}'s log:\n${logs.stdout.slice(-2000)}`);
+      return JSON.parse(report[1]).probes;
+    };
+    try {
+      const applied = spawnSync(firewall, ['apply', '--group', 'hatchery-qemu'], { encoding: 'utf8' });
+      assert.equal(applied.status, 0, applied.stderr);
+      const guarded = await probe();
+      const want = Object.fromEntries(targets.map((t) => [t, t === egress.target ? 'open' : 'closed']));
+      assert.deepEqual(guarded, want);
+      // Without the firewall the same job reaches the host's loopback: what it guards
+      // against is real here, and the probes can tell.
+      assert.equal(spawnSync(firewall, ['remove', '--group', 'hatchery-qemu']).status, 0);
+      const open = await probe();
+      assert.equal(open[`10.0.2.2:${loPort}`], 'open');
+      assert.equal(open[egress.target], 'open');
+      console.log(`isolation probes with guest-firewall.sh: ${JSON.stringify(guarded)}; without: ${JSON.stringify(open)}`);
+    } finally {
+      spawnSync(firewall, ['remove', '--group', 'hatchery-qemu']);
+      egress.close();
+      for (const srv of servers) srv.close();
+      await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
+    }
   });
 
   test('an image built for another arch, or without a manifest, gets no runner, with the reason', async () => {
@@ -340,9 +420,11 @@ describe('end to end on real guests', () => {
     d.proc.kill('SIGHUP');
     await until('the reload', () => d.logs.indexOf('event=config.reloaded via=SIGHUP', logFrom) >= 0, 10000);
     const line = d.logs.slice(logFrom).split('\n').find((l) => l.includes('event=config.reloaded'));
-    assert.match(line, /"added":\["linux.ppc64le.added"\]/);
-    assert.match(line, /"removed":\["linux.ppc64le"\]/);
-    assert.match(line, /"linux.s390x":\["max_runners"\]/);
+    // The changes are one logfmt value: JSON, quoted and escaped.
+    const changes = JSON.parse(JSON.parse(`"${/ changes="(.*)"$/.exec(line)[1]}"`));
+    assert.deepEqual(changes.pools.added, ['linux.ppc64le.added']);
+    assert.deepEqual(changes.pools.removed, ['linux.ppc64le']);
+    assert.deepEqual(changes.pools.changed['linux.s390x'], ['max_runners']);
 
     // Raised max_runners: a second s390x runner, for the job that waited.
     await until('two s390x runners', () =>

@@ -2,8 +2,10 @@
 # Starts (or stops) a real libvirtd for the tests, with the workarounds these machines need
 # (see docs/LIBVIRT-HERE.md), without touching the machine's own configuration:
 #  - a private mount namespace, where our own /etc/libvirt (qemu.conf running guests as
-#    root, no security driver) and a passwd/group that have the `libvirt-qemu` user the
-#    QEMU driver insists on are bind-mounted;
+#    root in the group hatchery-qemu, no security driver) and a passwd/group that have the
+#    `libvirt-qemu` user the QEMU driver insists on are bind-mounted. The group is what a
+#    host firewall can match QEMU's own sockets by (deploy/guest-firewall.sh): user-mode
+#    networking connects from the QEMU process, and root's uid matches everything;
 #  - the cgroup v2 mount at /sys/fs/cgroup/unified hidden, so LXC domains start;
 #  - tini -s as a child subreaper, so destroyed guests are reaped at once.
 # The sockets stay in the shared /run/libvirt, so qemu:///system and lxc:/// work from
@@ -14,10 +16,17 @@ set -euo pipefail
 state=/run/hatchery-test-libvirtd
 case "${1:-}" in
 start)
+  # A daemon started with another version of this script is restarted.
+  me=$(sha256sum "$0" | cut -c1-16)
   if [ -f "$state/pid" ] && kill -0 "$(cat "$state/pid")" 2>/dev/null && virsh -c qemu:///system list >/dev/null 2>&1; then
-    echo "libvirtd: already running"; exit 0
+    if [ "$(cat "$state/script" 2>/dev/null)" = "$me" ]; then
+      echo "libvirtd: already running"; exit 0
+    fi
+    kill "$(cat "$state/pid")" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$(cat "$state/pid")" 2>/dev/null || break; sleep 0.1; done
   fi
   mkdir -p "$state/etc-libvirt" /run/libvirt /var/lib/libvirt /var/log/libvirt /var/cache/libvirt
+  echo "$me" > "$state/script"
   cat > "$state/etc-libvirt/libvirtd.conf" <<'CONF'
 unix_sock_group = "root"
 unix_sock_rw_perms = "0770"
@@ -28,7 +37,7 @@ keepalive_count = 5
 CONF
   cat > "$state/etc-libvirt/qemu.conf" <<'CONF'
 user = "root"
-group = "root"
+group = "hatchery-qemu"
 dynamic_ownership = 0
 security_driver = "none"
 remember_owner = 0
@@ -43,6 +52,7 @@ CONF
   grep -q '^libvirt-qemu:' "$state/passwd" || echo 'libvirt-qemu:x:64055:64055:Libvirt Qemu,,,:/var/lib/libvirt:/usr/sbin/nologin' >> "$state/passwd"
   grep -q '^libvirt-qemu:' "$state/group" || echo 'libvirt-qemu:x:64055:' >> "$state/group"
   grep -q '^kvm:' "$state/group" || echo 'kvm:x:64056:' >> "$state/group"
+  grep -q '^hatchery-qemu:' "$state/group" || echo 'hatchery-qemu:x:64057:' >> "$state/group"
   rm -f "$state/pid"
   (
     # A daemon keeps no descriptor of whoever started it: an inherited pipe (a test's

@@ -160,11 +160,15 @@ static void test_missing_and_cross_references(void **state)
                                               "memory_mib: 8192, max_guests: 4}"),
                  ":12: hosts[].uri: host 'p10-b' has the same uri as host 'p10-a'");
     /* Containers bind-mount a directory of this machine: not on a host reached by streams. */
-    char text[4096];
-    snprintf(text, sizeof(text), "%s    backend: container\n",
+    char text[8192];
+    snprintf(text, sizeof(text), "%s    backend: container\n    trusted: true\n",
              variant("    max_guests: 8", "    max_guests: 8\n    agent_transport: stream"));
     expect_error(text, "container pool 'linux.ppc64le' on host 'p10-a', which is reached through "
                        "streams");
+    /* A container pool must say it is for trusted code only. */
+    snprintf(text, sizeof(text), "%s    backend: container\n", variant(NULL, ""));
+    expect_error(text, "pools[].trusted: container pool 'linux.ppc64le' is not isolated enough "
+                       "for untrusted jobs");
     expect_error(variant("    max_guests: 8", "    max_guests: 8\n    agent_transport: ssh"),
                  "hosts[0].agent_transport: 'ssh' is not one of");
     /* Secrets never cross the network in clear. */

@@ -338,7 +338,7 @@ static int teardown(void **state)
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     assert_int_equal(system(cmd), 0);
-    strcpy(dir, "/tmp/hatchery-test-scheduler-XXXXXX");
+    snprintf(dir, sizeof(dir), "/tmp/hatchery-test-scheduler-XXXXXX");
     return 0;
 }
 
