@@ -33,6 +33,13 @@ while [ $# -gt 0 ]; do
   esac
 done
 chain=HATCHERY-GUESTS
+case "$action" in
+  apply | remove | status) ;;
+  *)
+    echo "usage: guest-firewall.sh apply|remove|status [--group GROUP] [--deny CIDR]..." >&2
+    exit 2
+    ;;
+esac
 # A name must exist; a numeric gid needs no entry.
 if ! getent group "$group" >/dev/null 2>&1 && [ -n "$(printf '%s' "$group" | tr -d 0-9)" ]; then
   echo "guest-firewall.sh: no group $group (set --group to qemu.conf's group)" >&2

@@ -88,6 +88,28 @@ test('systemd-analyze verify accepts the unit', () => {
   assert.notEqual(spawnSync('systemd-analyze', ['verify', join(dir, 'broken.service')]).status, 0);
 });
 
+test('the guest firewall: its unit verifies, and the script refuses what it cannot do', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'unit-'));
+  const script = join(root, 'deploy/guest-firewall.sh');
+  const unit = readFileSync(join(root, 'deploy/hatchery-guest-firewall.service'), 'utf8')
+    .replaceAll('/usr/local/lib/hatchery/guest-firewall.sh', script);
+  for (const want of ['Type=oneshot', 'RemainAfterExit=yes', 'Before=libvirtd.service', ' apply ', ' remove '])
+    assert.ok(unit.includes(want), want);
+  writeFileSync(join(dir, 'hatchery-guest-firewall.service'), unit);
+  const r = spawnSync('systemd-analyze', ['verify', join(dir, 'hatchery-guest-firewall.service')], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  // Usage errors and a group that does not exist change nothing and say why.
+  const bad = spawnSync(script, ['open-everything'], { encoding: 'utf8' });
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /usage: guest-firewall.sh apply\|remove\|status/);
+  const nogroup = spawnSync(script, ['apply', '--group', 'no-such-group-hatchery'], { encoding: 'utf8' });
+  assert.equal(nogroup.status, 2);
+  assert.match(nogroup.stderr, /no group no-such-group-hatchery/);
+  // install.sh installs and enables it.
+  const install = readFileSync(join(root, 'deploy/install.sh'), 'utf8');
+  assert.match(install, /hatchery-guest-firewall\.service/);
+});
+
 test('the GitHub App manifest asks for exactly what Hatchery needs', () => {
   const m = JSON.parse(readFileSync(join(root, 'deploy/github-app-manifest.json'), 'utf8'));
   assert.deepEqual(m.default_events, ['workflow_job']);
