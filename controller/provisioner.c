@@ -1224,7 +1224,7 @@ int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
     return 0;
 }
 
-static const struct guest_events no_events = {NULL};
+static const struct guest_events no_events; /* every event ignored */
 
 void guest_disown(struct guest *g)
 {

@@ -142,7 +142,8 @@ int64_t runner_lifecycle_timeout_ms(enum runner_state state, const struct lifecy
         s = limits->boot_timeout_s;
         break;
     case LIFECYCLE_TIMEOUT_START:
-        s = LIFECYCLE_START_S;
+        /* The agent starts the runner as the config arrives: no longer than a boot. */
+        s = limits->boot_timeout_s;
         break;
     case LIFECYCLE_TIMEOUT_IDLE:
         s = limits->idle_max_age_s;

@@ -25,7 +25,7 @@
  *   pending     LIFECYCLE_STORE_S       the store never recorded the runner      -> failed
  *   creating    boot_timeout_s          no domain and JIT config in time         -> failed
  *   booting     boot_timeout_s          no hello from the agent                  -> failed
- *   configured  LIFECYCLE_START_S       the runner never reported `started`      -> failed
+ *   configured  boot_timeout_s          the runner never reported `started`      -> failed
  *   idle        idle_max_age_s          idle too long                            -> failed
  *   busy        job_timeout_s + LIFECYCLE_JOB_OVERRUN_S (the agent stops the job
  *               at job_timeout_s; this is for an agent that does not)            -> failed
@@ -73,7 +73,6 @@ enum runner_event {
 
 /* Fixed timeouts, in seconds. */
 #define LIFECYCLE_STORE_S       60
-#define LIFECYCLE_START_S       120
 #define LIFECYCLE_JOB_OVERRUN_S 300
 #define LIFECYCLE_FINISH_S      120
 #define LIFECYCLE_DELETE_S      300

@@ -442,8 +442,9 @@ static void on_runner_timer(uv_timer_t *t)
                    (long long)p->boot_timeout_s);
         break;
     case RUNNER_CONFIGURED:
-        runner_end(r, RUNNER_EV_TIMEOUT, "the runner did not report started within %d s",
-                   LIFECYCLE_START_S);
+        runner_end(r, RUNNER_EV_TIMEOUT,
+                   "the runner did not report started within %lld s of its config",
+                   (long long)p->boot_timeout_s);
         break;
     case RUNNER_IDLE:
         runner_end(r, RUNNER_EV_TIMEOUT, "idle longer than idle_max_age_s (%lld s)",

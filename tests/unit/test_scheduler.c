@@ -373,22 +373,26 @@ static json_t *runner_row(struct scheduler *s, const char *name)
     return found;
 }
 
-static void queue_job(int64_t id)
+/* A workflow_job event as the webhook stores it. */
+static void store_job(int64_t id, enum job_status status)
 {
     struct job_event *ev = calloc(1, sizeof(*ev));
-    ev->delivery_id = strdup("d");
-    char delivery[32];
-    snprintf(delivery, sizeof(delivery), "d-%lld", (long long)id);
-    free(ev->delivery_id);
+    char delivery[48];
+    snprintf(delivery, sizeof(delivery), "d-%lld-%d", (long long)id, (int)status);
     ev->delivery_id = strdup(delivery);
     ev->job_id = id;
     ev->run_id = 1;
-    ev->status = JOB_QUEUED;
+    ev->status = status;
     ev->repository = strdup("pytorch/pytorch");
     ev->labels_json = strdup("[\"p\"]");
     ev->pool = strdup("p");
     ev->received_at_ms = (int64_t)time(NULL) * 1000;
     assert_int_equal(store_job_event_submit(store, ev, NULL, NULL), 0);
+}
+
+static void queue_job(int64_t id)
+{
+    store_job(id, JOB_QUEUED);
 }
 
 /* The runner's recorded reason, once the store has it ("" when none). */
@@ -520,6 +524,65 @@ static void timeouts_and_lost_jobs(void **state)
     stop(s);
 }
 
+/* A guest that says hello and takes its config but never reports `started` holds its slot
+ * only until its deadline (boot_timeout_s: 5). */
+static void a_runner_that_never_starts_fails_at_its_deadline(void **state)
+{
+    (void)state;
+    struct scheduler *s = start();
+    queue_job(1007);
+    spin(3500);
+    struct guest *g = &guests[0];
+    struct secret *jit = NULL;
+    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
+    jit_cb(jit_data, 0, NULL, 4747, jit);
+    struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
+    g->events->on_hello(g->data, g, &hello);
+    assert_string_equal(state_of(s, g->name), "configured");
+    spin(4000);
+    assert_string_equal(state_of(s, g->name), "configured");
+    spin(1600);
+    assert_string_equal(state_of(s, g->name), "failed");
+    assert_non_null(strstr(reason_of(s, g->name), "did not report started within 5 s"));
+    assert_true(g->torn_down);
+    stop(s);
+}
+
+/* Only failures before `started` tell of the pool's image or hosts: a job that kills its
+ * own agent (its guest fails while busy) does not stop the pool's scaling. */
+static void a_job_that_kills_its_agent_does_not_back_off_the_pool(void **state)
+{
+    (void)state;
+    struct scheduler *s = start();
+    queue_job(1008);
+    spin(3500);
+    struct guest *g = &guests[0];
+    bring_online(g, 4848);
+    store_job(1008, JOB_IN_PROGRESS);
+    scheduler_job_event(s, 1008, JOB_IN_PROGRESS, g->name);
+    g->events->on_failed(g->data, g, "agent channel: the guest closed the channel");
+    g->events->on_gone(g->data, g);
+    queue_job(1009);
+    spin(1500);
+    assert_null(scheduler_pool_waiting(s, "p"));
+    assert_int_equal(n_guests, 2); /* the next job's runner, at once */
+    /* Guests that fail before they start their runner do back the pool off: after the
+     * second in a row, the pool waits 2 s. */
+    for (int i = 1; i <= 2; i++) {
+        for (int t = 0; t < 40 && n_guests < (size_t)i + 1; t++)
+            spin(100);
+        assert_int_equal(n_guests, i + 1);
+        struct guest *h = &guests[i];
+        h->events->on_failed(h->data, h, "no hello");
+        h->events->on_gone(h->data, h);
+    }
+    spin(1100); /* a tick inside the 2 s */
+    const char *why = scheduler_pool_waiting(s, "p");
+    assert_non_null(why);
+    assert_non_null(strstr(why, "2 runner(s) failed in a row: retrying in"));
+    stop(s);
+}
+
 /* A heartbeat silent past heartbeat_timeout_s in idle fails the runner as hung. */
 static void a_silent_agent_is_hung(void **state)
 {
@@ -593,6 +656,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(illegal_moves_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(timeouts_and_lost_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(a_silent_agent_is_hung, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_runner_that_never_starts_fails_at_its_deadline, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_job_that_kills_its_agent_does_not_back_off_the_pool,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(adoption_after_a_restart, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
