@@ -765,15 +765,14 @@ static json_t *daemon_reload(struct daemon *d, const char *how)
         return answer;
     }
     secret_free(secret); /* the running webhook secret stays (webhook_secret_file: restart) */
-    json_t *diff = config_diff(d->config, next);
-    config_keep_running(next, d->config);
     struct config **retired = realloc(d->retired_configs, (d->n_retired + 1) * sizeof(*retired));
     if (!retired) {
         config_free(next);
-        json_decref(diff);
         return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
     }
     d->retired_configs = retired;
+    json_t *diff = config_diff(d->config, next);
+    config_keep_running(next, d->config);
     struct config *old = d->config;
     d->retired_configs[d->n_retired++] = old;
     d->config = next;
