@@ -7,7 +7,11 @@
 #    host firewall can match QEMU's own sockets by (deploy/guest-firewall.sh): user-mode
 #    networking connects from the QEMU process, and root's uid matches everything;
 #  - the cgroup v2 mount at /sys/fs/cgroup/unified hidden, so LXC domains start;
-#  - tini -s as a child subreaper, so destroyed guests are reaped at once.
+#  - tini -s as a child subreaper, so destroyed guests are reaped at once;
+#  - libvirtd restarted when it dies, as systemd's Restart=on-failure does on a host:
+#    libvirtd 9.0 has been seen to segfault here when clients die mid-call (the chaos test
+#    kills hatcheryd), and a host whose libvirtd is gone for good has nothing to test.
+#    `stop` signals the whole group (tini -g): the loop ends with libvirtd.
 # The sockets stay in the shared /run/libvirt, so qemu:///system and lxc:/// work from
 # outside the namespace.
 #
@@ -67,7 +71,7 @@ CONF
       mount --bind '$state/passwd' /etc/passwd
       mount --bind '$state/group' /etc/group
       umount -l /sys/fs/cgroup/unified 2>/dev/null || true
-      exec tini -s -- /usr/sbin/libvirtd
+      exec tini -s -g -- bash -c 'while :; do /usr/sbin/libvirtd; echo \"libvirtd exited \$?: restarted\" >&2; sleep 0.5; done'
     "
   ) </dev/null >"$state/libvirtd.log" 2>&1 &
   echo $! > "$state/pid"
