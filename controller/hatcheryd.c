@@ -771,15 +771,18 @@ static json_t *daemon_reload(struct daemon *d, const char *how)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
     }
     d->retired_configs = retired;
+    /* The scheduler's per-pool state is made for the new config first: if that fails,
+     * nothing has changed yet. */
+    if (d->scheduler && scheduler_config_replace(d->scheduler, next) < 0) {
+        config_free(next);
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
+    }
     json_t *diff = config_diff(d->config, next);
     config_keep_running(next, d->config);
-    struct config *old = d->config;
-    d->retired_configs[d->n_retired++] = old;
+    d->retired_configs[d->n_retired++] = d->config;
     d->config = next;
     for (size_t i = 0; i < next->n_hosts; i++)
         provisioner_host_update(d->provisioner, &next->hosts[i]);
-    if (d->scheduler)
-        scheduler_config_changed(d->scheduler, old);
     enum log_level level;
     if (log_level_parse(next->log_level, &level) == 0)
         log_level_set(level);

@@ -41,7 +41,6 @@ struct runner {
     struct secret *jit;
     int64_t github_runner_id;
     bool hello;
-    bool ever_busy;
     int pool_failures_at_start; /* the pool's failures in a row when this runner started */
     /* Callbacks still to come with this runner (GitHub requests, store commits): it is
      * freed only when it is deleted and none is left. */
@@ -102,6 +101,24 @@ static struct github_client *gh(const struct scheduler *s)
 static struct provisioner *prov(const struct scheduler *s)
 {
     return *s->deps.provisioner;
+}
+
+/* Pools and hosts are known by name: a reload may move, add or remove them. The index in
+ * `c`, or -1. */
+static int pool_index(const struct config *c, const char *name)
+{
+    for (size_t i = 0; name && i < c->n_pools; i++)
+        if (strcmp(c->pools[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
+static int host_index(const struct config *c, const char *name)
+{
+    for (size_t i = 0; name && i < c->n_hosts; i++)
+        if (strcmp(c->hosts[i].name, name) == 0)
+            return (int)i;
+    return -1;
 }
 
 static int64_t now_ms(void)
@@ -237,19 +254,15 @@ static bool runner_move(struct runner *r, enum runner_event ev)
     return true;
 }
 
-/* A pool whose runners keep failing (a broken image, a bad host) backs off exponentially,
- * up to 5 minutes, instead of boot-looping. */
 /* The runner's pool's slot in the running config (its per-pool counters), or -1 when a
  * reload removed the pool. Runners keep the pool settings they were made with. */
 static int pool_slot(const struct scheduler *s, const struct config_pool *pool)
 {
-    const struct config *c = cfg(s);
-    for (size_t i = 0; i < c->n_pools; i++)
-        if (&c->pools[i] == pool || strcmp(c->pools[i].name, pool->name) == 0)
-            return (int)i;
-    return -1;
+    return pool_index(cfg(s), pool->name);
 }
 
+/* A pool whose runners keep failing (a broken image, a bad host) backs off exponentially,
+ * up to 5 minutes, instead of boot-looping. */
 static void pool_result(struct runner *r, bool ok)
 {
     struct scheduler *s = r->s;
@@ -281,7 +294,7 @@ static void runner_forget(struct runner *r)
 {
     struct scheduler *s = r->s;
     if (r->holds > 0) {
-        r->forget_pending = true; /* the last GitHub callback frees it */
+        r->forget_pending = true; /* the last callback that holds it frees it */
         return;
     }
     for (struct runner **pp = &s->runners; *pp; pp = &(*pp)->next)
@@ -345,6 +358,16 @@ static void runner_after_guest(struct runner *r)
     runner_deleted(r);
 }
 
+/* The runner's guest is torn down (its gone event then finishes the runner), or, when it
+ * has none, the runner finishes now. */
+static void guest_goes(struct runner *r, const char *reason)
+{
+    if (r->guest)
+        guest_teardown(r->guest, reason);
+    else
+        runner_after_guest(r);
+}
+
 static void runner_end(struct runner *r, enum runner_event ev, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -377,10 +400,7 @@ static void runner_end(struct runner *r, enum runner_event ev, const char *fmt, 
         pool_result(r, false);
     r->finished_ms = now_ms();
     runner_move(r, ev);
-    if (r->guest)
-        guest_teardown(r->guest, r->reason);
-    else
-        runner_after_guest(r);
+    guest_goes(r, r->reason);
 }
 
 #define runner_fail(r, ...) runner_end((r), RUNNER_EV_FAIL, __VA_ARGS__)
@@ -399,10 +419,7 @@ static void runner_retire(struct runner *r, const char *fmt, ...)
     va_end(ap);
     r->finished_ms = now_ms();
     runner_move(r, RUNNER_EV_RETIRE);
-    if (r->guest)
-        guest_teardown(r->guest, r->reason);
-    else
-        runner_after_guest(r);
+    guest_goes(r, r->reason);
 }
 
 /* Past the deadline of deleting or failed: the guest or GitHub never answered. The
@@ -457,10 +474,7 @@ static void on_runner_timer(uv_timer_t *t)
         break;
     case RUNNER_FINISHING:
         runner_move(r, RUNNER_EV_TIMEOUT);
-        if (r->guest)
-            guest_teardown(r->guest, "job completed");
-        else
-            runner_after_guest(r);
+        guest_goes(r, "job completed");
         break;
     case RUNNER_DELETING:
     case RUNNER_FAILED:
@@ -644,7 +658,6 @@ static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *
     r->adopting = false;
     r->heartbeat_ms = now_ms();
     s->stats.adopted++;
-    s->stats.adopt_seconds_sum += seconds;
     if (seconds > s->stats.adopt_seconds_max)
         s->stats.adopt_seconds_max = seconds;
     log_info("runner.adopted", "runner=%s pool=%s host=%s state=%s agent_pid=%lld seconds=%.3f",
@@ -965,7 +978,7 @@ static void tick(struct scheduler *s)
             if (strcmp(r->pool->name, pool->name) != 0 || !runner_state_live(r->state))
                 continue;
             live++;
-            if (r->state <= RUNNER_IDLE)
+            if (runner_state_unbusy(r->state))
                 unbusy++;
         }
         int64_t want = queued + pool->min_idle - unbusy;
@@ -1049,7 +1062,6 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
     if (r && status == JOB_IN_PROGRESS) {
         r->job_id = job_id;
         r->busy_ms = now_ms();
-        r->ever_busy = true;
         json_t *rows = store_query(s->deps.store, "SELECT queued_at FROM jobs WHERE id = ?1",
                                    json_pack("[I]", (json_int_t)job_id));
         json_t *q = json_object_get(json_array_get(rows, 0), "queued_at");
@@ -1096,7 +1108,6 @@ struct orphan {
     int attempts;
     int64_t next_ms;
     bool in_flight;
-    bool seen; /* listed in the last pass of its scope */
 };
 
 #define ORPHAN_BACKOFF_MAX_MS (10 * 60 * 1000)
@@ -1488,22 +1499,6 @@ static void org_queued_jobs(struct scheduler *s, size_t i)
     }
 }
 
-static const struct config_pool *pool_named(const struct config *c, const char *name)
-{
-    for (size_t i = 0; name && i < c->n_pools; i++)
-        if (strcmp(c->pools[i].name, name) == 0)
-            return &c->pools[i];
-    return NULL;
-}
-
-static bool host_configured(const struct config *c, const char *name)
-{
-    for (size_t i = 0; name && i < c->n_hosts; i++)
-        if (strcmp(c->hosts[i].name, name) == 0)
-            return true;
-    return false;
-}
-
 static int64_t row_ms(json_t *row, const char *key)
 {
     json_t *v = json_object_get(row, key);
@@ -1538,7 +1533,6 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     r->created_ms = row_ms(row, "created_at");
     r->online_ms = row_ms(row, "online_at");
     r->busy_ms = row_ms(row, "busy_at");
-    r->ever_busy = r->busy_ms != 0;
     r->hello = true;
     r->adopting = true;
     r->adopt_started_ms = s->started_ms;
@@ -1588,9 +1582,9 @@ static void recover(struct scheduler *s)
             continue; /* again when the host is back */
         const char *state = json_string_value(json_object_get(row, "state"));
         int st = runner_state_from_name(state);
-        const struct config_pool *pool =
-            pool_named(c, json_string_value(json_object_get(row, "pool")));
-        if (st >= 0 && pool && host_configured(c, host) &&
+        int slot = pool_index(c, json_string_value(json_object_get(row, "pool")));
+        const struct config_pool *pool = slot >= 0 ? &c->pools[slot] : NULL;
+        if (st >= 0 && pool && host_index(c, host) >= 0 &&
             runner_lifecycle_next((enum runner_state)st, RUNNER_EV_ADOPTED) >= 0) {
             runner_adopt(s, row, pool, (enum runner_state)st);
             continue;
@@ -1710,10 +1704,9 @@ int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
     json_t *row;
     json_array_foreach(rows, i, row)
     {
-        const char *name = json_string_value(json_object_get(row, "name"));
-        for (size_t h = 0; name && h < cfg(s)->n_hosts; h++)
-            if (strcmp(cfg(s)->hosts[h].name, name) == 0)
-                s->drained[h] = true;
+        int h = host_index(cfg(s), json_string_value(json_object_get(row, "name")));
+        if (h >= 0)
+            s->drained[h] = true;
     }
     json_decref(rows);
     uv_timer_init(s->deps.loop, &s->tick);
@@ -1758,9 +1751,9 @@ void scheduler_free(struct scheduler *s)
      * being freed from the daemon after uv_run returns. */
 }
 
-int scheduler_config_changed(struct scheduler *s, const struct config *old)
+int scheduler_config_replace(struct scheduler *s, const struct config *next)
 {
-    const struct config *c = cfg(s);
+    const struct config *old = cfg(s), *c = next;
     bool *drained = calloc(c->n_hosts + 1, sizeof(bool));
     char(*why)[512] = calloc(c->n_pools + 1, sizeof(*why));
     int *failures = calloc(c->n_pools + 1, sizeof(int));
@@ -1773,17 +1766,19 @@ int scheduler_config_changed(struct scheduler *s, const struct config *old)
         return -ENOMEM;
     }
     /* Per-pool and per-host state follows the name. */
-    for (size_t i = 0; i < c->n_pools; i++)
-        for (size_t j = 0; j < old->n_pools; j++)
-            if (strcmp(c->pools[i].name, old->pools[j].name) == 0) {
-                failures[i] = s->failures[j];
-                retry_at_ms[i] = s->retry_at_ms[j];
-                memcpy(why[i], s->why[j], sizeof(why[i]));
-            }
-    for (size_t i = 0; i < c->n_hosts; i++)
-        for (size_t j = 0; j < old->n_hosts; j++)
-            if (strcmp(c->hosts[i].name, old->hosts[j].name) == 0)
-                drained[i] = s->drained[j];
+    for (size_t i = 0; i < c->n_pools; i++) {
+        int j = pool_index(old, c->pools[i].name);
+        if (j >= 0) {
+            failures[i] = s->failures[j];
+            retry_at_ms[i] = s->retry_at_ms[j];
+            memcpy(why[i], s->why[j], sizeof(why[i]));
+        }
+    }
+    for (size_t i = 0; i < c->n_hosts; i++) {
+        int j = host_index(old, c->hosts[i].name);
+        if (j >= 0)
+            drained[i] = s->drained[j];
+    }
     free(s->drained);
     free(s->why);
     free(s->failures);
@@ -1846,35 +1841,29 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
 
 const char *scheduler_pool_waiting(struct scheduler *s, const char *pool)
 {
-    for (size_t p = 0; p < cfg(s)->n_pools; p++)
-        if (strcmp(cfg(s)->pools[p].name, pool) == 0)
-            return s->why[p][0] ? s->why[p] : NULL;
-    return NULL;
+    int p = pool_index(cfg(s), pool);
+    return p >= 0 && s->why[p][0] ? s->why[p] : NULL;
 }
 
 int scheduler_host_drain(struct scheduler *s, const char *host, bool drained)
 {
-    for (size_t h = 0; h < cfg(s)->n_hosts; h++) {
-        if (strcmp(cfg(s)->hosts[h].name, host) != 0)
-            continue;
-        s->drained[h] = drained;
-        store_sql_submit(s->deps.store,
-                         "INSERT INTO hosts(name, drained) VALUES(?1, ?2) ON CONFLICT(name) DO "
-                         "UPDATE SET drained = excluded.drained",
-                         json_pack("[s, i]", host, drained ? 1 : 0), NULL, NULL);
-        log_info(drained ? "host.drained" : "host.undrained", "host=%s", host);
-        scheduler_kick(s);
-        return 0;
-    }
-    return -ENOENT;
+    int h = host_index(cfg(s), host);
+    if (h < 0)
+        return -ENOENT;
+    s->drained[h] = drained;
+    store_sql_submit(s->deps.store,
+                     "INSERT INTO hosts(name, drained) VALUES(?1, ?2) ON CONFLICT(name) DO "
+                     "UPDATE SET drained = excluded.drained",
+                     json_pack("[s, i]", host, drained ? 1 : 0), NULL, NULL);
+    log_info(drained ? "host.drained" : "host.undrained", "host=%s", host);
+    scheduler_kick(s);
+    return 0;
 }
 
 bool scheduler_host_drained(struct scheduler *s, const char *host)
 {
-    for (size_t h = 0; h < cfg(s)->n_hosts; h++)
-        if (strcmp(cfg(s)->hosts[h].name, host) == 0)
-            return s->drained[h];
-    return false;
+    int h = host_index(cfg(s), host);
+    return h >= 0 && s->drained[h];
 }
 
 int scheduler_runner_delete(struct scheduler *s, const char *name)

@@ -59,9 +59,10 @@ void scheduler_kick(struct scheduler *s);
 void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status status,
                          const char *runner_name);
 
-/* The daemon's config was replaced by a reload (the old one stays in memory): per-pool
- * and per-host state follows the names; runners keep the settings they were made with. */
-int scheduler_config_changed(struct scheduler *s, const struct config *old);
+/* A reload: `next` is about to become the daemon's config (the running one stays in
+ * memory). Per-pool and per-host state follows the names; runners keep the settings they
+ * were made with. Call it before the config is replaced; -ENOMEM changes nothing. */
+int scheduler_config_replace(struct scheduler *s, const struct config *next);
 
 /* Admin API. */
 json_t *scheduler_runners_json(struct scheduler *s, bool include_ended);
@@ -81,7 +82,7 @@ struct scheduler_stats {
     uint64_t surplus_retired;     /* idle runners beyond demand, retired */
     uint64_t transitions_refused; /* moves the lifecycle table does not allow */
     uint64_t adopted, adopt_failed;
-    double adopt_seconds_sum, adopt_seconds_max; /* restart to the agent's resumed */
+    double adopt_seconds_max; /* this hatcheryd's start to an adopted agent's resumed */
     uint64_t reconcile_domains_removed, reconcile_github_deleted, reconcile_jobs_found,
         reconcile_records_failed, reconcile_ticks, reconcile_github_skipped,
         reconcile_volumes_removed, reconcile_phantoms_retired;
