@@ -91,8 +91,6 @@ static void copy_field(char *out, size_t size, json_t *v)
             *p = '?';
 }
 
-static int send_msg(struct agent_channel *c, json_t *msg);
-
 static void handle_resumed(struct agent_channel *c, json_t *msg)
 {
     struct agent_resumed resumed = {.pid = 0};
@@ -302,23 +300,6 @@ int agent_channel_open(uv_stream_t *stream, const struct agent_channel_events *e
     return 0;
 }
 
-int agent_channel_resume(uv_stream_t *stream, const struct agent_channel_events *events, void *data,
-                         struct agent_channel **ret_channel)
-{
-    struct agent_channel *c = NULL;
-    int r = agent_channel_open(stream, events, data, &c);
-    if (r < 0)
-        return r;
-    c->state = CHANNEL_EXPECT_RESUMED;
-    c->version = AGENT_PROTOCOL_VERSION;
-    /* Should the write fail, no answer comes, and the caller's grace ends the wait. */
-    r = send_msg(c, agent_msg_new_v(AGENT_MSG_RESUME, AGENT_PROTOCOL_VERSION));
-    if (r < 0)
-        log_warn("agent.resume_unsent", "error=%s", uv_err_name(r));
-    *ret_channel = c;
-    return 0;
-}
-
 static void on_written(uv_write_t *req, int status)
 {
     struct channel_write *w = (struct channel_write *)req;
@@ -354,6 +335,23 @@ static int send_msg(struct agent_channel *c, json_t *msg)
         free(w);
     }
     return r;
+}
+
+int agent_channel_resume(uv_stream_t *stream, const struct agent_channel_events *events, void *data,
+                         struct agent_channel **ret_channel)
+{
+    struct agent_channel *c = NULL;
+    int r = agent_channel_open(stream, events, data, &c);
+    if (r < 0)
+        return r;
+    c->state = CHANNEL_EXPECT_RESUMED;
+    c->version = AGENT_PROTOCOL_VERSION;
+    /* Should the write fail, no answer comes, and the caller's grace ends the wait. */
+    r = send_msg(c, agent_msg_new_v(AGENT_MSG_RESUME, AGENT_PROTOCOL_VERSION));
+    if (r < 0)
+        log_warn("agent.resume_unsent", "error=%s", uv_err_name(r));
+    *ret_channel = c;
+    return 0;
 }
 
 int agent_channel_send_config(struct agent_channel *c, const char *runner_name,

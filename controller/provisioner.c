@@ -1016,14 +1016,22 @@ static void streams_done(uv_work_t *w, int status)
         guest_fail(g, "cannot bridge the agent channel: %s", strerror(-r));
 }
 
-static void streams_open(struct guest *g)
+/* Hands the guest's next libvirt calls to a worker; the guest fails when none can take
+ * them. `what` names the work in that failure. */
+static void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done,
+                             const char *what)
 {
     g->busy = true;
     g->work.data = g;
-    if (queue_work(g->prov, &g->work, streams_work, streams_done) < 0) {
+    if (queue_work(g->prov, &g->work, work, done) < 0) {
         g->busy = false;
-        guest_fail(g, "cannot queue the opening of the agent channel");
+        guest_fail(g, "cannot queue %s", what);
     }
+}
+
+static void streams_open(struct guest *g)
+{
+    guest_work_start(g, streams_work, streams_done, "the opening of the agent channel");
 }
 
 static void create_done(uv_work_t *w, int status)
@@ -1135,13 +1143,7 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
         }
     }
     guest_attach(g);
-    g->busy = true;
-    g->work.data = g;
-    int r = queue_work(p, &g->work, create_work, create_done);
-    if (r < 0) {
-        g->busy = false;
-        guest_fail(g, "cannot queue the creation");
-    }
+    guest_work_start(g, create_work, create_done, "the creation");
     *ret_guest = g;
     return 0;
 }
@@ -1214,12 +1216,7 @@ int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
     g->adopting = true;
     /* It exists, so it counts, even past what the host allows now. */
     guest_attach(g);
-    g->busy = true;
-    g->work.data = g;
-    if (queue_work(p, &g->work, adopt_work, adopt_done) < 0) {
-        g->busy = false;
-        guest_fail(g, "cannot queue the adoption");
-    }
+    guest_work_start(g, adopt_work, adopt_done, "the adoption");
     *ret_guest = g;
     return 0;
 }
