@@ -857,56 +857,59 @@ static bool str_eq(const char *a, const char *b)
     return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
+static bool keys_equal(const struct key *keys, const void *a, const void *b);
+
+/* Whether key `k` has the same value in `a` and `b` (whole mappings and sequences). */
+static bool key_equal(const struct key *k, const void *a, const void *b)
+{
+    const char *pa = (const char *)a + k->offset, *pb = (const char *)b + k->offset;
+    switch (k->type) {
+    case KEY_INT:
+    case KEY_ENUM:
+        return *(const int64_t *)pa == *(const int64_t *)pb;
+    case KEY_STRING:
+        return str_eq(*(char *const *)pa, *(char *const *)pb);
+    case KEY_STRING_LIST: {
+        size_t na = *(const size_t *)((const char *)a + k->count_offset);
+        size_t nb = *(const size_t *)((const char *)b + k->count_offset);
+        char *const *la = *(char *const *const *)pa, *const *lb = *(char *const *const *)pb;
+        for (size_t i = 0; na == nb && i < na; i++)
+            if (!str_eq(la[i], lb[i]))
+                return false;
+        return na == nb;
+    }
+    case KEY_MAPPING:
+        return keys_equal(k->sub, pa, pb);
+    case KEY_SEQUENCE: {
+        size_t na = *(const size_t *)((const char *)a + k->count_offset);
+        size_t nb = *(const size_t *)((const char *)b + k->count_offset);
+        const char *ea = *(const char *const *)pa, *eb = *(const char *const *)pb;
+        for (size_t i = 0; na == nb && i < na; i++)
+            if (!keys_equal(k->sub, ea + i * k->elem_size, eb + i * k->elem_size))
+                return false;
+        return na == nb;
+    }
+    case KEY_TYPE_MAX:
+        break;
+    }
+    return true;
+}
+
+static bool keys_equal(const struct key *keys, const void *a, const void *b)
+{
+    for (const struct key *k = keys; k->name; k++)
+        if (!key_equal(k, a, b))
+            return false;
+    return true;
+}
+
 /* Appends to `changed` the name of each key of `keys` whose value differs between `a`
  * and `b` (nested mappings and sequences count as one key). */
 static void keys_diff(const struct key *keys, const void *a, const void *b, json_t *changed)
 {
-    for (const struct key *k = keys; k->name; k++) {
-        const char *pa = (const char *)a + k->offset, *pb = (const char *)b + k->offset;
-        bool same = true;
-        switch (k->type) {
-        case KEY_INT:
-        case KEY_ENUM:
-            same = *(const int64_t *)pa == *(const int64_t *)pb;
-            break;
-        case KEY_STRING:
-            same = str_eq(*(char *const *)pa, *(char *const *)pb);
-            break;
-        case KEY_STRING_LIST: {
-            size_t na = *(const size_t *)((const char *)a + k->count_offset);
-            size_t nb = *(const size_t *)((const char *)b + k->count_offset);
-            char *const *la = *(char *const *const *)pa, *const *lb = *(char *const *const *)pb;
-            same = na == nb;
-            for (size_t i = 0; same && i < na; i++)
-                same = str_eq(la[i], lb[i]);
-            break;
-        }
-        case KEY_MAPPING: {
-            json_t *sub = json_array();
-            keys_diff(k->sub, pa, pb, sub);
-            same = json_array_size(sub) == 0;
-            json_decref(sub);
-            break;
-        }
-        case KEY_SEQUENCE: {
-            size_t na = *(const size_t *)((const char *)a + k->count_offset);
-            size_t nb = *(const size_t *)((const char *)b + k->count_offset);
-            const char *ea = *(const char *const *)pa, *eb = *(const char *const *)pb;
-            same = na == nb;
-            for (size_t i = 0; same && i < na; i++) {
-                json_t *sub = json_array();
-                keys_diff(k->sub, ea + i * k->elem_size, eb + i * k->elem_size, sub);
-                same = json_array_size(sub) == 0;
-                json_decref(sub);
-            }
-            break;
-        }
-        case KEY_TYPE_MAX:
-            break;
-        }
-        if (!same)
+    for (const struct key *k = keys; k->name; k++)
+        if (!key_equal(k, a, b))
             json_array_append_new(changed, json_string(k->name));
-    }
 }
 
 /* Top-level keys a reload cannot apply: the running value stays until a restart. */

@@ -239,14 +239,23 @@ static void format_pairs(struct line *l, const char *fmt, va_list *ap)
 #pragma GCC diagnostic pop
 
 /* When stderr is the journal (systemd sets JOURNAL_STREAM to its device and inode), each
- * line starts with its syslog priority, so that `journalctl -p warning` works. */
+ * line starts with its syslog priority, so that `journalctl -p warning` works. The answer
+ * is kept for as long as JOURNAL_STREAM says the same: no fstat per line. */
 static bool stderr_is_journal(void)
 {
+    static char known_for[64] = "";
+    static bool known;
     const char *js = getenv("JOURNAL_STREAM");
+    if (!js)
+        return false;
+    if (strcmp(js, known_for) == 0)
+        return known;
     unsigned long long dev = 0, ino = 0;
     struct stat st;
-    return js && sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
-           (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+    known = sscanf(js, "%llu:%llu", &dev, &ino) == 2 && fstat(2, &st) == 0 &&
+            (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+    snprintf(known_for, sizeof(known_for), "%s", js);
+    return known;
 }
 
 static const char syslog_priority[LOG_LEVEL_MAX] = {
