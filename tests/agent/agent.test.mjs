@@ -221,6 +221,20 @@ function startAgent(sock) {
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
 const config = (command) => ({ type: 'config', runner_name: 'hatchery-test-7', jit_config: JIT, job_timeout_s: 60, runner_command: command });
 
+// An agent whose controller gave it a runner, then died: connection and socket gone.
+async function runnerWithoutController(sock, command) {
+  const firstP = controllerAt(sock);
+  const agent = startAgent(sock);
+  const first = await firstP;
+  await first.next('hello');
+  first.send(config([command]));
+  const started = await first.next('started');
+  first.conn.destroy();
+  first.server.close();
+  rmSync(sock, { force: true });
+  return { agent, started };
+}
+
 describe('protocol version 2: resuming after the controller went away', () => {
   test('hello says protocol 2, and the exit is kept until the controller acknowledges it', async () => {
     const sock = join(dir, 'v2-ack.sock');
@@ -243,17 +257,8 @@ describe('protocol version 2: resuming after the controller went away', () => {
 
   test('the controller dies mid-run and the runner exits meanwhile: the next controller gets the exit on resume', async () => {
     const sock = join(dir, 'v2-resume-exited.sock');
-    const firstP = controllerAt(sock);
-    const agent = startAgent(sock);
-    const first = await firstP;
-    await first.next('hello');
-    first.send(config([script('v2sleep', 'sleep 2; exit 0')]));
-    const started = await first.next('started');
+    const { agent, started } = await runnerWithoutController(sock, script('v2sleep', 'sleep 2; exit 0'));
     assert.ok(started.pid > 0);
-    // The controller dies: connection and socket gone.
-    first.conn.destroy();
-    first.server.close();
-    rmSync(sock, { force: true });
     await sleep(4000); // the runner exits while nobody listens
     assert.equal(agent.exitCode, null, `the agent must wait for a controller:\n${agent.stderrText}`);
     const second = await controllerAt(sock);
@@ -273,15 +278,7 @@ describe('protocol version 2: resuming after the controller went away', () => {
 
   test('the controller comes back while the runner runs: resumed says running, with heartbeats after', async () => {
     const sock = join(dir, 'v2-resume-running.sock');
-    const firstP = controllerAt(sock);
-    const agent = startAgent(sock);
-    const first = await firstP;
-    await first.next('hello');
-    first.send(config([script('v2long', 'sleep 9; exit 3')]));
-    const started = await first.next('started');
-    first.conn.destroy();
-    first.server.close();
-    rmSync(sock, { force: true });
+    const { agent, started } = await runnerWithoutController(sock, script('v2long', 'sleep 9; exit 3'));
     await sleep(1500);
     const second = await controllerAt(sock);
     second.send({ type: 'resume' });

@@ -129,6 +129,14 @@ function egressNetwork() {
   };
 }
 
+// Waits for a runner's end, which must be a job's success: exit 0 and no reason.
+async function endsCleanly(name) {
+  await until(`${name} to finish`, () => runners().find((r) => r.name === name).state === 'deleted', 120000);
+  const r = runners().find((x) => x.name === name);
+  assert.equal(r.exit_code, 0);
+  assert.equal(r.reason, null);
+}
+
 // Plays GitHub up to a busy runner: a job queued, a new idle runner of the pool, and the
 // job given to it.
 async function busyRunner(pool) {
@@ -316,10 +324,7 @@ describe('end to end on real guests', () => {
     const adoptMs = Date.now() - t0;
     assert.equal(runners().find((r) => r.name === runner.name).state, 'busy');
     // The job runs on to its end, and its exit reaches the new hatcheryd.
-    await until(`${runner.name} to finish`, () => runners().find((r) => r.name === runner.name).state === 'deleted', 120000);
-    const r = runners().find((x) => x.name === runner.name);
-    assert.equal(r.exit_code, 0);
-    assert.equal(r.reason, null);
+    await endsCleanly(runner.name);
     assert.equal((await d.post('workflow_job', payload('completed', id, 'linux.ppc64le', runner.name))).status, 202);
     assert.ok(!domains().includes(runner.name));
     const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
@@ -339,10 +344,7 @@ describe('end to end on real guests', () => {
     await sleep(15000);
     assert.ok(domains().includes(runner.name), 'the guest waits for a controller to take its exit');
     await d.start();
-    await until(`${runner.name} to finish`, () => runners().find((r) => r.name === runner.name).state === 'deleted', 120000);
-    const r = runners().find((x) => x.name === runner.name);
-    assert.equal(r.exit_code, 0);
-    assert.equal(r.reason, null);
+    await endsCleanly(runner.name);
     assert.match(d.logs.slice(logFrom), new RegExp(`event=guest.resumed guest=${runner.name} agent_state=exited`));
     assert.equal((await d.post('workflow_job', payload('completed', id, 'linux.ppc64le', runner.name))).status, 202);
     assert.ok(!domains().includes(runner.name));
@@ -438,10 +440,7 @@ describe('end to end on real guests', () => {
     const added = await until('an idle runner in the added pool', () =>
       runners().find((r) => r.pool === 'linux.ppc64le.added' && r.state === 'idle'));
     // The removed pool's busy runner finishes its job, and is not replaced.
-    await until(`${doomed.name} to finish its job`, () => runners().find((r) => r.name === doomed.name).state === 'deleted', 120000);
-    const r = runners().find((x2) => x2.name === doomed.name);
-    assert.equal(r.exit_code, 0);
-    assert.equal(r.reason, null);
+    await endsCleanly(doomed.name);
     assert.equal((await d.post('workflow_job', payload('completed', busyJob, 'linux.ppc64le', doomed.name))).status, 202);
     await sleep(3000);
     assert.deepEqual(runners().filter((x2) => x2.pool === 'linux.ppc64le' && !before.has(x2.name) && x2.name !== doomed.name), []);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,30 +15,43 @@
 
 #include "log.h"
 
-static char path[] = "/tmp/hatchery-test-log-XXXXXX";
-static int saved_stderr = -1;
-
-/* Runs the logging in `fn` with stderr in a file; returns the line after "event=…". */
-static const char *capture(void (*fn)(void))
+/* Runs the logging in `fn` with stderr in a file and returns all it wrote. With
+ * `journal`, JOURNAL_STREAM names that file, as systemd names the journal's stream. */
+static const char *capture_all(void (*fn)(void), bool journal)
 {
     static char out[8192];
+    char path[] = "/tmp/hatchery-test-log-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
+    if (journal) {
+        struct stat st;
+        assert_int_equal(fstat(fd, &st), 0);
+        char js[64];
+        snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino);
+        setenv("JOURNAL_STREAM", js, 1);
+    }
     fflush(stderr);
-    saved_stderr = dup(2);
+    int saved_stderr = dup(2);
     dup2(fd, 2);
     fn();
     fflush(stderr);
     dup2(saved_stderr, 2);
     close(saved_stderr);
+    unsetenv("JOURNAL_STREAM");
     FILE *f = fdopen(fd, "r");
     rewind(f);
     size_t n = fread(out, 1, sizeof(out) - 1, f);
     out[n] = 0;
     fclose(f);
     unlink(path);
-    snprintf(path, sizeof(path), "/tmp/hatchery-test-log-XXXXXX");
-    char *ev = strstr(out, "event=");
+    return out;
+}
+
+/* The line from "event=…" on. */
+static const char *capture(void (*fn)(void))
+{
+    const char *ev = strstr(capture_all(fn, false), "event=");
     assert_non_null(ev);
     return ev;
 }
@@ -120,28 +134,7 @@ static void log_levels(void)
 static void the_journal_gets_each_line_with_its_priority(void **state)
 {
     (void)state;
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    struct stat st;
-    assert_int_equal(fstat(fd, &st), 0);
-    char js[64];
-    snprintf(js, sizeof(js), "%llu:%llu", (unsigned long long)st.st_dev,
-             (unsigned long long)st.st_ino);
-    setenv("JOURNAL_STREAM", js, 1);
-    fflush(stderr);
-    saved_stderr = dup(2);
-    dup2(fd, 2);
-    log_levels();
-    fflush(stderr);
-    dup2(saved_stderr, 2);
-    close(saved_stderr);
-    char out[1024];
-    FILE *f = fdopen(fd, "r");
-    rewind(f);
-    size_t n = fread(out, 1, sizeof(out) - 1, f);
-    out[n] = 0;
-    fclose(f);
-    unlink(path);
+    const char *out = capture_all(log_levels, true);
     assert_int_equal(strncmp(out, "<4>ts=", 6), 0);
     assert_non_null(strstr(out, "\n<3>ts="));
 }

@@ -407,14 +407,29 @@ static const char *reason_of(struct scheduler *s, const char *name)
     return out;
 }
 
-/* GitHub's JIT answer, the agent's hello and its started: the runner is idle. */
-static void bring_online(struct guest *g, int64_t github_runner_id)
+/* A queued job, and the first tick after recovery: its runner's guest. */
+static struct guest *first_runner(int64_t job_id)
+{
+    queue_job(job_id);
+    spin(3500);
+    assert_int_equal(n_guests, 1);
+    return &guests[0];
+}
+
+/* GitHub's JIT answer and the agent's hello: the config goes to the agent. */
+static void configure(struct guest *g, int64_t github_runner_id)
 {
     struct secret *jit = NULL;
     assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
     jit_cb(jit_data, 0, NULL, github_runner_id, jit);
     struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
     g->events->on_hello(g->data, g, &hello);
+}
+
+/* ...and the agent's started: the runner is idle. */
+static void bring_online(struct guest *g, int64_t github_runner_id)
+{
+    configure(g, github_runner_id);
     g->events->on_started(g->data, g, 77);
 }
 
@@ -479,10 +494,7 @@ static void illegal_moves_are_refused(void **state)
 {
     (void)state;
     struct scheduler *s = start();
-    queue_job(1002);
-    spin(3500);
-    assert_int_equal(n_guests, 1);
-    struct guest *g = &guests[0];
+    struct guest *g = first_runner(1002);
     /* started before any config: creating --runner_started--> is not in the table */
     g->events->on_started(g->data, g, 77);
     assert_string_equal(state_of(s, g->name), "creating");
@@ -498,9 +510,7 @@ static void timeouts_and_lost_jobs(void **state)
 {
     (void)state;
     struct scheduler *s = start();
-    queue_job(1003);
-    spin(3500);
-    struct guest *g = &guests[0];
+    struct guest *g = first_runner(1003);
     g->events->on_booting(g->data, g);
     spin(5600); /* boot_timeout_s: 5 */
     assert_string_equal(state_of(s, g->name), "failed");
@@ -530,14 +540,8 @@ static void a_runner_that_never_starts_fails_at_its_deadline(void **state)
 {
     (void)state;
     struct scheduler *s = start();
-    queue_job(1007);
-    spin(3500);
-    struct guest *g = &guests[0];
-    struct secret *jit = NULL;
-    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
-    jit_cb(jit_data, 0, NULL, 4747, jit);
-    struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
-    g->events->on_hello(g->data, g, &hello);
+    struct guest *g = first_runner(1007);
+    configure(g, 4747);
     assert_string_equal(state_of(s, g->name), "configured");
     spin(4000);
     assert_string_equal(state_of(s, g->name), "configured");
@@ -554,9 +558,7 @@ static void a_job_that_kills_its_agent_does_not_back_off_the_pool(void **state)
 {
     (void)state;
     struct scheduler *s = start();
-    queue_job(1008);
-    spin(3500);
-    struct guest *g = &guests[0];
+    struct guest *g = first_runner(1008);
     bring_online(g, 4848);
     store_job(1008, JOB_IN_PROGRESS);
     scheduler_job_event(s, 1008, JOB_IN_PROGRESS, g->name);
@@ -588,9 +590,7 @@ static void a_silent_agent_is_hung(void **state)
 {
     (void)state;
     struct scheduler *s = start();
-    queue_job(1004);
-    spin(3500);
-    struct guest *g = &guests[0];
+    struct guest *g = first_runner(1004);
     bring_online(g, 4444);
     for (int i = 0; i < 4; i++) {
         spin(5000);
