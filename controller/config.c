@@ -116,6 +116,8 @@ static const struct key http_keys[] = {
     INT_KEY(struct config_http, idle_timeout_ms, 10, 3600000, HTTP_IDLE_TIMEOUT_MS_DEFAULT),
     INT_KEY(struct config_http, max_connections, 1, HTTP_MAX_CONNECTIONS_MAX,
             HTTP_MAX_CONNECTIONS_DEFAULT),
+    INT_KEY(struct config_http, max_connections_per_address, 0, HTTP_MAX_CONNECTIONS_MAX,
+            HTTP_MAX_CONNECTIONS_PER_ADDRESS_DEFAULT),
     STRING_KEY(struct config_http, tls_cert_file, false, NULL),
     STRING_KEY(struct config_http, tls_key_file, false, NULL),
     {.name = NULL},
@@ -194,6 +196,7 @@ static const struct key github_keys[] = {
 static const struct key top_keys[] = {
     STRING_KEY(struct config, controller_id, true, NULL),
     STRING_KEY(struct config, listen, false, "127.0.0.1:8080"),
+    STRING_KEY(struct config, metrics_listen, false, NULL),
     STRING_KEY(struct config, state_dir, true, NULL),
     STRING_KEY(struct config, admin_socket, true, NULL),
     STRING_KEY(struct config, webhook_secret_file, true, NULL),
@@ -627,6 +630,11 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
     struct sockaddr_storage addr;
     if (c->listen && config_listen_parse(c->listen, &addr) < 0)
         fail(l, root, "listen", "'%s' is not IPV4:PORT or [IPV6]:PORT", c->listen);
+    if (c->metrics_listen && config_listen_parse(c->metrics_listen, &addr) < 0)
+        fail(l, root, "metrics_listen", "'%s' is not IPV4:PORT or [IPV6]:PORT", c->metrics_listen);
+    else if (c->metrics_listen && c->listen && strcmp(c->metrics_listen, c->listen) == 0)
+        fail(l, root, "metrics_listen", "'%s' is the webhook listener's address; give another port",
+             c->metrics_listen);
     if (!c->http.tls_cert_file != !c->http.tls_key_file)
         fail(l, root, "http", "tls_cert_file and tls_key_file must be given together");
 
@@ -731,6 +739,7 @@ void config_free(struct config *c)
     free(c->path);
     free(c->controller_id);
     free(c->listen);
+    free(c->metrics_listen);
     free(c->state_dir);
     free(c->admin_socket);
     free(c->webhook_secret_file);
@@ -914,8 +923,8 @@ static void keys_diff(const struct key *keys, const void *a, const void *b, json
 
 /* Top-level keys a reload cannot apply: the running value stays until a restart. */
 static const char *const restart_keys[] = {
-    "controller_id",       "listen", "state_dir", "admin_socket",
-    "webhook_secret_file", "http",   "github",    "adopt_grace_s",
+    "controller_id", "listen", "metrics_listen", "state_dir",     "admin_socket",
+    "webhook_secret_file", "http", "github",     "adopt_grace_s",
 };
 /* Host keys a reload cannot apply to a host that exists: its connection and volumes. */
 static const char *const host_restart_keys[] = {"uri", "storage_pool", "storage_dir",
@@ -1011,6 +1020,7 @@ void config_keep_running(struct config *new, struct config *old)
 {
     SWAP(new->controller_id, old->controller_id);
     SWAP(new->listen, old->listen);
+    SWAP(new->metrics_listen, old->metrics_listen);
     SWAP(new->state_dir, old->state_dir);
     SWAP(new->admin_socket, old->admin_socket);
     SWAP(new->webhook_secret_file, old->webhook_secret_file);

@@ -103,6 +103,7 @@ struct config_http {
     int64_t read_timeout_ms;
     int64_t idle_timeout_ms;
     int64_t max_connections;
+    int64_t max_connections_per_address; /* 0: no limit */
     char *tls_cert_file;
     char *tls_key_file;
 };
@@ -132,6 +133,7 @@ struct config {
     char *path;
     char *controller_id;
     char *listen;
+    char *metrics_listen; /* NULL: /metrics is served on `listen` */
     char *state_dir;
     char *admin_socket;
     char *webhook_secret_file;

@@ -47,6 +47,8 @@ struct daemon {
     struct github_scope *scopes;        /* from config.github.runner_scopes */
     size_t n_scopes;
     struct http_server http;
+    struct http_server metrics_http; /* on metrics_listen, when set */
+    bool metrics_http_on;
     struct admin_server admin;
     uv_signal_t sigterm, sigint, sighup;
     struct config **retired_configs; /* replaced by reloads; runners may still point in */

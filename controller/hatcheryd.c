@@ -207,8 +207,12 @@ static void on_http_request(struct http_server *server, struct http_conn *conn,
     const char *url = req->url ? req->url : "";
     size_t path_len = strcspn(url, "?#");
     bool is_get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+    /* With metrics_listen, the public listener serves /webhook and /healthz only, and the
+     * metrics listener /metrics and /healthz only. */
+    bool is_metrics_listener = server == &d->metrics_http;
+    bool serves_metrics = is_metrics_listener || !d->metrics_http_on;
 #define PATH_IS(p) (path_len == strlen(p) && strncmp(url, p, path_len) == 0)
-    if (PATH_IS("/webhook")) {
+    if (PATH_IS("/webhook") && !is_metrics_listener) {
         if (strcmp(req->method, "POST") != 0) {
             respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use POST"));
             return;
@@ -221,7 +225,7 @@ static void on_http_request(struct http_server *server, struct http_conn *conn,
         }
         respond_json(conn, 200,
                      json_pack("{s:s, s:s}", "status", "ok", "version", HATCHERY_VERSION));
-    } else if (PATH_IS("/metrics")) {
+    } else if (PATH_IS("/metrics") && serves_metrics) {
         if (!is_get) {
             respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use GET"));
             return;
@@ -632,6 +636,8 @@ static void on_signal(uv_signal_t *sig, int signum)
     log_info("daemon.stopping", "signal=%d", signum);
     sd_notify_send("STOPPING=1");
     http_server_stop(&d->http);
+    if (d->metrics_http_on)
+        http_server_stop(&d->metrics_http);
     admin_server_stop(&d->admin);
     github_client_free(d->github);
     d->github = NULL;
@@ -921,6 +927,7 @@ int main(int argc, char **argv)
         .read_timeout_ms = (uint64_t)d.config->http.read_timeout_ms,
         .idle_timeout_ms = (uint64_t)d.config->http.idle_timeout_ms,
         .max_connections = (size_t)d.config->http.max_connections,
+        .max_connections_per_address = (size_t)d.config->http.max_connections_per_address,
     };
     r = http_server_start(&d.http, d.loop, (struct sockaddr *)&addr, &limits,
                           d.config->http.tls_cert_file, d.config->http.tls_key_file,
@@ -929,6 +936,20 @@ int main(int argc, char **argv)
         log_error("daemon.listen_failed", "listen=%s error=\"%s\"", d.config->listen, err);
         store_close(d.store);
         return 1;
+    }
+    if (d.config->metrics_listen) {
+        config_listen_parse(d.config->metrics_listen, &addr);
+        r = http_server_start(&d.metrics_http, d.loop, (struct sockaddr *)&addr, &limits, NULL,
+                              NULL, on_http_request, &d, err, sizeof(err));
+        if (r < 0) {
+            log_error("daemon.listen_failed", "metrics_listen=%s error=\"%s\"",
+                      d.config->metrics_listen, err);
+            http_server_stop(&d.http);
+            uv_run(d.loop, UV_RUN_NOWAIT);
+            store_close(d.store);
+            return 1;
+        }
+        d.metrics_http_on = true;
     }
     char *socket_dir = strdup(d.config->admin_socket);
     char *slash = socket_dir ? strrchr(socket_dir, '/') : NULL;
@@ -942,6 +963,8 @@ int main(int argc, char **argv)
     if (r < 0) {
         log_error("daemon.admin_failed", "error=\"%s\"", err);
         http_server_stop(&d.http);
+        if (d.metrics_http_on)
+            http_server_stop(&d.metrics_http);
         uv_run(d.loop, UV_RUN_NOWAIT);
         store_close(d.store);
         return 1;
@@ -967,9 +990,10 @@ int main(int argc, char **argv)
 
     check_pool_images(d.config);
     log_info("daemon.ready",
-             "version=%s controller=%s listen=%s tls=%s admin=%s state=%s "
+             "version=%s controller=%s listen=%s metrics_listen=%s tls=%s admin=%s state=%s "
              "pools=%zu hosts=%zu github=%s",
              HATCHERY_VERSION, d.config->controller_id, d.config->listen,
+             d.config->metrics_listen ? d.config->metrics_listen : "listen",
              d.config->http.tls_cert_file ? "on" : "off", d.config->admin_socket,
              d.config->state_dir, d.config->n_pools, d.config->n_hosts,
              d.github ? github_auth_mode_names[d.config->github.app_id > 0 ? GITHUB_AUTH_APP

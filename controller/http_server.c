@@ -292,8 +292,9 @@ const char *http_status_reason(int status)
 
 enum timer_mode {
     TIMER_OFF,
-    TIMER_READ,
-    TIMER_IDLE,
+    TIMER_READ,  /* a request is arriving: read_timeout_ms */
+    TIMER_IDLE,  /* kept alive between requests: idle_timeout_ms */
+    TIMER_WRITE, /* answers wait for a peer that does not read: read_timeout_ms */
     TIMER_MODE_MAX,
 };
 
@@ -301,6 +302,7 @@ struct http_conn {
     struct http_server *server;
     uv_tcp_t tcp;
     uv_timer_t timer;
+    uv_idle_t yield; /* the next pipelined request waits for the loop's next turn */
     enum timer_mode timer_mode;
     struct http_reader reader;
     char *in;
@@ -312,9 +314,12 @@ struct http_conn {
     bool closing;
     bool close_after_write;
     bool in_process;
+    bool yielding;      /* `yield` is started */
+    bool write_blocked; /* unsent answers over HTTP_MAX_UNSENT_BYTES: no request is read */
     int handles_open;
     size_t writes_pending;
     char peer[64];
+    char peer_address[48];
     struct http_conn *prev, *next;
 };
 
@@ -328,6 +333,7 @@ struct write_req {
 static void conn_process(struct http_conn *conn);
 static void conn_close(struct http_conn *conn);
 static void start_reading(struct http_conn *conn);
+static void timer_set(struct http_conn *conn, enum timer_mode mode);
 
 const char *http_conn_peer(const struct http_conn *conn)
 {
@@ -366,6 +372,13 @@ static void conn_close(struct http_conn *conn)
     s->stats.connections_open--;
     uv_close((uv_handle_t *)&conn->tcp, on_handle_closed);
     uv_close((uv_handle_t *)&conn->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&conn->yield, on_handle_closed);
+}
+
+/* Bytes of answers libuv still holds because the peer has not read them. */
+static size_t unsent_bytes(struct http_conn *conn)
+{
+    return uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp);
 }
 
 static void on_write(uv_write_t *req, int status)
@@ -376,8 +389,17 @@ static void on_write(uv_write_t *req, int status)
     conn->writes_pending--;
     if (conn->closing)
         return;
-    if (status < 0 || (conn->close_after_write && conn->writes_pending == 0))
+    if (status < 0 || (conn->close_after_write && conn->writes_pending == 0)) {
         conn_close(conn);
+        return;
+    }
+    /* Backpressure released: the peer read half of what waited. */
+    if (conn->write_blocked && unsent_bytes(conn) <= HTTP_MAX_UNSENT_BYTES / 2) {
+        conn->write_blocked = false;
+        timer_set(conn, TIMER_IDLE);
+        if (!conn->in_process)
+            conn_process(conn);
+    }
 }
 
 /* One write of up to two parts (an answer's head and body), so an answer is one syscall. */
@@ -438,13 +460,22 @@ static int conn_send(struct http_conn *conn, const char *head, size_t head_len, 
     return r < 0 ? r : tls_flush(conn);
 }
 
-static void timer_set(struct http_conn *conn, enum timer_mode mode);
-
 static void on_timer(uv_timer_t *timer)
 {
     struct http_conn *conn = timer->data;
     if (conn->busy || conn->closing)
         return;
+    if (conn->timer_mode == TIMER_WRITE) {
+        conn->server->stats.timeouts++;
+        log_info("http.write_timeout", "peer=%s unsent_bytes=%zu", conn->peer, unsent_bytes(conn));
+        conn_close(conn);
+        return;
+    }
+    if (conn->ssl && !SSL_is_init_finished(conn->ssl)) {
+        conn->server->stats.timeouts++;
+        conn_close(conn); /* no answer can go out before the handshake */
+        return;
+    }
     if (conn->timer_mode == TIMER_READ) {
         conn->server->stats.timeouts++;
         log_info("http.timeout", "peer=%s after_ms=%llu", conn->peer,
@@ -467,8 +498,8 @@ static void timer_set(struct http_conn *conn, enum timer_mode mode)
         uv_timer_stop(&conn->timer);
     else
         uv_timer_start(&conn->timer, on_timer,
-                       mode == TIMER_READ ? conn->server->limits.read_timeout_ms
-                                          : conn->server->limits.idle_timeout_ms,
+                       mode == TIMER_IDLE ? conn->server->limits.idle_timeout_ms
+                                          : conn->server->limits.read_timeout_ms,
                        0);
 }
 
@@ -574,14 +605,39 @@ static int in_append(struct http_conn *conn, const char *data, size_t len)
     return 0;
 }
 
+static void on_yield(uv_idle_t *idle)
+{
+    struct http_conn *conn = idle->data;
+    uv_idle_stop(idle);
+    conn->yielding = false;
+    if (!conn->closing)
+        conn_process(conn);
+}
+
+/* Whether an answer can go out: a TLS connection needs its handshake first. */
+static bool can_answer(struct http_conn *conn)
+{
+    return !conn->ssl || SSL_is_init_finished(conn->ssl);
+}
+
+/* Parses and hands on requests from what was read, one per turn of the loop: a packet
+ * of pipelined requests cannot hold the loop, and no more is read or handled while
+ * answers the peer does not read pile up (HTTP_MAX_UNSENT_BYTES). */
 static void conn_process(struct http_conn *conn)
 {
     struct http_server *s = conn->server;
     conn->in_process = true;
-    if (conn->reader.error_status && !conn->busy && !conn->closing)
+    if (conn->reader.error_status && !conn->busy && !conn->closing && can_answer(conn))
         respond_error(conn);
-    while (!conn->busy && !conn->closing && !conn->close_after_write &&
+    while (!conn->busy && !conn->closing && !conn->close_after_write && !conn->yielding &&
            conn->in_off < conn->in_len) {
+        if (unsent_bytes(conn) > HTTP_MAX_UNSENT_BYTES) {
+            if (!conn->write_blocked)
+                s->stats.backpressure_stalls++;
+            conn->write_blocked = true;
+            timer_set(conn, TIMER_WRITE);
+            break;
+        }
         if (!conn->reader.started)
             timer_set(conn, TIMER_READ);
         size_t used = 0;
@@ -599,6 +655,9 @@ static void conn_process(struct http_conn *conn)
             timer_set(conn, TIMER_OFF);
             conn->busy = true;
             s->handler(s, conn, &conn->reader.req);
+            if (!conn->closing && !conn->busy && conn->in_off < conn->in_len &&
+                uv_idle_start(&conn->yield, on_yield) == 0)
+                conn->yielding = true;
             continue;
         }
         if (used == 0)
@@ -607,12 +666,14 @@ static void conn_process(struct http_conn *conn)
     if (conn->in_off == conn->in_len)
         conn->in_off = conn->in_len = 0;
     if (!conn->closing && !conn->close_after_write) {
-        /* One request at a time: stop reading while the handler has one, and read again
-         * once it is answered (possibly from a store callback, long after on_read). */
-        if (conn->busy && conn->reading) {
+        /* Read only when everything read is handled: while the handler has a request
+         * (answered later, possibly from a store callback), while pipelined requests wait
+         * their turn, and while the peer leaves its answers unread, the socket waits. */
+        bool want = !conn->busy && !conn->write_blocked && conn->in_off == conn->in_len;
+        if (!want && conn->reading) {
             uv_read_stop((uv_stream_t *)&conn->tcp);
             conn->reading = false;
-        } else if (!conn->busy && !conn->reading) {
+        } else if (want && !conn->reading) {
             start_reading(conn);
         }
     }
@@ -684,12 +745,13 @@ static void start_reading(struct http_conn *conn)
         conn_close(conn);
 }
 
-static void peer_name(uv_tcp_t *tcp, char *out, size_t size)
+static void peer_name(struct http_conn *conn)
 {
     struct sockaddr_storage addr;
     int len = sizeof(addr);
-    snprintf(out, size, "?");
-    if (uv_tcp_getpeername(tcp, (struct sockaddr *)&addr, &len) != 0)
+    snprintf(conn->peer, sizeof(conn->peer), "?");
+    snprintf(conn->peer_address, sizeof(conn->peer_address), "?");
+    if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&addr, &len) != 0)
         return;
     char ip[48] = "?";
     int port = 0;
@@ -700,7 +762,30 @@ static void peer_name(uv_tcp_t *tcp, char *out, size_t size)
         uv_ip6_name((struct sockaddr_in6 *)&addr, ip, sizeof(ip));
         port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
     }
-    snprintf(out, size, "%s:%d", ip, port);
+    snprintf(conn->peer_address, sizeof(conn->peer_address), "%s", ip);
+    snprintf(conn->peer, sizeof(conn->peer), addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip,
+             port);
+}
+
+/* Other open connections from this connection's address. */
+static size_t connections_from(const struct http_server *s, const struct http_conn *conn)
+{
+    size_t n = 0;
+    for (const struct http_conn *c = s->conns; c; c = c->next)
+        if (c != conn && strcmp(c->peer_address, conn->peer_address) == 0)
+            n++;
+    return n;
+}
+
+/* Why a new connection is turned away, or NULL. */
+static const char *over_limit(struct http_server *s, struct http_conn *conn)
+{
+    if (s->stats.connections_open > s->limits.max_connections)
+        return "too many connections";
+    if (s->limits.max_connections_per_address &&
+        connections_from(s, conn) >= s->limits.max_connections_per_address)
+        return "too many connections from this address";
+    return NULL;
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -716,8 +801,9 @@ static void on_connection(uv_stream_t *listener, int status)
     conn->server = s;
     uv_tcp_init(s->loop, &conn->tcp);
     uv_timer_init(s->loop, &conn->timer);
-    conn->tcp.data = conn->timer.data = conn;
-    conn->handles_open = 2;
+    uv_idle_init(s->loop, &conn->yield);
+    conn->tcp.data = conn->timer.data = conn->yield.data = conn;
+    conn->handles_open = 3;
     http_reader_init(&conn->reader, &s->limits);
     conn->next = s->conns;
     if (s->conns)
@@ -728,22 +814,30 @@ static void on_connection(uv_stream_t *listener, int status)
         conn_close(conn);
         return;
     }
-    peer_name(&conn->tcp, conn->peer, sizeof(conn->peer));
+    peer_name(conn);
     uv_tcp_nodelay(&conn->tcp, 1);
-    if (s->stats.connections_open > s->limits.max_connections) {
+    /* Turned away with a 503 the client can read (over TLS, once the handshake is done),
+     * then closed. */
+    const char *refused = over_limit(s, conn);
+    if (refused) {
         s->stats.connections_rejected++;
-        log_warn("http.too_many_connections", "peer=%s limit=%zu", conn->peer,
-                 s->limits.max_connections);
-        if (s->tls) {
-            conn_close(conn);
-            return;
+        uint64_t now = uv_now(s->loop);
+        if (now - s->rejections_logged_ms >= 1000 || s->rejections_logged_ms == 0) {
+            log_warn("http.too_many_connections",
+                     "peer=%s reason=\"%s\" limit=%zu per_address=%zu unlogged_before=%llu",
+                     conn->peer, refused, s->limits.max_connections,
+                     s->limits.max_connections_per_address,
+                     (unsigned long long)s->rejections_unlogged);
+            s->rejections_logged_ms = now;
+            s->rejections_unlogged = 0;
+        } else {
+            s->rejections_unlogged++;
         }
         conn->reader.error_status = 503;
-        conn->reader.error_reason = "too many connections";
-        conn_process(conn);
-        return;
+        conn->reader.error_reason = refused;
+    } else {
+        s->stats.connections_accepted++;
     }
-    s->stats.connections_accepted++;
     if (s->tls) {
         conn->ssl = SSL_new(s->tls);
         conn->rbio = BIO_new(BIO_s_mem());

@@ -2,7 +2,9 @@
  * through OpenSSL memory BIOs on the same loop. Every input has a limit, and each breach
  * gets its own status: 413 body, 431 headers, 414 URL, 408 slow request, 503 too many
  * connections, 400 malformed. Keep-alive and pipelining are supported; one request per
- * connection is handled at a time, so answers go out in order. */
+ * connection is handled at a time, so answers go out in order, and one per turn of the
+ * loop, so no connection holds it. A connection whose peer leaves its answers unread is
+ * not read any further (HTTP_MAX_UNSENT_BYTES), and is closed after read_timeout_ms. */
 #ifndef HATCHERY_HTTP_SERVER_H
 #define HATCHERY_HTTP_SERVER_H
 
@@ -19,6 +21,7 @@ struct http_limits {
     uint64_t read_timeout_ms; /* from a request's first byte to its last */
     uint64_t idle_timeout_ms; /* between requests on a kept-alive connection */
     size_t max_connections;
+    size_t max_connections_per_address; /* 0: no limit per address */
 };
 
 struct http_header {
@@ -80,7 +83,8 @@ typedef void (*http_handler_cb)(struct http_server *server, struct http_conn *co
 
 struct http_stats {
     uint64_t connections_accepted;
-    uint64_t connections_rejected; /* over max_connections */
+    uint64_t connections_rejected; /* over max_connections or max_connections_per_address */
+    uint64_t backpressure_stalls;  /* connections that stopped being read: answers unread */
     uint64_t requests;
     uint64_t timeouts;
     uint64_t tls_handshake_failures;
@@ -97,6 +101,8 @@ struct http_server {
     void *data;
     struct http_conn *conns; /* open connections, for shutdown */
     struct http_stats stats;
+    uint64_t rejections_logged_ms; /* rejections are logged once a second at most */
+    uint64_t rejections_unlogged;
     bool closing;
 };
 

@@ -77,8 +77,12 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     counter(&b, "hatchery_http_connections_accepted_total", "HTTP connections accepted.",
             h->connections_accepted);
     counter(&b, "hatchery_http_connections_rejected_total",
-            "HTTP connections refused because http.max_connections were open.",
+            "HTTP connections refused (503) because http.max_connections were open, or "
+            "http.max_connections_per_address from one address.",
             h->connections_rejected);
+    counter(&b, "hatchery_http_backpressure_stalls_total",
+            "Connections no longer read because their peer left answers unread.",
+            h->backpressure_stalls);
     counter(&b, "hatchery_http_requests_total", "Complete HTTP requests read.", h->requests);
     counter(&b, "hatchery_http_timeouts_total",
             "Requests closed because they were not received within http.read_timeout_ms.",

@@ -2,11 +2,11 @@
 // connection limit, keep-alive and pipelining, /healthz, /metrics checked by promtool, TLS.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync } from 'node:fs';
+import { chmodSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { Daemon, examples, rawExchange, request, tempDir } from './lib/daemon.mjs';
+import { Daemon, examples, freePort, rawExchange, request, tempDir } from './lib/daemon.mjs';
 
 describe('http listener', () => {
   const d = new Daemon({
@@ -176,7 +176,7 @@ describe('TLS listener', () => {
   const made = spawnSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert,
     '-days', '1', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1'], { encoding: 'utf8' });
   chmodSync(key, 0o600);
-  const d = new Daemon({ dir, http: `  tls_cert_file: ${cert}\n  tls_key_file: ${key}\n` });
+  const d = new Daemon({ dir, http: `  tls_cert_file: ${cert}\n  tls_key_file: ${key}\n  max_connections_per_address: 4\n` });
   before(() => { assert.equal(made.status, 0, made.stderr); return d.start(); });
   after(async () => {
     const { code } = await d.stop();
@@ -196,10 +196,156 @@ describe('TLS listener', () => {
     assert.equal(d.jobs().length, 1);
   });
 
+  test('over TLS too, a connection over the limit gets its 503 after the handshake, then the close', async () => {
+    const held = [];
+    for (let i = 0; i < 4; i++) {
+      held.push(await new Promise((resolve) => { const s = connect(d.port, '127.0.0.1', () => resolve(s)); s.on('error', () => {}); }));
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    const res = await request(d.port, { path: '/healthz', tls: { ca: readFileSync(cert) } });
+    assert.equal(res.status, 503);
+    assert.match(res.body, /too many connections from this address/);
+    assert.equal(res.headers.connection, 'close');
+    for (const s of held) s.destroy();
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await request(d.port, { path: '/healthz', tls: { ca: readFileSync(cert) } })).status, 200);
+  });
+
   test('plain HTTP to the TLS port gets no answer and counts a handshake failure', async () => {
     const res = await rawExchange(d.port, ['GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'], { waitMs: 2000 });
     assert.ok(!res.data.includes('HTTP/1.1 200'));
     const metrics = await request(d.port, { path: '/metrics', tls: { ca: (await import('node:fs')).readFileSync(cert) } });
     assert.match(metrics.body, /hatchery_http_tls_handshake_failures_total [1-9]/);
+  });
+});
+
+// The listener against a client that means harm: more connections from one address than it
+// may hold, pipelined requests whose answers are never read, and a flood of /metrics
+// scrapes over a store of 300,000 jobs while a health check must still get through.
+describe('http listener under abuse', () => {
+  const d = new Daemon({
+    http: '  read_timeout_ms: 3000\n  max_connections: 64\n  max_connections_per_address: 6\n',
+    // ASan keeps freed memory in a quarantine on purpose (256 MiB by default): without it,
+    // RSS is what hatcheryd itself holds.
+    env: { ASAN_OPTIONS: `${process.env.ASAN_OPTIONS ?? 'detect_leaks=1'}:quarantine_size_mb=0:thread_local_quarantine_size_kb=0` },
+  });
+  before(async () => {
+    // The jobs are written straight into the store while hatcheryd is stopped, as a year
+    // of history would be; its triggers keep the counts /metrics reads.
+    await d.start();
+    await d.stop();
+    const now = Date.now();
+    const fill = spawnSync('sqlite3', [d.db, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 300000)
+      INSERT INTO jobs (id, run_id, repository, labels, pool, status, status_rank, conclusion, updated_at)
+      SELECT 8000000000 + i, i, 'pytorch/pytorch', '["linux.ppc64le"]',
+             CASE i % 3 WHEN 0 THEN 'linux.ppc64le' WHEN 1 THEN 'linux.s390x' ELSE NULL END,
+             'completed', 3, 'success', ${now} FROM n;`], { encoding: 'utf8' });
+    assert.equal(fill.status, 0, fill.stderr);
+    await d.start();
+  });
+  after(async () => {
+    const { code } = await d.stop();
+    d.cleanup();
+    assert.equal(code, 0);
+  });
+
+  const rssKiB = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${d.proc.pid}/status`, 'utf8'))[1]);
+  const metric = async (name) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec((await request(d.port, { path: '/metrics' })).body)?.[1]);
+  const opened = () => new Promise((resolve) => { const s = connect(d.port, '127.0.0.1', () => resolve(s)); s.on('error', () => {}); });
+
+  test('the 300,000 jobs are counted by /metrics', async () => {
+    const body = (await request(d.port, { path: '/metrics' })).body;
+    assert.match(body, /^hatchery_jobs\{pool="linux.ppc64le",status="completed"\} 100000$/m);
+    assert.match(body, /^hatchery_jobs_unmatched\{status="completed"\} 100000$/m);
+  });
+
+  test('one address gets max_connections_per_address connections, the next a 503 it can read', async () => {
+    const held = [];
+    for (let i = 0; i < 6; i++) held.push(await opened());
+    await new Promise((r) => setTimeout(r, 100));
+    const res = await rawExchange(d.port, ['GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n']);
+    assert.match(res.data, /^HTTP\/1\.1 503 /);
+    assert.match(res.data, /too many connections from this address/);
+    for (const s of held) s.destroy();
+    await new Promise((r) => setTimeout(r, 100));
+    assert.equal((await request(d.port, { path: '/healthz' })).status, 200);
+  });
+
+  test('pipelined requests whose answers are never read stop being read: memory stays bounded', async () => {
+    const stalls = await metric('hatchery_http_backpressure_stalls_total');
+    const before = rssKiB();
+    const sock = await opened();
+    sock.pause(); // never read an answer
+    const packet = Buffer.from('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(1000));
+    let sent = 0;
+    for (const end = Date.now() + 5000; Date.now() < end;) {
+      if (sock.write(packet)) sent += packet.length;
+      else await Promise.race([new Promise((r) => sock.once('drain', r)), new Promise((r) => setTimeout(r, 200))]);
+    }
+    const grownMiB = (rssKiB() - before) / 1024;
+    // Still serving others meanwhile.
+    assert.equal((await request(d.port, { path: '/healthz' })).status, 200);
+    sock.destroy();
+    console.log(`# pipelined no-read: ${(sent / 1048576).toFixed(1)} MiB of requests accepted by the kernel, RSS grew ${grownMiB.toFixed(1)} MiB`);
+    assert.ok(grownMiB < 64, `hatcheryd grew ${grownMiB.toFixed(1)} MiB`);
+    assert.ok(await metric('hatchery_http_backpressure_stalls_total') > stalls);
+  });
+
+  test('/healthz answers within 100 ms while /metrics is scraped without pause', async () => {
+    const hammers = [];
+    let stop = false;
+    for (let i = 0; i < 4; i++) {
+      hammers.push((async () => {
+        const sock = await opened();
+        sock.on('data', () => {});
+        const packet = 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(200);
+        while (!stop && !sock.destroyed) {
+          if (!sock.write(packet)) await Promise.race([new Promise((r) => sock.once('drain', r)), new Promise((r) => setTimeout(r, 100))]);
+          else await new Promise((r) => setImmediate(r));
+        }
+        sock.destroy();
+      })());
+    }
+    await new Promise((r) => setTimeout(r, 500));
+    const ms = [];
+    for (let i = 0; i < 20; i++) {
+      const t0 = process.hrtime.bigint();
+      const res = await request(d.port, { path: '/healthz' });
+      ms.push(Number(process.hrtime.bigint() - t0) / 1e6);
+      assert.equal(res.status, 200);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    stop = true;
+    await Promise.all(hammers);
+    ms.sort((a, b) => a - b);
+    console.log(`# /healthz under a /metrics flood: median ${ms[10].toFixed(1)} ms, max ${ms[19].toFixed(1)} ms`);
+    assert.ok(ms[10] < 100, `median ${ms[10]} ms`);
+    assert.ok(ms[19] < 1000, `slowest ${ms[19]} ms`);
+  });
+});
+
+describe('metrics_listen', () => {
+  const dir = tempDir();
+  let metricsPort;
+  const d = new Daemon({ dir });
+  before(async () => {
+    metricsPort = await freePort();
+    d.opts.extra = `metrics_listen: 127.0.0.1:${metricsPort}\n`;
+    await d.start();
+  });
+  after(async () => {
+    const { code } = await d.stop();
+    d.cleanup();
+    assert.equal(code, 0);
+  });
+
+  test('/metrics moves to its own listener, which takes no webhook', async () => {
+    assert.equal((await request(d.port, { path: '/metrics' })).status, 404);
+    assert.equal((await request(d.port, { path: '/healthz' })).status, 200);
+    const m = await request(metricsPort, { path: '/metrics' });
+    assert.equal(m.status, 200);
+    assert.match(m.body, /^hatchery_build_info/m);
+    assert.equal((await request(metricsPort, { path: '/healthz' })).status, 200);
+    assert.equal((await request(metricsPort, { method: 'POST', path: '/webhook', body: '{}' })).status, 404);
   });
 });

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "store.h"
@@ -180,6 +181,82 @@ static void test_schema_version_and_wal(void **state)
     assert_non_null(strstr(err, "schema version 99 is newer"));
 }
 
+static void count_row(void *data, const char *pool, const char *status, int64_t count)
+{
+    char *out = data;
+    size_t used = strlen(out);
+    snprintf(out + used, 512 - used, "%s/%s=%lld;", pool ? pool : "-", status, (long long)count);
+}
+
+/* The counts store_job_counts() keeps, beside a GROUP BY over every job. */
+static void assert_counts_match(struct store *s, sqlite3 *db)
+{
+    char kept[512] = "", grouped[512] = "";
+    assert_int_equal(store_job_counts(s, count_row, kept), 0);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT pool, status, count(*) FROM jobs GROUP BY "
+                                        "coalesce(pool, ''), status ORDER BY coalesce(pool, ''), "
+                                        "status",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        count_row(grouped, (const char *)sqlite3_column_text(st, 0),
+                  (const char *)sqlite3_column_text(st, 1), sqlite3_column_int64(st, 2));
+    sqlite3_finalize(st);
+    assert_string_equal(kept, grouped);
+}
+
+static void test_job_counts_follow_jobs(void **state)
+{
+    (void)state;
+    struct store *s = NULL;
+    char err[256], path[128], counts_dir[96];
+    snprintf(counts_dir, sizeof(counts_dir), "%s/counts", dir); /* a store of its own */
+    assert_int_equal(mkdir(counts_dir, 0700), 0);
+    assert_int_equal(store_open(NULL, counts_dir, &s, err, sizeof(err)), 0);
+    snprintf(path, sizeof(path), "%s/hatchery.db", counts_dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    apply(s, event("c1", 1, JOB_QUEUED, NULL), STORE_APPLIED);
+    apply(s, event("c2", 2, JOB_QUEUED, NULL), STORE_APPLIED);
+    apply(s, event("c3", 2, JOB_IN_PROGRESS, "r"), STORE_APPLIED);
+    struct job_event *unmatched = event("c4", 3, JOB_QUEUED, NULL);
+    free(unmatched->pool);
+    unmatched->pool = NULL;
+    apply(s, unmatched, STORE_APPLIED);
+    char kept[512] = "";
+    assert_int_equal(store_job_counts(s, count_row, kept), 0);
+    assert_string_equal(kept, "-/queued=1;ppc/in_progress=1;ppc/queued=1;");
+    assert_counts_match(s, db);
+    /* A pool renamed under a job, a job forgotten (history pruning), and a status write
+     * that changes nothing. */
+    assert_int_equal(sqlite3_exec(db,
+                                  "UPDATE jobs SET pool = 'other' WHERE id = 1;"
+                                  "DELETE FROM jobs WHERE id = 2;"
+                                  "UPDATE jobs SET status = status WHERE id = 3;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_counts_match(s, db);
+    store_close(s);
+
+    /* A store from before the counts (schema 3) gets them from the jobs it holds. */
+    assert_int_equal(sqlite3_exec(db,
+                                  "DROP TRIGGER job_counts_insert; DROP TRIGGER job_counts_delete;"
+                                  "DROP TRIGGER job_counts_update; DROP TABLE job_counts;"
+                                  "PRAGMA user_version=3;"
+                                  "UPDATE jobs SET status = 'completed' WHERE id = 1;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(store_open(NULL, counts_dir, &s, err, sizeof(err)), 0);
+    assert_counts_match(s, db);
+    kept[0] = 0;
+    assert_int_equal(store_job_counts(s, count_row, kept), 0);
+    assert_string_equal(kept, "-/queued=1;other/completed=1;");
+    store_close(s);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -187,6 +264,7 @@ int main(void)
         cmocka_unit_test(test_forward_progress_fills_fields),
         cmocka_unit_test(test_group_commit_on_loop),
         cmocka_unit_test(test_schema_version_and_wal),
+        cmocka_unit_test(test_job_counts_follow_jobs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
