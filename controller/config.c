@@ -923,8 +923,8 @@ static void keys_diff(const struct key *keys, const void *a, const void *b, json
 
 /* Top-level keys a reload cannot apply: the running value stays until a restart. */
 static const char *const restart_keys[] = {
-    "controller_id", "listen", "metrics_listen", "state_dir",     "admin_socket",
-    "webhook_secret_file", "http", "github",     "adopt_grace_s",
+    "controller_id",       "listen", "metrics_listen", "state_dir",     "admin_socket",
+    "webhook_secret_file", "http",   "github",         "adopt_grace_s",
 };
 /* Host keys a reload cannot apply to a host that exists: its connection and volumes. */
 static const char *const host_restart_keys[] = {"uri", "storage_pool", "storage_dir",

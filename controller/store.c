@@ -698,9 +698,10 @@ int store_job_counts(struct store *s,
                      void *data)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(s->reader,
-                           "SELECT nullif(pool, ''), status, n FROM job_counts WHERE n > 0 ORDER BY pool, status", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            s->reader,
+            "SELECT nullif(pool, ''), status, n FROM job_counts WHERE n > 0 ORDER BY pool, status",
+            -1, &st, NULL) != SQLITE_OK)
         return -EIO;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)

@@ -16,9 +16,9 @@
 /* Bytes read past a complete request while its answer is pending (pipelining). */
 #define HTTP_MAX_PIPELINE_BYTES (64 * 1024)
 /* Answers queued for a peer that does not read them, after which it is not read. */
-#define HTTP_MAX_UNSENT_BYTES (256 * 1024)
+#define HTTP_MAX_UNSENT_BYTES                    (256 * 1024)
 #define HTTP_MAX_CONNECTIONS_PER_ADDRESS_DEFAULT 32
-#define HTTP_MAX_URL_BYTES      2048
+#define HTTP_MAX_URL_BYTES                       2048
 
 /* Webhooks. */
 #define WEBHOOK_MAX_LABELS            32
