@@ -351,23 +351,49 @@ static json_t *admin_capacity(struct daemon *d)
     return json_pack("{s:b, s:o, s:o}", "ok", 1, "pools", list, "unmatched", ctx.unmatched);
 }
 
-/* The last LOGS_MAX_BYTES of a console log (the agent's lines are in it too). */
-#define LOGS_MAX_BYTES (1024 * 1024)
+/* The last LOGS_MAX_BYTES of a console log (the agent's lines are in it too), across the
+ * files virtlogd rolled it over into (PATH.0 the newest of them, up to PATH.9). */
+#define LOGS_MAX_BYTES   (1024 * 1024)
+#define LOGS_MAX_BACKUPS 10
 
 static json_t *log_file_json(const char *path)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return json_pack("{s:b, s:s}", "ok", 0, "error", "cannot open the log");
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    long from = size > LOGS_MAX_BYTES ? size - LOGS_MAX_BYTES : 0;
-    fseek(f, from, SEEK_SET);
-    char *buf = malloc((size_t)(size - from) + 1);
-    size_t n = buf ? fread(buf, 1, (size_t)(size - from), f) : 0;
-    fclose(f);
+    char paths[LOGS_MAX_BACKUPS + 1][PATH_MAX];
+    long sizes[LOGS_MAX_BACKUPS + 1];
+    int n_files = 0; /* newest first */
+    long total = 0;
+    for (int i = -1; i < LOGS_MAX_BACKUPS && total < LOGS_MAX_BYTES; i++) {
+        struct stat st;
+        if (i < 0)
+            snprintf(paths[n_files], PATH_MAX, "%s", path);
+        else
+            snprintf(paths[n_files], PATH_MAX, "%s.%d", path, i);
+        if (stat(paths[n_files], &st) < 0 || !S_ISREG(st.st_mode)) {
+            if (i < 0)
+                return json_pack("{s:b, s:s}", "ok", 0, "error", "cannot open the log");
+            break;
+        }
+        sizes[n_files] = (long)st.st_size;
+        total += sizes[n_files++];
+    }
+    long want = total > LOGS_MAX_BYTES ? LOGS_MAX_BYTES : total;
+    bool truncated = total > LOGS_MAX_BYTES;
+    char *buf = malloc((size_t)want + 1);
     if (!buf)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
+    /* Oldest first; of the oldest file read, only its end. */
+    size_t n = 0;
+    long skip = total - want;
+    for (int k = n_files - 1; k >= 0; k--) {
+        long from = skip > sizes[k] ? sizes[k] : skip;
+        skip -= from;
+        FILE *f = fopen(paths[k], "rb");
+        if (!f)
+            continue;
+        if (fseek(f, from, SEEK_SET) == 0)
+            n += fread(buf + n, 1, (size_t)want - n, f);
+        fclose(f);
+    }
     /* Console output is bytes: keep it valid JSON text, and drop the console's CRs. */
     size_t out = 0;
     for (size_t i = 0; i < n; i++) {
@@ -380,7 +406,7 @@ static json_t *log_file_json(const char *path)
     json_t *text = json_stringn(buf, out);
     free(buf);
     return json_pack("{s:b, s:s, s:o, s:b}", "ok", 1, "path", path, "log",
-                     text ? text : json_string(""), "truncated", from > 0);
+                     text ? text : json_string(""), "truncated", truncated);
 }
 
 static json_t *daemon_reload(struct daemon *d, const char *how);

@@ -2,7 +2,7 @@
 // systemd's notify protocol.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
@@ -73,6 +73,25 @@ describe('hatchery CLI', () => {
     assert.ok(!/[\u0000-\u0008\u000b-\u001f\u007f\u0080-\u009f]/.test(out), JSON.stringify(out));
     // --json gives the exact value, escaped by JSON.
     assert.ok(d.cliJson('jobs').jobs.find((j) => j.id === 3000000099).labels.includes('evil\u001b[2J\u001b[31mred\u0007'));
+  });
+
+  test('logs reads a console log across the files virtlogd rolled it into, oldest first', () => {
+    const logs = join(d.dir, 'state', 'logs');
+    mkdirSync(logs, { recursive: true });
+    const base = join(logs, 'hatchery-it-rolled.console.log');
+    writeFileSync(`${base}.1`, 'boot: oldest\n');
+    writeFileSync(`${base}.0`, 'agent: hello sent\n');
+    writeFileSync(base, 'agent: the controller has the exit\n');
+    const r = d.cli('logs', 'hatchery-it-rolled');
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), 'boot: oldest\nagent: hello sent\nagent: the controller has the exit');
+    // Past LOGS_MAX_BYTES only the end is read, from wherever it starts.
+    writeFileSync(`${base}.1`, 'x'.repeat(2 * 1024 * 1024));
+    const tail = d.cliJson('logs', 'hatchery-it-rolled');
+    assert.equal(tail.truncated, true);
+    assert.equal(tail.log.length, 1024 * 1024);
+    assert.ok(tail.log.endsWith('agent: hello sent\nagent: the controller has the exit\n'));
+    assert.equal(d.cli('logs', 'hatchery-it-missing').code, 1);
   });
 
   test('usage errors exit 2', () => {

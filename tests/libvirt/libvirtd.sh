@@ -8,6 +8,7 @@
 #    networking connects from the QEMU process, and root's uid matches everything;
 #  - the cgroup v2 mount at /sys/fs/cgroup/unified hidden, so LXC domains start;
 #  - tini -s as a child subreaper, so destroyed guests are reaped at once;
+#  - virtlogd beside it, writing the guests' console files with a size bound;
 #  - libvirtd restarted when it dies, as systemd's Restart=on-failure does on a host:
 #    libvirtd 9.0 has been seen to segfault here when clients die mid-call (the chaos test
 #    kills hatcheryd), and a host whose libvirtd is gone for good has nothing to test.
@@ -45,7 +46,14 @@ group = "hatchery-qemu"
 dynamic_ownership = 0
 security_driver = "none"
 remember_owner = 0
-stdio_handler = "file"
+stdio_handler = "logd"
+CONF
+  # virtlogd writes the guests' file consoles (stdio_handler = "logd", Debian's default
+  # on a host), and rolls a console over at max_size, keeping max_backups: what bounds a
+  # local guest's console log. Small here, so a test can flood past it within seconds.
+  cat > "$state/etc-libvirt/virtlogd.conf" <<'CONF'
+max_size = 131072
+max_backups = 2
 CONF
   cat > "$state/etc-libvirt/lxc.conf" <<'CONF'
 security_driver = "none"
@@ -71,7 +79,9 @@ CONF
       mount --bind '$state/passwd' /etc/passwd
       mount --bind '$state/group' /etc/group
       umount -l /sys/fs/cgroup/unified 2>/dev/null || true
-      exec tini -s -g -- bash -c 'while :; do /usr/sbin/libvirtd; echo \"libvirtd exited \$?: restarted\" >&2; sleep 0.5; done'
+      exec tini -s -g -- bash -c '
+        (while :; do /usr/sbin/virtlogd; echo \"virtlogd exited \$?: restarted\" >&2; sleep 0.5; done) &
+        while :; do /usr/sbin/libvirtd; echo \"libvirtd exited \$?: restarted\" >&2; sleep 0.5; done'
     "
   ) </dev/null >"$state/libvirtd.log" 2>&1 &
   echo $! > "$state/pid"

@@ -449,6 +449,34 @@ static void test_flooding_guest_is_cut_off(void **state)
     bad_guest("flood", 60, "a line longer than");
 }
 
+/* A local guest writes its console to a file through virtlogd, which rolls it over at
+ * max_size and keeps max_backups (the test libvirtd's virtlogd.conf: 128 KiB, 2): a guest
+ * that floods its console cannot fill the host's disk. */
+static void test_console_flood_is_capped(void **state)
+{
+    (void)state;
+    bad_guest("noisy", 40, "no hello from the agent within 40 s");
+    char path[PATH_MAX];
+    long long total = 0;
+    int files = 0;
+    for (int i = -1; i < 8; i++) {
+        struct stat st;
+        if (i < 0)
+            snprintf(path, sizeof(path), "%s/logs/hatchery-ptest-noisy.console.log", state_dir);
+        else
+            snprintf(path, sizeof(path), "%s/logs/hatchery-ptest-noisy.console.log.%d", state_dir,
+                     i);
+        if (stat(path, &st) == 0) {
+            total += st.st_size;
+            files++;
+        }
+    }
+    printf("# console flood: %d files, %lld bytes in all\n", files, total);
+    /* Rolled over (more was written than one file holds), and bounded by three files. */
+    assert_true(files >= 2);
+    assert_true(total <= 3 * 131072 + 4096);
+}
+
 static void test_lying_guest_is_cut_off(void **state)
 {
     (void)state;
@@ -705,6 +733,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_s390x_guest),
         cmocka_unit_test(test_silent_guest_dies_at_boot_timeout),
         cmocka_unit_test(test_flooding_guest_is_cut_off),
+        cmocka_unit_test(test_console_flood_is_capped),
         cmocka_unit_test(test_lying_guest_is_cut_off),
         cmocka_unit_test(test_guests_through_streams),
         cmocka_unit_test(test_adoption_through_streams),
