@@ -36,6 +36,12 @@ struct job_event {
     char *conclusion;  /* NULL until completed */
     char *pool;        /* NULL: no pool matches (the job is "unmatched") */
     int64_t received_at_ms;
+    /* A webhook's body, hashed: a delivery whose body was seen before is a duplicate
+     * whatever its delivery id (a replay). Empty for events not from a webhook. */
+    char body_sha256[65];
+    /* A queued job that may not be queued any more (a late or replayed delivery): no
+     * runner is made for it until GitHub says it is. */
+    bool unverified;
 };
 
 void job_event_free(struct job_event *event);

@@ -234,6 +234,8 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             {"github_lists_skipped", sch->reconcile_github_skipped},
             {"volume_removed", sch->reconcile_volumes_removed},
             {"phantom_job_retired", sch->reconcile_phantoms_retired},
+            {"late_job_verified", sch->late_jobs_verified},
+            {"late_job_retired", sch->late_jobs_retired},
         };
         for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
             textbuf_printf(&b, "hatchery_reconcile_actions_total{action=\"%s\"} %llu\n",

@@ -79,6 +79,7 @@ struct scheduler {
     int64_t *retry_at_ms;        /* per pool: no new runner before this, after failures */
     bool recovered;              /* recover() ran: earlier records are adopted or failed */
     int lists_pending;           /* GitHub lists of reconciler passes not answered yet */
+    int late_checks_pending;     /* late queued jobs asked about, not settled yet */
     struct org_repos *org_repos; /* per scope (used by org scopes) */
     struct orphan *orphans;
     size_t n_orphans;
@@ -938,6 +939,8 @@ static void retire_removed(struct scheduler *s)
     }
 }
 
+static void verify_late_jobs(struct scheduler *s);
+
 static void tick(struct scheduler *s)
 {
     const struct config *c = cfg(s);
@@ -958,8 +961,9 @@ static void tick(struct scheduler *s)
     }
     json_t *rows = store_query(s->deps.store,
                                "SELECT pool, count(*) AS n FROM jobs WHERE status = 'queued' AND "
-                               "pool IS NOT NULL GROUP BY pool",
+                               "pool IS NOT NULL AND unverified = 0 GROUP BY pool",
                                json_array());
+    verify_late_jobs(s);
     struct github_stats gs;
     github_client_stats(gh(s), &gs);
     bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > now_ms();
@@ -1248,15 +1252,28 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
 struct phantom_check {
     struct scheduler *s;
     int64_t job_id;
+    bool late; /* a late or replayed queued delivery (verify_late_jobs), not a phantom */
 };
+
+/* A late job's check is settled once its answer is on disk: until then the store still
+ * says unverified, and the next pass must not ask again. */
+static void on_late_check_settled(void *data, int result)
+{
+    struct scheduler *s = data;
+    (void)result;
+    s->late_checks_pending--;
+    scheduler_kick(s);
+}
 
 static void on_phantom_checked(void *data, const struct github_response *res)
 {
     struct phantom_check *pc = data;
     struct scheduler *s = pc->s;
     int64_t id = pc->job_id;
+    bool late = pc->late;
     free(pc);
-    s->lists_pending--;
+    if (!late)
+        s->lists_pending--;
     const char *status = json_string_value(json_object_get(res->body, "status"));
     const char *conclusion = json_string_value(json_object_get(res->body, "conclusion"));
     enum job_status st;
@@ -1264,13 +1281,25 @@ static void on_phantom_checked(void *data, const struct github_response *res)
         st = JOB_COMPLETED; /* GitHub no longer knows it */
         conclusion = "gone";
     } else if (res->err < 0 || !status) {
-        log_warn("reconcile.phantom_check_failed", "job=%lld error=\"%s\"", (long long)id,
+        log_warn(late ? "webhook.late_job_check_failed" : "reconcile.phantom_check_failed",
+                 "job=%lld error=\"%s\"", (long long)id,
                  res->message ? res->message : "no status in the answer");
+        if (late)
+            s->late_checks_pending--; /* asked again on a later pass */
         return;
     } else if (job_status_parse(status, &st) < 0) {
         st = JOB_COMPLETED; /* a state GitHub added that is not waiting for a runner */
     }
     int64_t now = now_ms();
+    if (late && st <= JOB_QUEUED) {
+        log_info("webhook.late_job_verified", "job=%lld github_status=%s", (long long)id,
+                 job_status_names[st]);
+        s->stats.late_jobs_verified++;
+        if (store_sql_submit(s->deps.store, "UPDATE jobs SET unverified = 0 WHERE id = ?1",
+                             json_pack("[I]", (json_int_t)id), on_late_check_settled, s) < 0)
+            s->late_checks_pending--;
+        return;
+    }
     if (st <= JOB_QUEUED) {
         /* Really queued (a run in progress hides it from the queued list): asked again
          * after another PHANTOM_AGE_MS. */
@@ -1278,18 +1307,56 @@ static void on_phantom_checked(void *data, const struct github_response *res)
                          json_pack("[I, I]", (json_int_t)id, (json_int_t)now), NULL, NULL);
         return;
     }
-    log_info("reconcile.phantom_job", "job=%lld github_status=%s action=retire", (long long)id,
-             job_status_names[st]);
-    s->stats.reconcile_phantoms_retired++;
-    store_sql_submit(s->deps.store,
-                     "UPDATE jobs SET status = ?2, status_rank = ?3, conclusion = "
-                     "COALESCE(?4, conclusion), started_at = COALESCE(started_at, ?5), "
-                     "completed_at = CASE WHEN ?3 = 3 THEN ?5 ELSE completed_at END, "
-                     "updated_at = ?5 WHERE id = ?1 AND status_rank < ?3",
-                     json_pack("[I, s, i, s?, I]", (json_int_t)id, job_status_names[st], (int)st,
-                               conclusion, (json_int_t)now),
-                     NULL, NULL);
+    log_info(late ? "webhook.late_job_retired" : "reconcile.phantom_job",
+             "job=%lld github_status=%s action=retire", (long long)id, job_status_names[st]);
+    if (late)
+        s->stats.late_jobs_retired++;
+    else
+        s->stats.reconcile_phantoms_retired++;
+    int r = store_sql_submit(s->deps.store,
+                             "UPDATE jobs SET status = ?2, status_rank = ?3, conclusion = "
+                             "COALESCE(?4, conclusion), started_at = COALESCE(started_at, ?5), "
+                             "completed_at = CASE WHEN ?3 = 3 THEN ?5 ELSE completed_at END, "
+                             "updated_at = ?5, unverified = 0 WHERE id = ?1 AND status_rank < ?3",
+                             json_pack("[I, s, i, s?, I]", (json_int_t)id, job_status_names[st],
+                                       (int)st, conclusion, (json_int_t)now),
+                             late ? on_late_check_settled : NULL, late ? s : NULL);
+    if (late && r < 0)
+        s->late_checks_pending--;
     scheduler_kick(s);
+}
+
+#define LATE_CHECKS_PER_PASS 10
+
+/* Queued jobs from a delivery sent long after the job was made (WEBHOOK_FRESH_MS): an
+ * operator's redelivery, or a captured delivery replayed. No runner is made for one until
+ * GitHub says it is still queued; one GitHub says is not is retired, as a phantom is. */
+static void verify_late_jobs(struct scheduler *s)
+{
+    if (!gh(s) || s->late_checks_pending > 0)
+        return;
+    json_t *rows = store_query(s->deps.store,
+                               "SELECT id, repository FROM jobs WHERE unverified = 1 AND "
+                               "status = 'queued' ORDER BY id LIMIT ?1",
+                               json_pack("[i]", LATE_CHECKS_PER_PASS));
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        struct phantom_check *pc = calloc(1, sizeof(*pc));
+        if (!pc)
+            break;
+        pc->s = s;
+        pc->job_id = json_integer_value(json_object_get(row, "id"));
+        pc->late = true;
+        s->late_checks_pending++;
+        if (github_job_get(gh(s), json_string_value(json_object_get(row, "repository")), pc->job_id,
+                           on_phantom_checked, pc) < 0) {
+            s->late_checks_pending--;
+            free(pc);
+        }
+    }
+    json_decref(rows);
 }
 
 /* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for

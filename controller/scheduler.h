@@ -86,6 +86,7 @@ struct scheduler_stats {
     uint64_t reconcile_domains_removed, reconcile_github_deleted, reconcile_jobs_found,
         reconcile_records_failed, reconcile_ticks, reconcile_github_skipped,
         reconcile_volumes_removed, reconcile_phantoms_retired;
+    uint64_t late_jobs_verified, late_jobs_retired; /* late or replayed queued deliveries */
     double reconcile_last_ms;
     /* histograms: seconds, cumulative on output */
     uint64_t online_buckets[10], online_count;

@@ -129,6 +129,12 @@ static const char *const migrations[] = {
     "  INSERT INTO job_counts VALUES (coalesce(NEW.pool, ''), NEW.status, 1)"
     "    ON CONFLICT (pool, status) DO UPDATE SET n = n + 1;"
     "END;",
+    /* 5: replays. A delivery is known by its body's hash too, so a captured delivery sent
+     * again under a new id is a duplicate; a late queued job waits for GitHub's word. */
+    "ALTER TABLE deliveries ADD COLUMN body_sha256 TEXT;"
+    "CREATE UNIQUE INDEX deliveries_body_sha256 ON deliveries(body_sha256);"
+    "ALTER TABLE jobs ADD COLUMN unverified INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX jobs_unverified ON jobs(id) WHERE unverified = 1;",
 };
 
 static int64_t now_ms(void)
@@ -252,17 +258,18 @@ int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char 
     if (r < 0)
         goto fail;
     r = prepare(s->writer,
-                "INSERT OR IGNORE INTO deliveries(id, event, received_at) VALUES(?1, ?2, ?3)",
+                "INSERT OR IGNORE INTO deliveries(id, event, received_at, body_sha256) "
+                "VALUES(?1, ?2, ?3, ?4)",
                 &s->insert_delivery, err, err_size);
     if (r < 0)
         goto fail;
     r = prepare(s->writer,
                 "INSERT INTO jobs(id, run_id, installation_id, repository, workflow, name, "
                 "labels, pool, status, status_rank, conclusion, runner_name, queued_at, "
-                "started_at, completed_at, updated_at) "
+                "started_at, completed_at, updated_at, unverified) "
                 "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
                 "CASE WHEN ?10 = 1 THEN ?13 END, CASE WHEN ?10 = 2 THEN ?13 END, "
-                "CASE WHEN ?10 = 3 THEN ?13 END, ?13) "
+                "CASE WHEN ?10 = 3 THEN ?13 END, ?13, ?14) "
                 "ON CONFLICT(id) DO UPDATE SET "
                 "status = excluded.status, status_rank = excluded.status_rank, "
                 "installation_id = COALESCE(jobs.installation_id, excluded.installation_id), "
@@ -334,6 +341,7 @@ static int apply_job_event(struct store *s, const struct job_event *ev)
     sqlite3_bind_text(st, 1, ev->delivery_id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, "workflow_job", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, ev->received_at_ms / 1000);
+    bind_text_or_null(st, 4, ev->body_sha256[0] ? ev->body_sha256 : NULL);
     if (sqlite3_step(st) != SQLITE_DONE) {
         log_error("store.write_failed", "what=delivery error=\"%s\"", sqlite3_errmsg(s->writer));
         return -EIO;
@@ -359,6 +367,7 @@ static int apply_job_event(struct store *s, const struct job_event *ev)
     bind_text_or_null(st, 11, ev->conclusion);
     bind_text_or_null(st, 12, ev->runner_name);
     sqlite3_bind_int64(st, 13, ev->received_at_ms);
+    sqlite3_bind_int(st, 14, ev->unverified);
     if (sqlite3_step(st) != SQLITE_DONE) {
         log_error("store.write_failed", "what=job job=%lld error=\"%s\"", (long long)ev->job_id,
                   sqlite3_errmsg(s->writer));
@@ -654,7 +663,7 @@ int store_jobs_list(struct store *s, const char *status_filter, int limit, json_
     sqlite3_stmt *st = NULL;
     const char *sql =
         "SELECT id, run_id, repository, workflow, name, labels, pool, status, conclusion, "
-        "runner_name, queued_at, started_at, completed_at, updated_at FROM jobs "
+        "runner_name, queued_at, started_at, completed_at, updated_at, unverified FROM jobs "
         "WHERE ?1 IS NULL OR status = ?1 ORDER BY updated_at DESC, id DESC LIMIT ?2";
     if (sqlite3_prepare_v2(s->reader, sql, -1, &st, NULL) != SQLITE_OK)
         return -EIO;
@@ -667,7 +676,7 @@ int store_jobs_list(struct store *s, const char *status_filter, int limit, json_
         static const char *const names[] = {
             "id",        "run_id",     "repository",   "workflow",   "name",
             "labels",    "pool",       "status",       "conclusion", "runner_name",
-            "queued_at", "started_at", "completed_at", "updated_at",
+            "queued_at", "started_at", "completed_at", "updated_at", "unverified",
         };
         json_t *job = json_object();
         for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++) {
@@ -677,6 +686,8 @@ int store_jobs_list(struct store *s, const char *status_filter, int limit, json_
                 v = text ? json_loads(text, 0, NULL) : NULL;
                 if (!v)
                     v = json_array();
+            } else if (i == 14) {
+                v = json_boolean(sqlite3_column_int(st, i));
             } else {
                 v = column_json(st, i);
             }

@@ -1,14 +1,17 @@
 /* workflow_job webhooks: HMAC check, JSON parsing with jansson, pool matching. */
+#define _GNU_SOURCE /* strptime, timegm */
 #include "webhook.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <openssl/crypto.h>
+#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "hatchery/limits.h"
 
@@ -91,8 +94,34 @@ static int positive_id(json_t *obj, const char *path, const char *key, int64_t *
     return 0;
 }
 
+/* `workflow_job.created_at`, an ISO 8601 UTC time as GitHub writes it
+ * ("2021-06-15T19:58:42Z"), in Unix ms; 0 when absent or not in that form. */
+static int64_t created_at_ms(json_t *job)
+{
+    const char *text = json_string_value(json_object_get(job, "created_at"));
+    struct tm tm = {0};
+    const char *end = text ? strptime(text, "%Y-%m-%dT%H:%M:%S", &tm) : NULL;
+    if (!end)
+        return 0;
+    if (*end == '.') /* fractional seconds */
+        end += 1 + strspn(end + 1, "0123456789");
+    if (strcmp(end, "Z") != 0 && strcmp(end, "+00:00") != 0)
+        return 0;
+    time_t t = timegm(&tm);
+    return t > 0 ? (int64_t)t * 1000 : 0;
+}
+
+static void body_sha256_hex(const char *body, size_t len, char out[65])
+{
+    unsigned char digest[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)body, len, digest);
+    for (size_t i = 0; i < sizeof(digest); i++)
+        snprintf(out + 2 * i, 3, "%02x", digest[i]);
+}
+
 static void parse_workflow_job(const struct config *config, json_t *root, const char *delivery,
-                               int64_t now_ms, struct webhook_result *res)
+                               const struct http_request *req, int64_t now_ms,
+                               struct webhook_result *res)
 {
     json_t *action = json_object_get(root, "action");
     if (!json_is_string(action)) {
@@ -150,6 +179,11 @@ static void parse_workflow_job(const struct config *config, json_t *root, const 
     }
     ev->status = status;
     ev->received_at_ms = now_ms;
+    body_sha256_hex(req->body, req->body_len, ev->body_sha256);
+    if (status == JOB_QUEUED) {
+        int64_t created = created_at_ms(job);
+        ev->unverified = created == 0 || now_ms - created > WEBHOOK_FRESH_MS;
+    }
     json_t *installation = json_object_get(root, "installation");
     json_t *installation_id = json_object_get(installation, "id");
     if (json_is_integer(installation_id) && json_integer_value(installation_id) > 0)
@@ -260,6 +294,6 @@ void webhook_handle(const struct config *config, const struct secret *secret,
     if (!json_is_object(root))
         reject(res, 400, "payload is not a JSON object");
     else
-        parse_workflow_job(config, root, delivery, now_ms, res);
+        parse_workflow_job(config, root, delivery, req, now_ms, res);
     json_decref(root);
 }

@@ -25,6 +25,10 @@
 #define WEBHOOK_MAX_LABEL_BYTES       256
 #define WEBHOOK_MAX_NAME_BYTES        512
 #define WEBHOOK_MAX_DELIVERY_ID_BYTES 128
+/* A `queued` delivery for a job created longer ago than this is checked with GitHub
+ * before a runner is made for it: GitHub sends one within seconds of the job's creation,
+ * so an older one is a manual redelivery or a replay. */
+#define WEBHOOK_FRESH_MS (10 * 60 * 1000)
 
 /* Store: deliveries are kept this long for deduplication, then pruned. */
 #define STORE_DELIVERY_RETENTION_S_DEFAULT (7 * 24 * 3600)

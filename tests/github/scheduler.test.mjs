@@ -7,6 +7,8 @@
 //    registered must be deleted, not left behind;
 //  - 502 bursts, a 429 and an answer lost after GitHub registered the runner: one queued
 //    job still ends with exactly one registered runner, never two;
+//  - a late `queued` (a redelivery, or a replay) gets a runner only once GitHub says the
+//    job is still queued;
 //  - history older than history_retention_s is pruned, and runner ids are never reused.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -115,6 +117,28 @@ test('502 bursts, a 429 and a lost answer after registration: one job, exactly o
   assert.match(d.logs, /event=github.retry .*generate-jitconfig.*status=502/);
   const { violations } = await (await fetch(`${api}/__double/log`)).json();
   assert.deepEqual(violations, []);
+});
+
+test('a late queued delivery gets a runner only once GitHub says the job is still queued', async () => {
+  // A job made two days ago: its `queued` is a redelivery or a captured delivery replayed.
+  // GitHub has 8100000004 queued still, and 8100000003 long finished.
+  const twoDays = { createdAgoMs: 2 * 24 * 3600 * 1000 };
+  await fetch(`${api}/__double/queued`, { method: 'POST', body: JSON.stringify([{ id: 8100000004, run_id: 4, labels: ['sim'], hidden: true }]) });
+  const before = live().length;
+  const from = d.logs.length;
+  assert.equal((await d.post('workflow_job', workflowJob('queued', 8100000003, ['sim'], null, twoDays))).status, 202);
+  await d.until('the finished job retired', () => /event=webhook.late_job_retired job=8100000003 github_status=completed/.test(d.logs.slice(from)), { ms: 15000 });
+  assert.equal(sql('SELECT status FROM jobs WHERE id = 8100000003'), 'completed');
+  await sleep(1000);
+  assert.equal(live().length, before, 'no runner for a job GitHub finished');
+  assert.equal((await d.post('workflow_job', workflowJob('queued', 8100000004, ['sim'], null, twoDays))).status, 202);
+  await d.until('the queued one verified', () => /event=webhook.late_job_verified job=8100000004 github_status=queued/.test(d.logs.slice(from)), { ms: 15000 });
+  await until('a runner for it', () => live().length === before + 1);
+  const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+  assert.match(metrics, /hatchery_reconcile_actions_total\{action="late_job_retired"\} 1/);
+  assert.match(metrics, /hatchery_reconcile_actions_total\{action="late_job_verified"\} 1/);
+  await fetch(`${api}/__double/dequeue`, { method: 'POST', body: JSON.stringify([8100000004]) });
+  assert.equal((await d.post('workflow_job', workflowJob('completed', 8100000004, ['sim']))).status, 202);
 });
 
 test('history older than history_retention_s is pruned at start, and runner ids are not reused', async () => {

@@ -122,6 +122,32 @@ describe('webhooks', () => {
     assert.equal(d.jobs().filter((j) => j.id === 8000000001).length, 1);
   });
 
+  test('a captured delivery replayed under new delivery ids is a duplicate: deduplicated by its body', async () => {
+    const payload = structuredClone(examples('workflow_job')[5]);
+    payload.workflow_job.id = 8000000002;
+    assert.equal((await d.post('workflow_job', payload)).status, 202);
+    const completed = d.jobs().find((j) => j.id === 8000000002);
+    // The job moves on; then the captured `queued` comes back, signed, under fresh ids.
+    const done = structuredClone(payload);
+    done.action = 'completed';
+    done.workflow_job.status = 'completed';
+    done.workflow_job.conclusion = 'success';
+    assert.equal((await d.post('workflow_job', done)).status, 202);
+    for (let i = 0; i < 3; i++) {
+      const again = await d.post('workflow_job', payload); // a new random delivery id each time
+      assert.equal(again.status, 200, again.body);
+      assert.match(again.body, /"duplicate":true/);
+    }
+    const job = d.jobs().find((j) => j.id === 8000000002);
+    assert.equal(job.status, 'completed');
+    assert.ok(completed);
+    // One byte of difference is another delivery (here, GitHub's next action).
+    const progress = structuredClone(payload);
+    progress.action = 'in_progress';
+    progress.workflow_job.status = 'in_progress';
+    assert.equal((await d.post('workflow_job', progress)).status, 202);
+  });
+
   test('oversized body gets 413 before it is read', async () => {
     const big = JSON.stringify({ pad: 'x'.repeat(1024 * 1024 + 10) });
     const res = await rawExchange(d.port, [

@@ -13,6 +13,7 @@ for (let i = 0; i < Number(n); i += 50) {
     const p = structuredClone(example);
     p.workflow_job.id = Number(first) + i + k;
     p.workflow_job.labels = [label];
+    p.workflow_job.created_at = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z'); // fresh, as GitHub sends it
     const body = JSON.stringify(p);
     const r = await fetch(url, { method: 'POST', body, headers: {
       'Content-Type': 'application/json', 'X-GitHub-Event': 'workflow_job',

@@ -20,6 +20,8 @@ payload.workflow_job.status = action === 'waiting' ? 'waiting' : action;
 payload.workflow_job.id = Number(jobId);
 payload.workflow_job.labels = labels.split(',');
 payload.workflow_job.runner_name = runner ?? null;
+// Made now, as GitHub sends it: a queued job made long ago is checked with GitHub first.
+payload.workflow_job.created_at = new Date().toISOString().replace(/\.\d{3}Z$/, 'Z');
 payload.repository.full_name = 'pytorch/pytorch';
 const body = JSON.stringify(payload);
 const res = await fetch(url, {

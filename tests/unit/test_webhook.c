@@ -148,6 +148,67 @@ static void test_workflow_job_queued(void **state)
     job_event_free(ev);
 }
 
+/* A queued job made long before its delivery (a redelivery, or a replay) is unverified,
+ * and every delivery carries its body's SHA-256 for deduplication by content. */
+static void test_late_queued_and_body_hash(void **state)
+{
+    (void)state;
+    const int64_t created = INT64_C(1717236000000); /* 2024-06-01T10:00:00Z */
+    static const struct {
+        const char *created_at; /* NULL: no such field */
+        int64_t now;
+        bool unverified;
+    } cases[] = {
+        {"2024-06-01T10:00:00Z", INT64_C(1717236000000) + 5000, false},
+        {"2024-06-01T10:00:00.123Z", INT64_C(1717236000000) + 5000, false},
+        {"2024-06-01T10:00:00+00:00", INT64_C(1717236000000) + 5000, false},
+        {"2024-06-01T10:00:00Z", INT64_C(1717236000000) + 11 * 60 * 1000, true},
+        {"2024-06-01T12:00:00+02:00", INT64_C(1717236000000) + 5000, true}, /* not UTC: unread */
+        {"yesterday", INT64_C(1717236000000), true},
+        {NULL, INT64_C(1717236000000), true},
+    };
+    char first_hash[65] = "", first_body[512] = "";
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[512], field[64] = "";
+        if (cases[i].created_at)
+            snprintf(field, sizeof(field), "\"created_at\":\"%s\",", cases[i].created_at);
+        snprintf(body, sizeof(body),
+                 "{\"action\":\"queued\",\"workflow_job\":{%s\"id\":7,\"run_id\":8,"
+                 "\"labels\":[\"linux.ppc64le\"]},\"repository\":{\"full_name\":\"a/b\"}}",
+                 field);
+        struct fake_request f;
+        build(&f, "workflow_job", "1b7c8e20-0000-11ef-8000-000000000002", body, true);
+        struct webhook_result res;
+        webhook_handle(config, secret, &f.req, cases[i].now, &res);
+        assert_int_equal(res.outcome, WEBHOOK_STORE);
+        if (res.event->unverified != cases[i].unverified)
+            fail_msg("created_at %s at +%lld ms: unverified %d", cases[i].created_at,
+                     (long long)(cases[i].now - created), res.event->unverified);
+        assert_int_equal(strlen(res.event->body_sha256), 64);
+        /* The same body hashes the same (cases 0 and 3), another one not. */
+        if (i == 0) {
+            snprintf(first_hash, sizeof(first_hash), "%s", res.event->body_sha256);
+            snprintf(first_body, sizeof(first_body), "%s", body);
+        } else if (strcmp(body, first_body) == 0) {
+            assert_string_equal(first_hash, res.event->body_sha256);
+        } else {
+            assert_string_not_equal(first_hash, res.event->body_sha256);
+        }
+        job_event_free(res.event);
+    }
+    /* Only a queued job waits for GitHub's word: the others change no demand. */
+    struct fake_request f;
+    build(&f, "workflow_job", "1b7c8e20-0000-11ef-8000-000000000003",
+          "{\"action\":\"completed\",\"workflow_job\":{\"id\":7,\"run_id\":8,"
+          "\"labels\":[\"linux.ppc64le\"]},\"repository\":{\"full_name\":\"a/b\"}}",
+          true);
+    struct webhook_result res;
+    webhook_handle(config, secret, &f.req, created, &res);
+    assert_int_equal(res.outcome, WEBHOOK_STORE);
+    assert_false(res.event->unverified);
+    job_event_free(res.event);
+}
+
 static void test_rejections(void **state)
 {
     (void)state;
@@ -237,6 +298,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_github_documented_vector),
         cmocka_unit_test(test_workflow_job_queued),
+        cmocka_unit_test(test_late_queued_and_body_hash),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_other_events),
         cmocka_unit_test(test_pool_matching),

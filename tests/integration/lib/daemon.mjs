@@ -121,7 +121,7 @@ export class Daemon {
   cleanup() { rmSync(this.dir, { recursive: true, force: true }); }
 
   cli(...args) {
-    const r = spawnSync(HATCHERY_CLI, ['--socket', this.socket, ...args], { encoding: 'utf8' });
+    const r = spawnSync(HATCHERY_CLI, ['--socket', this.socket, ...args], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
     return { code: r.status, stdout: r.stdout, stderr: r.stderr };
   }
 
@@ -227,8 +227,9 @@ reconcile_interval_s: ${reconcileIntervalS}
 }
 
 // GitHub's own example workflow_job delivery for `action`, with our job id, labels and
-// runner name.
-export function workflowJob(action, id, labels, runner = null) {
+// runner name, made `createdAgoMs` ago (GitHub sends `queued` within seconds of that; an
+// old one is a redelivery or a replay, checked with GitHub before a runner is made).
+export function workflowJob(action, id, labels, runner = null, { createdAgoMs = 0 } = {}) {
   const all = examples('workflow_job');
   const p = structuredClone(all.find((e) => e.action === action) ?? all[5]);
   p.action = action;
@@ -236,5 +237,6 @@ export function workflowJob(action, id, labels, runner = null) {
   p.workflow_job.status = action;
   p.workflow_job.labels = labels;
   p.workflow_job.runner_name = runner;
+  p.workflow_job.created_at = new Date(Date.now() - createdAgoMs).toISOString().replace(/\.\d{3}Z$/, 'Z');
   return p;
 }
