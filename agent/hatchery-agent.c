@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <limits.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -660,8 +661,17 @@ static void send_exited(struct runner *runner, struct launch *l, int status, boo
         say("no controller listens: the exit is kept for the next one");
 }
 
+/* jansson's blocks (the config message, its parsed JIT config) are wiped when freed. */
+static void json_wipe_free(void *p)
+{
+    if (p)
+        explicit_bzero(p, malloc_usable_size(p));
+    free(p);
+}
+
 int main(int argc, char **argv)
 {
+    json_set_alloc_funcs(malloc, json_wipe_free);
     const char *port = NULL, *socket_path = NULL, *user_name = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
@@ -850,8 +860,9 @@ int main(int argc, char **argv)
             enum agent_msg_type type;
             char err[256];
             int r = agent_msg_parse(buf, line_len, &msg, &type, err, sizeof(err));
-            memset(buf, 0, line_len); /* the config line carries the JIT config */
+            explicit_bzero(buf, line_len); /* the config line carries the JIT config */
             memmove(buf, nl + 1, len - line_len - 1);
+            explicit_bzero(buf + len - line_len - 1, line_len + 1); /* the moved tail's old copy */
             len -= line_len + 1;
             if (r < 0) {
                 say("bad message from the controller: %s", err);
@@ -919,7 +930,7 @@ int main(int argc, char **argv)
         }
         if (len > AGENT_MAX_LINE_BYTES) {
             say("line from the controller too long: dropped");
-            memset(buf, 0, len);
+            explicit_bzero(buf, len);
             len = 0;
         }
     }

@@ -2,6 +2,7 @@
 #include "agent_channel.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -303,7 +304,7 @@ int agent_channel_open(uv_stream_t *stream, const struct agent_channel_events *e
 static void on_written(uv_write_t *req, int status)
 {
     struct channel_write *w = (struct channel_write *)req;
-    memset(w->data, 0, w->len);
+    OPENSSL_cleanse(w->data, w->len);
     free(w);
     (void)status;
 }
@@ -319,19 +320,19 @@ static int send_msg(struct agent_channel *c, json_t *msg)
         return -EMSGSIZE;
     struct channel_write *w = malloc(sizeof(*w) + len);
     if (!w) {
-        memset(line, 0, len);
+        OPENSSL_cleanse(line, len);
         free(line);
         return -ENOMEM;
     }
     w->channel = c;
     w->len = len;
     memcpy(w->data, line, len);
-    memset(line, 0, len);
+    OPENSSL_cleanse(line, len);
     free(line);
     uv_buf_t buf = uv_buf_init(w->data, (unsigned)len);
     int r = uv_write(&w->req, c->stream, &buf, 1, on_written);
     if (r < 0) {
-        memset(w->data, 0, len);
+        OPENSSL_cleanse(w->data, len);
         free(w);
     }
     return r;

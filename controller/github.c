@@ -5,6 +5,8 @@
 #include <ctype.h>
 #include <stdarg.h>
 #include <curl/curl.h>
+#include <openssl/crypto.h>
+#include <openssl/ssl.h>
 #include <errno.h>
 #include <openssl/bio.h>
 #include <openssl/evp.h>
@@ -273,6 +275,15 @@ static void on_call_timer_closed(uv_handle_t *handle)
     free(call);
 }
 
+/* A request's headers hold its Authorization: curl's copies are wiped too. */
+static void slist_wipe_free(struct curl_slist *list)
+{
+    for (struct curl_slist *l = list; l; l = l->next)
+        if (l->data)
+            OPENSSL_cleanse(l->data, strlen(l->data));
+    curl_slist_free_all(list);
+}
+
 static void call_free(struct call *call)
 {
     struct github_client *c = call->client;
@@ -286,11 +297,11 @@ static void call_free(struct call *call)
         curl_multi_remove_handle(c->multi, call->easy);
         curl_easy_cleanup(call->easy);
     }
-    curl_slist_free_all(call->headers);
+    slist_wipe_free(call->headers);
     secret_reveal_free(call->auth_header);
     /* A response may hold a token or a JIT config: wipe it. */
     if (call->response.data)
-        memset(call->response.data, 0, call->response.len);
+        OPENSSL_cleanse(call->response.data, call->response.len);
     textbuf_free(&call->response);
     free(call->url);
     free(call->body);
@@ -363,11 +374,25 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     struct call *call = userdata;
     size_t n = size * nmemb;
-    if (textbuf_append(&call->response, ptr, n) < 0) {
+    int r = textbuf_append(&call->response, ptr, n);
+    /* curl's own buffer held it too: an answer may be a token or a JIT config, and that
+     * buffer is freed unwiped with the handle. */
+    OPENSSL_cleanse(ptr, n);
+    if (r < 0) {
         call->too_large = true;
         return 0; /* makes curl fail the transfer with CURLE_WRITE_ERROR */
     }
     return n;
+}
+
+/* OpenSSL keeps decrypted data in its record buffer until the next record overwrites it:
+ * cleansed instead once read (an answer may be a token or a JIT config). */
+static CURLcode on_ssl_ctx(CURL *easy, void *ssl_ctx, void *data)
+{
+    (void)easy;
+    (void)data;
+    SSL_CTX_set_options(ssl_ctx, SSL_OP_CLEANSE_PLAINTEXT);
+    return CURLE_OK;
 }
 
 static int build_easy(struct call *call)
@@ -390,8 +415,10 @@ static int build_easy(struct call *call)
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
+    /* No compressed answers: zlib's window would keep a copy of a token or JIT config
+     * that nothing can wipe. GitHub's answers are small JSON pages. */
     curl_easy_setopt(e, CURLOPT_USERAGENT, c->user_agent);
+    curl_easy_setopt(e, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
     if (c->ca_file)
         curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
     if (c->max_response_bytes)
@@ -453,9 +480,11 @@ static void call_send(struct call *call)
         curl_multi_remove_handle(c->multi, call->easy);
         curl_easy_cleanup(call->easy);
         call->easy = NULL;
-        curl_slist_free_all(call->headers);
+        slist_wipe_free(call->headers);
         call->headers = NULL;
     }
+    if (call->response.data)
+        OPENSSL_cleanse(call->response.data, call->response.len);
     textbuf_free(&call->response);
     call->too_large = false;
     int r = build_easy(call);

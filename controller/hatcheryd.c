@@ -839,6 +839,7 @@ static void on_sighup(uv_signal_t *sig, int signum)
 
 int main(int argc, char **argv)
 {
+    secret_wipe_json_allocations(); /* before any JSON: GitHub's answers carry secrets */
     static const struct option options[] = {
         {"config", required_argument, NULL, 'c'},
         {"check-config", required_argument, NULL, 'n'},

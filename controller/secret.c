@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
+#include <malloc.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -143,6 +145,37 @@ int secret_reveal(const struct secret *secret, const char *prefix, char **ret_te
     text[plen + secret->len] = 0;
     *ret_text = text;
     return 0;
+}
+
+void secret_wipe_free(void *p, size_t len)
+{
+    if (!p)
+        return;
+    OPENSSL_cleanse(p, len);
+    free(p);
+}
+
+void *secret_wipe_realloc(void *p, size_t old_len, size_t new_len)
+{
+    void *grown = malloc(new_len ? new_len : 1);
+    if (!grown)
+        return NULL;
+    if (p)
+        memcpy(grown, p, old_len < new_len ? old_len : new_len);
+    secret_wipe_free(p, old_len);
+    return grown;
+}
+
+static void json_wipe_free(void *p)
+{
+    if (p)
+        OPENSSL_cleanse(p, malloc_usable_size(p));
+    free(p);
+}
+
+void secret_wipe_json_allocations(void)
+{
+    json_set_alloc_funcs(malloc, json_wipe_free);
 }
 
 void secret_reveal_free(char *text)

@@ -29,6 +29,17 @@ size_t secret_size(const struct secret *secret);
 int secret_reveal(const struct secret *secret, const char *prefix, char **ret_text);
 void secret_reveal_free(char *text);
 
+/* Memory that may have held a secret (a GitHub answer, a JIT config on its way to a
+ * guest) leaves no copy behind: */
+/* frees `p`, wiping its `len` bytes first; */
+void secret_wipe_free(void *p, size_t len);
+/* grows or shrinks a block of `old_len` bytes to `new_len`, wiping the old block (realloc
+ * would leave it in freed memory); NULL on failure, with `p` untouched; */
+void *secret_wipe_realloc(void *p, size_t old_len, size_t new_len);
+/* makes jansson wipe every block it frees: parsed answers, built messages, dumped text.
+ * Called once, before any JSON is made. */
+void secret_wipe_json_allocations(void);
+
 /* HMAC-SHA256 of `data` keyed by the secret. */
 int secret_hmac_sha256(const struct secret *secret, const void *data, size_t len,
                        unsigned char ret_mac[32]);

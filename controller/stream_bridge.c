@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <openssl/crypto.h>
 #include <unistd.h>
+
+#include "secret.h"
 
 #define CHUNK (16 * 1024)
 
@@ -35,15 +38,17 @@ static void on_poll(uv_poll_t *poll, int status, int events);
 static void maybe_free(struct stream_bridge *b)
 {
     if (b->closed && b->ops == 0) {
-        free(b->to_fd);
-        free(b->to_stream);
+        secret_wipe_free(b->to_fd, b->to_fd_len);
+        secret_wipe_free(b->to_stream, b->to_stream_len);
         free(b);
     }
 }
 
+/* The bridge carries the agent channel, and so a JIT config: no copy of what passed is
+ * left in memory, by a realloc, a move or a free. */
 static int append(char **buf, size_t *len, const char *data, size_t n)
 {
-    char *grown = realloc(*buf, *len + n);
+    char *grown = secret_wipe_realloc(*buf, *len, *len + n);
     if (!grown)
         return -ENOMEM;
     memcpy(grown + *len, data, n);
@@ -55,6 +60,7 @@ static int append(char **buf, size_t *len, const char *data, size_t n)
 static void consume(char *buf, size_t *len, size_t n)
 {
     memmove(buf, buf + n, *len - n);
+    OPENSSL_cleanse(buf + *len - n, n);
     *len -= n;
 }
 
@@ -173,8 +179,9 @@ static void on_poll(uv_poll_t *poll, int status, int events)
             bridge_end(b); /* the owner closed its end */
             return;
         }
-        if (n > 0 && (append(&b->to_stream, &b->to_stream_len, buf, (size_t)n) < 0 ||
-                      flush_to_stream(b) < 0)) {
+        int r = n > 0 ? append(&b->to_stream, &b->to_stream_len, buf, (size_t)n) : 0;
+        OPENSSL_cleanse(buf, sizeof(buf)); /* a JIT config passes host to guest here */
+        if (r < 0 || (n > 0 && flush_to_stream(b) < 0)) {
             bridge_end(b);
             return;
         }

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "secret.h"
+
 void textbuf_init(struct textbuf *buf, size_t max)
 {
     memset(buf, 0, sizeof(*buf));
@@ -34,7 +36,8 @@ static int reserve(struct textbuf *buf, size_t extra)
         cap *= 2;
     if (cap > buf->max + 1)
         cap = buf->max + 1;
-    char *grown = realloc(buf->data, cap);
+    /* A GitHub answer (a token, a JIT config) grows here: no copy is left behind. */
+    char *grown = secret_wipe_realloc(buf->data, buf->cap, cap);
     if (!grown) {
         buf->error = -ENOMEM;
         return buf->error;

@@ -10,7 +10,8 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
+import { randomBytes } from 'node:crypto';
+import { Daemon, githubConfig, memoryHolds, workflowJob } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
@@ -166,8 +167,24 @@ describe('end to end on real guests', () => {
   });
 
   test('one ppc64le job: a fresh Power guest serves it and is gone afterwards', async () => {
+    // This job's JIT config carries a mark no other byte in hatcheryd has.
+    const mark = `jitmark-${randomBytes(12).toString('hex')}`;
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: `sleep=4 exit=0 ${mark}` });
     const { runner } = await serve('linux.ppc64le', 'linux.ppc64le', taken);
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
     await until(`${runner} deleted`, () => runners().find((r) => r.name === runner).state === 'deleted');
+    // Sent once, then wiped everywhere it passed: GitHub's answer in curl's buffer and
+    // ours, the parsed JSON, the runner record, the channel message. The scan finds what
+    // hatcheryd must hold (the webhook secret), so it can find the mark.
+    // A runner made meanwhile (the warm pool's min_idle) holds its config, marked too,
+    // until its agent says hello: that copy is legitimate until then.
+    await until('no runner waiting to send its config', () =>
+      !runners().some((r) => ['pending', 'creating', 'booting'].includes(r.state)));
+    const held = memoryHolds(d.proc.pid, d.secret);
+    assert.ok(held.found.length > 0, `the scan works: the webhook secret is found (${held.scanned} bytes read)`);
+    const leaked = memoryHolds(d.proc.pid, mark);
+    console.log(`memory scan of hatcheryd after the job: ${leaked.scanned} bytes read, the JIT config in ${leaked.found.length} regions`);
+    assert.deepEqual(leaked.found, [], 'the JIT config is wiped from hatcheryd\'s memory');
     const r = runners().find((x) => x.name === runner);
     assert.equal(r.exit_code, 0);
     assert.ok(!domains().includes(runner), 'domain gone');

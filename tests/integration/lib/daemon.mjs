@@ -1,7 +1,7 @@
 // Test harness: runs the real hatcheryd binary on loopback with a temporary config, state
 // directory and secret, and talks to it with node's own HTTP client and the real CLI.
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { connect } from 'node:net';
@@ -240,3 +240,40 @@ export function workflowJob(action, id, labels, runner = null, { createdAgoMs = 
   p.workflow_job.created_at = new Date(Date.now() - createdAgoMs).toISOString().replace(/\.\d{3}Z$/, 'Z');
   return p;
 }
+
+// Where in a live process's writable memory `needle` is: the /proc/PID/maps lines of the
+// regions holding it (empty when nowhere), and how many bytes were read. Regions over
+// 1 GiB are skipped: they are ASan's reserved shadow, not data. Freed blocks count too:
+// ASan keeps them in its quarantine unwiped, so a secret freed without a wipe is found.
+export function memoryHolds(pid, needle) {
+  const want = Buffer.from(needle);
+  const fd = openSync(`/proc/${pid}/mem`, 'r');
+  const found = [];
+  let scanned = 0;
+  const chunk = 8n << 20n;
+  try {
+    for (const line of readFileSync(`/proc/${pid}/maps`, 'utf8').split('\n')) {
+      const m = /^([0-9a-f]+)-([0-9a-f]+) rw/.exec(line);
+      if (!m) continue;
+      const [start, end] = [BigInt('0x' + m[1]), BigInt('0x' + m[2])];
+      if (end - start > 1n << 30n) continue;
+      for (let at = start; at < end; at += chunk) {
+        // Overlapping reads, so a needle across two chunks is seen.
+        const len = Number((end - at < chunk ? end - at : chunk)) + (at + chunk < end ? want.length : 0);
+        const buf = Buffer.alloc(len);
+        let got = 0;
+        try { got = readSync(fd, buf, 0, len, at); } catch { break; }
+        scanned += got;
+        const hit = buf.subarray(0, got).indexOf(want);
+        if (hit >= 0) {
+          found.push(line);
+          break;
+        }
+      }
+    }
+  } finally {
+    closeSync(fd);
+  }
+  return { found, scanned };
+}
+
