@@ -27,15 +27,31 @@ const char *const guest_state_names[GUEST_STATE_MAX] = {
     [GUEST_DELETING] = "deleting", [GUEST_GONE] = "gone",
 };
 
+/* What a connect worker found, for the loop to take in connect_done: the worker writes
+ * only here, and the loop reads it only once the work is done. */
+struct host_found {
+    virConnectPtr conn;
+    char error[256];
+    bool kvm[ARCH_MAX];
+    char **active; /* on a reconnect: the domains running */
+    size_t n_active;
+    bool inventory_failed;
+};
+
+/* Threads: a host is the loop's. Workers read its config, and reach its connection only
+ * through host_conn_ref() under `lock`, which guards `conn`, `dropped` and `kvm` (the one
+ * field a worker reads that a reconnect changes). Each worker holds its own reference, so
+ * a reconnect can drop the host's while a worker still uses the old one. */
 struct host {
     struct provisioner *prov;
     struct config_host cfg; /* strings borrowed from the config */
-    virConnectPtr conn;     /* thread-safe: used from workers too */
+    uv_mutex_t lock;
+    virConnectPtr conn; /* under lock */
     bool up;
     bool connecting;
-    bool dropped; /* libvirt closed the connection; conn is dead until the reconnect */
-    bool lxc;
-    bool simulated; /* libvirt's test driver: domains exist, but no guest ever runs */
+    bool dropped; /* under lock; libvirt closed the connection: dead until the reconnect */
+    bool lxc;       /* from the URI, at add */
+    bool simulated; /* from the URI: libvirt's test driver, where no guest ever runs */
     bool streams;   /* channels and consoles through libvirt streams (a remote host) */
     bool kvm[ARCH_MAX];
     int lifecycle_id;
@@ -50,6 +66,7 @@ struct host {
     char **active;
     size_t n_active;
     bool inventory_failed;
+    struct host_found found;
     uv_work_t work;
     char error[256];
     struct host_usage used;
@@ -144,6 +161,47 @@ static bool work_done_closing(struct provisioner *p)
 
 static void host_connect(struct host *h);
 
+static bool host_has_conn(struct host *h)
+{
+    uv_mutex_lock(&h->lock);
+    bool has = h->conn != NULL;
+    uv_mutex_unlock(&h->lock);
+    return has;
+}
+
+/* The host's connection for one worker's calls, as a reference of its own (closed with
+ * virConnectClose when done), or NULL when there is none or libvirt dropped it
+ * (`even_dropped` takes a dropped one anyway: its calls fail, but a teardown's are tried).
+ * `ret_kvm` (may be NULL) gets what KVM offers, per arch. */
+static virConnectPtr host_conn_ref(struct host *h, bool even_dropped, bool ret_kvm[ARCH_MAX])
+{
+    uv_mutex_lock(&h->lock);
+    virConnectPtr conn = h->conn && (even_dropped || !h->dropped) ? h->conn : NULL;
+    if (conn)
+        virConnectRef(conn);
+    if (ret_kvm)
+        memcpy(ret_kvm, h->kvm, sizeof(h->kvm));
+    uv_mutex_unlock(&h->lock);
+    return conn;
+}
+
+/* Connected, and not dropped by libvirt. */
+static bool host_usable(struct host *h)
+{
+    uv_mutex_lock(&h->lock);
+    bool usable = h->conn && !h->dropped;
+    uv_mutex_unlock(&h->lock);
+    return usable;
+}
+
+static bool host_dropped(struct host *h)
+{
+    uv_mutex_lock(&h->lock);
+    bool dropped = h->dropped;
+    uv_mutex_unlock(&h->lock);
+    return dropped;
+}
+
 static void on_reconnect_timer(uv_timer_t *t)
 {
     host_connect(t->data);
@@ -151,7 +209,7 @@ static void on_reconnect_timer(uv_timer_t *t)
 
 static void host_down(struct host *h, const char *why)
 {
-    if (!h->up && !h->connecting && h->conn == NULL)
+    if (!h->up && !h->connecting && !host_has_conn(h))
         return;
     bool was_up = h->up;
     h->up = false;
@@ -193,7 +251,9 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
                                           "client closed"};
     /* Inside libvirt's callback the connection must not be closed (that deadlocks): the
      * reconnect, on a worker, drops the old one first. */
+    uv_mutex_lock(&h->lock);
     h->dropped = true;
+    uv_mutex_unlock(&h->lock);
     const char *why = reason >= 0 && reason < 4 ? reasons[reason] : "connection closed";
     host_down(h, why);
     /* A libvirtd restart (an upgrade) or a short network cut must not kill running jobs:
@@ -215,17 +275,22 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
 
 static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
 
+/* On the connect worker: takes the host's old connection away and closes it (workers
+ * still using it hold references of their own). */
 static void host_conn_drop(struct host *h)
 {
-    if (!h->conn)
-        return;
-    if (h->lifecycle_id >= 0)
-        virConnectDomainEventDeregisterAny(h->conn, h->lifecycle_id);
-    h->lifecycle_id = -1;
-    virConnectUnregisterCloseCallback(h->conn, on_close_cb);
-    virConnectClose(h->conn);
+    uv_mutex_lock(&h->lock);
+    virConnectPtr old = h->conn;
     h->conn = NULL;
     h->dropped = false;
+    uv_mutex_unlock(&h->lock);
+    if (!old)
+        return;
+    if (h->lifecycle_id >= 0)
+        virConnectDomainEventDeregisterAny(old, h->lifecycle_id);
+    h->lifecycle_id = -1;
+    virConnectUnregisterCloseCallback(old, on_close_cb);
+    virConnectClose(old);
 }
 
 static void quiet_libvirt(void *data, virErrorPtr error)
@@ -242,28 +307,28 @@ static void connect_work(uv_work_t *w)
     /* libvirt's error handler is per thread here: keep its default printer quiet. */
     virSetErrorFunc(NULL, quiet_libvirt);
     host_conn_drop(h);
-    h->conn = virConnectOpen(h->cfg.uri);
-    if (!h->conn) {
-        snprintf(h->error, sizeof(h->error), "%s", virt_error());
+    struct host_found *f = &h->found;
+    memset(f, 0, sizeof(*f));
+    f->conn = virConnectOpen(h->cfg.uri);
+    if (!f->conn) {
+        snprintf(f->error, sizeof(f->error), "%s", virt_error());
         return;
     }
-    h->lxc = strncmp(h->cfg.uri, "lxc:", 4) == 0;
-    h->simulated = strncmp(h->cfg.uri, "test:", 5) == 0;
     if (h->ever_up) {
         virDomainPtr *doms = NULL;
-        int n = virConnectListAllDomains(h->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
-        h->inventory_failed = n < 0;
-        h->active = n > 0 ? calloc((size_t)n, sizeof(char *)) : NULL;
+        int n = virConnectListAllDomains(f->conn, &doms, VIR_CONNECT_LIST_DOMAINS_ACTIVE);
+        f->inventory_failed = n < 0;
+        f->active = n > 0 ? calloc((size_t)n, sizeof(char *)) : NULL;
         for (int i = 0; i < n; i++) {
             const char *name = virDomainGetName(doms[i]);
-            if (h->active && name)
-                h->active[h->n_active++] = strdup(name);
+            if (f->active && name)
+                f->active[f->n_active++] = strdup(name);
             virDomainFree(doms[i]);
         }
         free(doms);
-        h->inventory_failed = h->inventory_failed || (n > 0 && !h->active);
+        f->inventory_failed = f->inventory_failed || (n > 0 && !f->active);
     }
-    char *caps = virConnectGetCapabilities(h->conn);
+    char *caps = virConnectGetCapabilities(f->conn);
     if (caps) {
         /* KVM is there when the capabilities offer a kvm domain for the guest's arch. */
         for (int a = 0; a < ARCH_MAX; a++) {
@@ -272,7 +337,7 @@ static void connect_work(uv_work_t *w)
             const char *at = strstr(caps, needle);
             const char *guest_end = at ? strstr(at, "</guest>") : NULL;
             const char *kvm = at ? strstr(at, "<domain type='kvm'") : NULL;
-            h->kvm[a] = at && kvm && guest_end && kvm < guest_end;
+            f->kvm[a] = at && kvm && guest_end && kvm < guest_end;
         }
         free(caps);
     }
@@ -325,13 +390,23 @@ static void host_reinventory(struct host *h)
 static void connect_done(uv_work_t *w, int status)
 {
     struct host *h = w->data;
+    struct host_found *f = &h->found;
     (void)status;
+    if (h->prov->closing) {
+        /* Stopping: what the worker found is not taken. */
+        for (size_t i = 0; i < f->n_active; i++)
+            free(f->active[i]);
+        free(f->active);
+        if (f->conn)
+            virConnectClose(f->conn);
+        memset(f, 0, sizeof(*f));
+    }
     if (work_done_closing(h->prov))
         return;
     h->connecting = false;
-    if (!h->conn) {
+    if (!f->conn) {
         char why[sizeof(h->error)];
-        snprintf(why, sizeof(why), "%s", h->error);
+        snprintf(why, sizeof(why), "%s", f->error);
         log_warn("host.connect_failed", "host=%s uri=%s error=\"%s\"", h->cfg.name, h->cfg.uri,
                  why);
         h->connecting = true; /* so host_down schedules the retry */
@@ -339,6 +414,16 @@ static void connect_done(uv_work_t *w, int status)
         h->connecting = false;
         return;
     }
+    uv_mutex_lock(&h->lock);
+    h->conn = f->conn;
+    h->dropped = false;
+    memcpy(h->kvm, f->kvm, sizeof(h->kvm));
+    uv_mutex_unlock(&h->lock);
+    host_active_free(h);
+    h->active = f->active;
+    h->n_active = f->n_active;
+    h->inventory_failed = f->inventory_failed;
+    memset(f, 0, sizeof(*f));
     /* Keepalive makes a dead remote host show as a closed connection (not on test:///). */
     virConnectSetKeepAlive(h->conn, 5, 3);
     virConnectRegisterCloseCallback(h->conn, on_close_cb, h, NULL);
@@ -376,7 +461,13 @@ int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
     h->prov = p;
     h->cfg = *cfg;
     h->streams = config_host_streams(cfg);
+    h->lxc = strncmp(cfg->uri, "lxc:", 4) == 0;
+    h->simulated = strncmp(cfg->uri, "test:", 5) == 0;
     h->lifecycle_id = -1;
+    if (uv_mutex_init(&h->lock) < 0) {
+        free(h);
+        return -ENOMEM;
+    }
     uv_timer_init(p->loop, &h->reconnect);
     uv_timer_init(p->loop, &h->grace);
     h->reconnect.data = h->grace.data = h;
@@ -457,6 +548,7 @@ static void on_host_closed(uv_handle_t *handle)
     struct host *h = handle->data;
     if (--h->open_handles == 0) {
         host_active_free(h);
+        uv_mutex_destroy(&h->lock);
         free(h);
     }
 }
@@ -545,9 +637,9 @@ static char *volume_xml(const char *name, const char *backing, int64_t capacity_
 }
 
 /* The host's storage pool for overlays, made as a transient directory pool when absent. */
-static virStoragePoolPtr storage_pool(struct host *h, char *err, size_t err_size)
+static virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size)
 {
-    virStoragePoolPtr pool = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+    virStoragePoolPtr pool = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
     if (!pool) {
         char xml[1024];
         /* Names and paths come from the config, checked there; still only [-_.a-z0-9/]. */
@@ -555,11 +647,11 @@ static virStoragePoolPtr storage_pool(struct host *h, char *err, size_t err_size
                  "<pool type='dir'><name>%s</name><target><path>%s</path></target></pool>",
                  h->cfg.storage_pool, h->cfg.storage_dir);
         mkdir(h->cfg.storage_dir, 0711);
-        pool = virStoragePoolCreateXML(h->conn, xml, VIR_STORAGE_POOL_CREATE_WITH_BUILD);
+        pool = virStoragePoolCreateXML(conn, xml, VIR_STORAGE_POOL_CREATE_WITH_BUILD);
         if (!pool) /* drivers without build support (test:///) */
-            pool = virStoragePoolCreateXML(h->conn, xml, 0);
+            pool = virStoragePoolCreateXML(conn, xml, 0);
         if (!pool) /* another worker made it first */
-            pool = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
+            pool = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
     } else if (virStoragePoolIsActive(pool) == 0) {
         virStoragePoolCreate(pool, 0);
     }
@@ -568,10 +660,8 @@ static virStoragePoolPtr storage_pool(struct host *h, char *err, size_t err_size
     return pool;
 }
 
-static void create_work(uv_work_t *w)
+static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_MAX])
 {
-    struct guest *g = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     struct host *h = g->host;
     const struct config_pool *pool = g->pool;
     bool lxc = pool->backend == BACKEND_CONTAINER;
@@ -583,7 +673,7 @@ static void create_work(uv_work_t *w)
         .pool = pool->name,
         .arch = (enum pool_arch)pool->arch,
         .backend = (enum pool_backend)pool->backend,
-        .kvm = h->kvm[pool->arch],
+        .kvm = kvm[pool->arch],
         .vcpus = pool->vcpus,
         .memory_mib = pool->memory_mib,
         .storage_pool = h->cfg.storage_pool,
@@ -601,7 +691,7 @@ static void create_work(uv_work_t *w)
         .streams = h->streams,
     };
     if (!lxc) {
-        virStoragePoolPtr sp = storage_pool(h, err, sizeof(err));
+        virStoragePoolPtr sp = storage_pool(h, conn, err, sizeof(err));
         if (!sp) {
             snprintf(g->error, sizeof(g->error), "%s", err);
             return;
@@ -622,12 +712,26 @@ static void create_work(uv_work_t *w)
         snprintf(g->error, sizeof(g->error), "domain XML: %s", err);
         return;
     }
-    virDomainPtr dom = virDomainCreateXML(h->conn, g->xml, 0);
+    virDomainPtr dom = virDomainCreateXML(conn, g->xml, 0);
     if (!dom) {
         snprintf(g->error, sizeof(g->error), "domain: %s", virt_error());
         return;
     }
     virDomainFree(dom);
+}
+
+static void create_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    bool kvm[ARCH_MAX];
+    virConnectPtr conn = host_conn_ref(g->host, false, kvm);
+    if (!conn) {
+        snprintf(g->error, sizeof(g->error), "host %s is not connected", g->host->cfg.name);
+        return;
+    }
+    create_on(g, conn, kvm);
+    virConnectClose(conn);
 }
 
 static void guest_free(struct guest *g)
@@ -929,25 +1033,21 @@ static void streams_release(struct guest *g)
     stream_drop(&g->opened_console);
 }
 
-static void streams_work(uv_work_t *w)
+static void streams_on(struct guest *g, virConnectPtr conn)
 {
-    struct guest *g = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
-    struct host *h = g->host;
-    g->error[0] = 0;
-    virDomainPtr dom = h->conn && !h->dropped ? virDomainLookupByName(h->conn, g->name) : NULL;
+    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->name) : NULL;
     if (!dom) {
         snprintf(g->error, sizeof(g->error), "the domain is gone: %s", virt_error());
         return;
     }
     /* The console first: it carries the boot, and losing it costs only the log. */
-    virStreamPtr console = virStreamNew(h->conn, VIR_STREAM_NONBLOCK);
+    virStreamPtr console = virStreamNew(conn, VIR_STREAM_NONBLOCK);
     if (console && virDomainOpenConsole(dom, NULL, console, VIR_DOMAIN_CONSOLE_FORCE) == 0) {
         g->opened_console = console;
     } else if (console) {
         virStreamFree(console);
     }
-    virStreamPtr channel = virStreamNew(h->conn, VIR_STREAM_NONBLOCK);
+    virStreamPtr channel = virStreamNew(conn, VIR_STREAM_NONBLOCK);
     /* An adopted guest's channel may still be held for the hatcheryd that died. */
     unsigned int flags = g->adopting ? VIR_DOMAIN_CHANNEL_FORCE : 0;
     if (channel && virDomainOpenChannel(dom, AGENT_CHANNEL_NAME, channel, flags) == 0) {
@@ -959,6 +1059,17 @@ static void streams_work(uv_work_t *w)
             virStreamFree(channel);
     }
     virDomainFree(dom);
+}
+
+static void streams_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    g->error[0] = 0;
+    virConnectPtr conn = host_conn_ref(g->host, false, NULL);
+    streams_on(g, conn);
+    if (conn)
+        virConnectClose(conn);
 }
 
 static void streams_done(uv_work_t *w, int status)
@@ -1154,16 +1265,17 @@ static void adopt_work(uv_work_t *w)
 {
     struct guest *g = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
-    struct host *h = g->host;
     g->error[0] = 0;
-    virDomainPtr dom = h->conn && !h->dropped ? virDomainLookupByName(h->conn, g->name) : NULL;
-    if (!dom) {
+    virConnectPtr conn = host_conn_ref(g->host, false, NULL);
+    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->name) : NULL;
+    if (!dom)
         snprintf(g->error, sizeof(g->error), "its domain is gone");
-        return;
-    }
-    if (virDomainIsActive(dom) != 1)
+    else if (virDomainIsActive(dom) != 1)
         snprintf(g->error, sizeof(g->error), "its domain is not running");
-    virDomainFree(dom);
+    if (dom)
+        virDomainFree(dom);
+    if (conn)
+        virConnectClose(conn);
 }
 
 static void adopt_done(uv_work_t *w, int status)
@@ -1235,9 +1347,9 @@ void guest_disown(struct guest *g)
  * not exist (libvirt drops transient domains when they stop), but libvirt's LXC driver
  * leaves one behind when a container died while libvirtd was away: destroying it is
  * refused ("not running") yet drops the stale object. */
-static int domain_remove(struct host *h, const char *name)
+static int domain_remove(virConnectPtr conn, const char *name)
 {
-    virDomainPtr dom = virDomainLookupByName(h->conn, name);
+    virDomainPtr dom = virDomainLookupByName(conn, name);
     if (!dom)
         return 0;
     int persistent = virDomainIsPersistent(dom);
@@ -1254,11 +1366,11 @@ static int domain_remove(struct host *h, const char *name)
 /* The host's storage pool, on a worker. libvirt 9.0 sometimes answers this lookup with
  * "not found" while other clients work on volumes (about 1 in 100 here): asked again
  * before giving up. */
-static virStoragePoolPtr storage_pool_lookup(struct host *h)
+static virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn)
 {
     for (int i = 0; i < 5; i++) {
-        virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
-        if (sp || h->dropped)
+        virStoragePoolPtr sp = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
+        if (sp || host_dropped(h))
             return sp;
         usleep(100000);
     }
@@ -1271,12 +1383,13 @@ static void teardown_work(uv_work_t *w)
     virSetErrorFunc(NULL, quiet_libvirt);
     struct host *h = g->host;
     g->error[0] = 0;
-    if (!h->conn || h->dropped)
+    virConnectPtr conn = host_conn_ref(h, false, NULL);
+    if (!conn)
         return; /* the host is down: the reconciler finishes this when it returns */
-    if (domain_remove(h, g->name) < 0)
+    if (domain_remove(conn, g->name) < 0)
         snprintf(g->error, sizeof(g->error), "destroy: %s", virt_error());
     if (g->pool->backend == BACKEND_VM) {
-        virStoragePoolPtr sp = storage_pool_lookup(h);
+        virStoragePoolPtr sp = storage_pool_lookup(h, conn);
         if (!sp)
             snprintf(g->error, sizeof(g->error),
                      "volume %s kept: storage pool %s: %s (the reconciler removes it later)",
@@ -1289,6 +1402,7 @@ static void teardown_work(uv_work_t *w)
         if (sp)
             virStoragePoolFree(sp);
     }
+    virConnectClose(conn);
 }
 
 static void teardown_done(uv_work_t *w, int status)
@@ -1421,10 +1535,12 @@ int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***
                                size_t *ret_n)
 {
     struct host *h = host_find(p, host);
-    if (!h || !h->conn)
+    virConnectPtr conn = h ? host_conn_ref(h, true, NULL) : NULL;
+    if (!conn)
         return -ENODEV;
     virDomainPtr *doms = NULL;
-    int n = virConnectListAllDomains(h->conn, &doms, 0);
+    int n = virConnectListAllDomains(conn, &doms, 0);
+    virConnectClose(conn); /* the domains hold their own references */
     if (n < 0)
         return -EIO;
     char **names = calloc((size_t)n + 1, sizeof(char *));
@@ -1477,15 +1593,22 @@ static int orphan_volumes(struct provisioner *p, struct host *h, char ***ret_nam
     *ret_n = 0;
     if (h->lxc)
         return 0; /* containers have no overlay */
+    virConnectPtr conn = host_conn_ref(h, false, NULL);
+    if (!conn)
+        return -ENODEV;
     /* No pool (yet), or a lookup that failed once: the next pass looks again. */
-    virStoragePoolPtr sp = virStoragePoolLookupByName(h->conn, h->cfg.storage_pool);
-    if (!sp)
+    virStoragePoolPtr sp = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
+    if (!sp) {
+        virConnectClose(conn);
         return 0;
+    }
     virStorageVolPtr *vols = NULL;
     int n = virStoragePoolListAllVolumes(sp, &vols, 0);
     virStoragePoolFree(sp);
-    if (n < 0)
+    if (n < 0) {
+        virConnectClose(conn);
         return -EIO;
+    }
     char **names = calloc((size_t)n + 1, sizeof(char *));
     size_t found = 0;
     char prefix[128];
@@ -1497,7 +1620,7 @@ static int orphan_volumes(struct provisioner *p, struct host *h, char ***ret_nam
             strcmp(vname + len - 6, ".qcow2") == 0) {
             char name[256];
             snprintf(name, sizeof(name), "%.*s", (int)(len - 6), vname);
-            virDomainPtr dom = virDomainLookupByName(h->conn, name);
+            virDomainPtr dom = virDomainLookupByName(conn, name);
             if (dom)
                 virDomainFree(dom);
             else
@@ -1506,6 +1629,7 @@ static int orphan_volumes(struct provisioner *p, struct host *h, char ***ret_nam
         virStorageVolFree(vols[i]);
     }
     free(vols);
+    virConnectClose(conn);
     *ret_names = names;
     *ret_n = found;
     return names ? 0 : -ENOMEM;
@@ -1515,7 +1639,7 @@ static void tagged_work(uv_work_t *w)
 {
     struct name_work *nw = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
-    if (!nw->host->conn || nw->host->dropped ||
+    if (!host_usable(nw->host) ||
         (nw->volumes
              ? orphan_volumes(nw->prov, nw->host, &nw->names, &nw->n)
              : provisioner_tagged_domains(nw->prov, nw->host->cfg.name, &nw->names, &nw->n)) < 0) {
@@ -1575,15 +1699,16 @@ static void remove_work(uv_work_t *w)
     struct name_work *nw = w->data;
     struct host *h = nw->host;
     virSetErrorFunc(NULL, quiet_libvirt);
-    if (!h->conn || h->dropped) {
+    virConnectPtr conn = host_conn_ref(h, false, NULL);
+    if (!conn) {
         nw->err = -ENODEV;
         return;
     }
-    if (domain_remove(h, nw->name) < 0)
+    if (domain_remove(conn, nw->name) < 0)
         nw->err = -EIO;
     char vol_name[300];
     snprintf(vol_name, sizeof(vol_name), "%s.qcow2", nw->name);
-    virStoragePoolPtr sp = storage_pool_lookup(h);
+    virStoragePoolPtr sp = storage_pool_lookup(h, conn);
     virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, vol_name) : NULL;
     if (vol && virStorageVolDelete(vol, 0) < 0)
         nw->err = -EIO;
@@ -1591,6 +1716,7 @@ static void remove_work(uv_work_t *w)
         virStorageVolFree(vol);
     if (sp)
         virStoragePoolFree(sp);
+    virConnectClose(conn);
 }
 
 static void remove_done(uv_work_t *w, int status)

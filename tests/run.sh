@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command: installs what is missing, builds (ASan+UBSan, -Werror), builds the
 # fuzz targets with clang, and runs every unit, integration and fuzz-smoke test with ctest.
-# Ends with ctest's summary; exits non-zero on any failure.
+# Also builds with ThreadSanitizer and runs the integration and GitHub tests on that build
+# (tsan.integration_github). Ends with ctest's summary; exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -19,8 +20,12 @@ fi
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DHATCHERY_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$jobs" >/dev/null
 
+# ThreadSanitizer: a third build, whose integration and GitHub tests run as one test.
+cmake -S . -B build-tsan -DHATCHERY_TSAN=ON -DHATCHERY_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-tsan -j"$jobs" >/dev/null
+
 cmake -S . -B build-test -DHATCHERY_SANITIZE=ON -DHATCHERY_WERROR=ON -DCMAKE_BUILD_TYPE=Debug \
-  -DHATCHERY_FUZZ_DIR="$root/build-fuzz/tests/fuzz" >/dev/null
+  -DHATCHERY_FUZZ_DIR="$root/build-fuzz/tests/fuzz" -DHATCHERY_TSAN_DIR="$root/build-tsan" >/dev/null
 cmake --build build-test -j"$jobs"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
