@@ -49,7 +49,7 @@ struct host {
     virConnectPtr conn; /* under lock */
     bool up;
     bool connecting;
-    bool dropped; /* under lock; libvirt closed the connection: dead until the reconnect */
+    bool dropped;   /* under lock; libvirt closed the connection: dead until the reconnect */
     bool lxc;       /* from the URI, at add */
     bool simulated; /* from the URI: libvirt's test driver, where no guest ever runs */
     bool streams;   /* channels and consoles through libvirt streams (a remote host) */
@@ -637,7 +637,8 @@ static char *volume_xml(const char *name, const char *backing, int64_t capacity_
 }
 
 /* The host's storage pool for overlays, made as a transient directory pool when absent. */
-static virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size)
+static virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err,
+                                      size_t err_size)
 {
     virStoragePoolPtr pool = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
     if (!pool) {
