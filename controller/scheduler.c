@@ -1326,6 +1326,31 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     scheduler_kick(s);
 }
 
+/* Asks GitHub about each job of `rows` (its id, and its repository unless `repo` says
+ * it), counting the questions in flight. Takes `rows`. */
+static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, bool late)
+{
+    int *pending = late ? &s->late_checks_pending : &s->lists_pending;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        struct phantom_check *pc = calloc(1, sizeof(*pc));
+        if (!pc)
+            break;
+        pc->s = s;
+        pc->job_id = json_integer_value(json_object_get(row, "id"));
+        pc->late = late;
+        (*pending)++;
+        const char *in = repo ? repo : json_string_value(json_object_get(row, "repository"));
+        if (github_job_get(gh(s), in, pc->job_id, on_phantom_checked, pc) < 0) {
+            (*pending)--;
+            free(pc);
+        }
+    }
+    json_decref(rows);
+}
+
 #define LATE_CHECKS_PER_PASS 10
 
 /* Queued jobs from a delivery sent long after the job was made (WEBHOOK_FRESH_MS): an
@@ -1335,28 +1360,12 @@ static void verify_late_jobs(struct scheduler *s)
 {
     if (!gh(s) || s->late_checks_pending > 0)
         return;
-    json_t *rows = store_query(s->deps.store,
+    ask_about_jobs(s,
+                   store_query(s->deps.store,
                                "SELECT id, repository FROM jobs WHERE unverified = 1 AND "
                                "status = 'queued' ORDER BY id LIMIT ?1",
-                               json_pack("[i]", LATE_CHECKS_PER_PASS));
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        struct phantom_check *pc = calloc(1, sizeof(*pc));
-        if (!pc)
-            break;
-        pc->s = s;
-        pc->job_id = json_integer_value(json_object_get(row, "id"));
-        pc->late = true;
-        s->late_checks_pending++;
-        if (github_job_get(gh(s), json_string_value(json_object_get(row, "repository")), pc->job_id,
-                           on_phantom_checked, pc) < 0) {
-            s->late_checks_pending--;
-            free(pc);
-        }
-    }
-    json_decref(rows);
+                               json_pack("[i]", LATE_CHECKS_PER_PASS)),
+                   NULL, true);
 }
 
 /* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for
@@ -1366,28 +1375,14 @@ static void verify_late_jobs(struct scheduler *s)
 static void verify_phantoms(struct scheduler *s, const char *repo, const char *listed)
 {
     int64_t cutoff = now_ms() - PHANTOM_AGE_MS;
-    json_t *rows =
+    ask_about_jobs(
+        s,
         store_query(s->deps.store,
                     "SELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 "
                     "AND queued_at < ?2 AND updated_at < ?2 AND id NOT IN "
                     "(SELECT value FROM json_each(?3)) ORDER BY queued_at LIMIT ?4",
-                    json_pack("[s, I, s, i]", repo, (json_int_t)cutoff, listed, PHANTOM_PER_PASS));
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        struct phantom_check *pc = calloc(1, sizeof(*pc));
-        if (!pc)
-            break;
-        pc->s = s;
-        pc->job_id = json_integer_value(json_object_get(row, "id"));
-        s->lists_pending++;
-        if (github_job_get(gh(s), repo, pc->job_id, on_phantom_checked, pc) < 0) {
-            s->lists_pending--;
-            free(pc);
-        }
-    }
-    json_decref(rows);
+                    json_pack("[s, I, s, i]", repo, (json_int_t)cutoff, listed, PHANTOM_PER_PASS)),
+        repo, false);
 }
 
 static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
