@@ -3,22 +3,18 @@
 // runner is online, tells hatcheryd a job went to it (in_progress), as GitHub would.
 // Last, libvirtd is restarted under running guests.
 import assert from 'node:assert/strict';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
-import { networkInterfaces, tmpdir } from 'node:os';
-import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { randomBytes } from 'node:crypto';
 import { Daemon, githubConfig, memoryHolds, workflowJob } from '../integration/lib/daemon.mjs';
+import { QEMU_GID, firewall, isolationTargets } from './isolation.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
-const firewall = fileURLToPath(new URL('../../deploy/guest-firewall.sh', import.meta.url));
-// The test libvirtd runs QEMU in the group hatchery-qemu, gid 64057, known only inside its
-// own namespace (tests/libvirt/libvirtd.sh): the firewall takes the number.
-const QEMU_GID = '64057';
 const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
 
 // A copy of the ppc64le test guest whose manifest the tests break on purpose.
@@ -93,41 +89,6 @@ async function serve(label, poolName, taken) {
   await until(`${runner.name} to finish`, () => ['deleting', 'deleted'].includes(runners().find((r) => r.name === runner.name)?.state));
   assert.equal((await d.post('workflow_job', payload('completed', id, label, runner.name))).status, 202);
   return { id, runner: runner.name };
-}
-
-// A network namespace behind a veth pair, with a TCP server at 198.18.0.2:8080 (an
-// address of the benchmarking range, not this host's): where a job's egress goes.
-function egressNetwork() {
-  const ns = `hatchery-egress-${process.pid}`;
-  const sh = (args) => spawnSync(args[0], args.slice(1), { encoding: 'utf8' });
-  const run = (args) => {
-    const r = sh(args);
-    assert.equal(r.status, 0, `${args.join(' ')}: ${r.stderr}`);
-  };
-  sh(['ip', 'netns', 'del', ns]);
-  sh(['ip', 'link', 'del', 'hegress0']);
-  run(['ip', 'netns', 'add', ns]);
-  run(['ip', 'link', 'add', 'hegress0', 'type', 'veth', 'peer', 'name', 'hegress1']);
-  run(['ip', 'link', 'set', 'hegress1', 'netns', ns]);
-  run(['ip', 'addr', 'add', '198.18.0.1/30', 'dev', 'hegress0']);
-  run(['ip', 'link', 'set', 'hegress0', 'up']);
-  run(['ip', 'netns', 'exec', ns, 'ip', 'addr', 'add', '198.18.0.2/30', 'dev', 'hegress1']);
-  run(['ip', 'netns', 'exec', ns, 'ip', 'link', 'set', 'hegress1', 'up']);
-  run(['ip', 'netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
-  const server = spawn('ip', ['netns', 'exec', ns, process.execPath, '-e',
-    "require('net').createServer((s) => s.end()).listen(8080, '198.18.0.2')"], { stdio: 'ignore' });
-  for (let i = 0; i < 50; i++) {
-    if (sh(['timeout', '2', 'bash', '-c', 'exec 3<>/dev/tcp/198.18.0.2/8080']).status === 0) break;
-    spawnSync('sleep', ['0.1']);
-  }
-  return {
-    target: '198.18.0.2:8080',
-    close() {
-      server.kill();
-      sh(['ip', 'netns', 'del', ns]);
-      sh(['ip', 'link', 'del', 'hegress0']);
-    },
-  };
 }
 
 // Waits for a runner's end, which must be a job's success: exit 0 and no reason.
@@ -238,18 +199,7 @@ describe('end to end on real guests', () => {
   });
 
   test('a hostile job on the user network reaches the internet, and nothing of its host (guest-firewall.sh)', async () => {
-    // The host's own services: a listener on loopback, one on every address, and hatcheryd.
-    const servers = [];
-    const listen = (host) => new Promise((res) => {
-      const srv = createServer((sock) => sock.end()).listen(0, host, () => res(srv.address().port));
-      servers.push(srv);
-    });
-    const loPort = await listen('127.0.0.1');
-    const anyPort = await listen('0.0.0.0');
-    const hostIp = Object.values(networkInterfaces()).flat().find((a) => a.family === 'IPv4' && !a.internal).address;
-    // "The internet": an address that is not the host's, in a network namespace of its own.
-    const egress = egressNetwork();
-    const targets = [`10.0.2.2:${d.port}`, `10.0.2.2:${loPort}`, `10.0.2.2:${anyPort}`, `${hostIp}:${anyPort}`, `${hostIp}:${d.port}`, egress.target];
+    const { targets, loPort, egress, guarded: want, close } = await isolationTargets(d.port);
     const probe = async () => {
       await fetch(`${api}/__double/jit`, { method: 'POST', body: `probe=${targets.join('+')} exit=0` });
       const { runner } = await serve('net.ppc64le', 'net.ppc64le', new Set());
@@ -262,7 +212,6 @@ describe('end to end on real guests', () => {
       const applied = spawnSync(firewall, ['apply', '--group', QEMU_GID], { encoding: 'utf8' });
       assert.equal(applied.status, 0, applied.stderr);
       const guarded = await probe();
-      const want = Object.fromEntries(targets.map((t) => [t, t === egress.target ? 'open' : 'closed']));
       assert.deepEqual(guarded, want);
       // Without the firewall the same job reaches the host's loopback: what it guards
       // against is real here, and the probes can tell.
@@ -273,8 +222,7 @@ describe('end to end on real guests', () => {
       console.log(`isolation probes with guest-firewall.sh: ${JSON.stringify(guarded)}; without: ${JSON.stringify(open)}`);
     } finally {
       spawnSync(firewall, ['remove', '--group', QEMU_GID]);
-      egress.close();
-      for (const srv of servers) srv.close();
+      close();
       await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
     }
   });

@@ -4,12 +4,14 @@
 // of KVM), the agent starts under systemd and says hello, the runner stand-in runs its
 // job as the `runner` user (podman builds an image from a Dockerfile that starts like
 // docker/Dockerfile_ARCH, compiling in a RUN step, and runs it), the job's report comes
-// back through the agent, the guest powers off and its overlay is deleted.
+// back through the agent, the guest powers off and its overlay is deleted. A hostile job
+// on the same image probes its host and the outside through deploy/guest-firewall.sh.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
+import { QEMU_GID, firewall, isolationTargets } from './isolation.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const image = { ppc64le: process.env.IMAGE_ppc64le, s390x: process.env.IMAGE_s390x };
@@ -189,6 +191,25 @@ describe('the production runner image, booted and serving jobs', () => {
     }
     assert.deepEqual([...hostArgvLeaks], [], 'the JIT config on a host argv');
     assert.ok(!d.logs.includes(JIT), 'no JIT config in hatcheryd\'s log');
+  });
+
+  test('a hostile job on the production image reaches the outside, and nothing of its host (guest-firewall.sh)', { timeout: 1800000 }, async () => {
+    // The stand-in's hostile job (job/probe.sh, as uid 1000) instead of the podman build.
+    const { targets, guarded, close } = await isolationTargets(d.port);
+    try {
+      const applied = spawnSync(firewall, ['apply', '--group', QEMU_GID], { encoding: 'utf8' });
+      assert.equal(applied.status, 0, applied.stderr);
+      const name = await serve('ppc64le', `${JIT} probe=${targets.join('+')}`, taken);
+      const rep = report(name);
+      assert.ok(rep, `${name}: a job report in its log\n${d.cli('logs', name).stdout.slice(-3000)}`);
+      assert.equal(rep.uid, 1000);
+      assert.deepEqual(rep.probes, guarded);
+      console.log(`production image, isolation probes with guest-firewall.sh: ${JSON.stringify(rep.probes)}`);
+    } finally {
+      spawnSync(firewall, ['remove', '--group', QEMU_GID]);
+      close();
+      await setJit(JIT);
+    }
   });
 
   test('two guests from one image have different machine-ids and boot ids', { timeout: 1800000 }, async () => {
