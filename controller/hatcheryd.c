@@ -436,11 +436,11 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
             json_t *pool = json_object_get(job, "pool");
             json_t *why = json_null();
             if (st && strcmp(st, "queued") == 0) {
-                if (json_is_true(json_object_get(job, "unverified"))) {
+                if (!json_is_string(pool)) {
+                    why = json_string("no matching pool");
+                } else if (d->github && json_is_true(json_object_get(job, "unverified"))) {
                     why = json_string("a late or replayed delivery: asking GitHub whether it is "
                                       "still queued");
-                } else if (!json_is_string(pool)) {
-                    why = json_string("no matching pool");
                 } else if (d->scheduler) {
                     const char *w = scheduler_pool_waiting(d->scheduler, json_string_value(pool));
                     why = w ? json_string(w) : json_null();

@@ -42,8 +42,11 @@ describe('hatchery CLI', () => {
   test('jobs lists them, filters by status, and --json carries 64-bit ids', () => {
     const r = d.cli('jobs');
     assert.equal(r.code, 0);
-    assert.match(r.stdout, /^JOB\s+STATUS\s+POOL/);
+    assert.match(r.stdout, /^JOB\s+STATUS\s+POOL\s+REPOSITORY\s+RUN\s+LABELS\s+RUNNER\s+UPDATED\s+WHY_IT_WAITS$/m);
     assert.match(r.stdout, /3000000003\s+queued\s+\(unmatched\)/);
+    // The column the help promises: why each queued job waits (it was built and dropped).
+    assert.match(r.stdout, /^3000000003 .* no matching pool$/m);
+    assert.match(r.stdout, /^3000000000 .*linux\.ppc64le.* GitHub is not configured$/m);
     const queued = d.cliJson('jobs', '--status', 'queued').jobs;
     assert.equal(queued.length, 4);
     assert.ok(queued.some((j) => j.id === 3000000002 && j.pool === 'linux.s390x'));
