@@ -260,10 +260,9 @@ static void free_cells(char **cells, size_t n)
 
 static void print_jobs(json_t *answer)
 {
-    struct table t = {
-        .n_columns = 9,
-        .headers = {"JOB", "STATUS", "POOL", "REPOSITORY", "RUN", "LABELS", "RUNNER", "UPDATED",
-                    "WHY_IT_WAITS"}};
+    struct table t = {.n_columns = 9,
+                      .headers = {"JOB", "STATUS", "POOL", "REPOSITORY", "RUN", "LABELS", "RUNNER",
+                                  "UPDATED", "WHY_IT_WAITS"}};
     size_t i;
     json_t *job;
     json_array_foreach(json_object_get(answer, "jobs"), i, job)
