@@ -16,7 +16,7 @@
 #include "store.h"
 #include "webhook.h"
 
-#define HATCHERY_VERSION "0.1.0"
+#include "hatchery/version.h"
 
 /* Webhook answer latency buckets, in seconds (from the request's last byte to its answer). */
 #define WEBHOOK_LATENCY_BUCKETS 10

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hatchery/version.h"
 #include "hatchery/limits.h"
 
 #define DEFAULT_SOCKET "/run/hatchery/admin.sock"
@@ -33,6 +34,7 @@ static void usage(FILE *out)
     fprintf(
         out,
         "usage: hatchery [--socket PATH] [--json] COMMAND [ARGS]\n"
+        "       hatchery --version\n"
         "\n"
         "commands:\n"
         "  jobs [--status S] [--limit N]  jobs GitHub told us about, newest first, and why a\n"
@@ -568,6 +570,9 @@ int main(int argc, char **argv)
             socket_path = argv[++i];
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
+            return EXIT_OK;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("hatchery %s\n", HATCHERY_VERSION);
             return EXIT_OK;
         } else {
             fprintf(stderr, "hatchery: unknown option %s\n", argv[i]);

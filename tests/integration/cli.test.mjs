@@ -6,7 +6,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
-import { Daemon, HATCHERY_CLI, examples, tempDir } from './lib/daemon.mjs';
+import { Daemon, HATCHERY_CLI, examples, request, tempDir } from './lib/daemon.mjs';
 
 describe('hatchery CLI', () => {
   const d = new Daemon();
@@ -95,6 +95,15 @@ describe('hatchery CLI', () => {
     assert.equal(tail.log.length, 1024 * 1024);
     assert.ok(tail.log.endsWith('agent: hello sent\nagent: the controller has the exit\n'));
     assert.equal(d.cli('logs', 'hatchery-it-missing').code, 1);
+  });
+
+  test('--version names the same version as hatcheryd and its /healthz, without a daemon', async () => {
+    const cli = spawnSync(HATCHERY_CLI, ['--version'], { encoding: 'utf8', env: { ...process.env, HATCHERY_SOCKET: '/nonexistent' } });
+    assert.equal(cli.status, 0);
+    const [, version] = /^hatchery (\d+\.\d+\.\d+)\n$/.exec(cli.stdout) ?? [];
+    assert.ok(version, cli.stdout);
+    assert.equal(spawnSync(process.env.HATCHERYD, ['--version'], { encoding: 'utf8' }).stdout.trim(), `hatcheryd ${version}`);
+    assert.equal(JSON.parse((await request(d.port, { path: '/healthz' })).body).version, version);
   });
 
   test('usage errors exit 2', () => {
