@@ -1,8 +1,12 @@
 /* /metrics in the Prometheus text exposition format, checked by `promtool check metrics`. */
+#include <dirent.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon.h"
 #include "image_manifest.h"
@@ -23,6 +27,12 @@ static void counter(struct textbuf *b, const char *name, const char *help, uint6
 {
     header(b, name, "counter", help);
     textbuf_printf(b, "%s %llu\n", name, (unsigned long long)value);
+}
+
+static void counter_real(struct textbuf *b, const char *name, const char *help, double value)
+{
+    header(b, name, "counter", help);
+    textbuf_printf(b, "%s %.17g\n", name, value);
 }
 
 static void gauge(struct textbuf *b, const char *name, const char *help, double value)
@@ -61,6 +71,58 @@ static void job_count_row(void *data, const char *pool, const char *status, int6
                        (long long)count);
 }
 
+static int64_t now_ms_metrics(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Prometheus's process_* family, from /proc/self (Linux only, as hatcheryd is). */
+static void process_metrics(struct textbuf *b, const struct daemon *d)
+{
+    FILE *f = fopen("/proc/self/stat", "re");
+    char line[1024];
+    unsigned long utime = 0, stime = 0, vsize = 0;
+    long rss = 0;
+    bool have_stat = false;
+    if (f && fgets(line, sizeof(line), f)) {
+        /* After the command's closing parenthesis (the command may hold spaces and
+         * parentheses itself): fields 3 on, of which utime is the 14th, stime the 15th,
+         * vsize the 23rd and rss the 24th. */
+        const char *rest = strrchr(line, ')');
+        have_stat = rest && sscanf(rest + 1,
+                                   " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu %*d %*d "
+                                   "%*d %*d %*d %*d %*u %lu %ld",
+                                   &utime, &stime, &vsize, &rss) == 4;
+    }
+    if (f)
+        fclose(f);
+    if (have_stat) {
+        double ticks = (double)sysconf(_SC_CLK_TCK);
+        counter_real(b, "process_cpu_seconds_total", "User and system CPU time spent, in seconds.",
+                     (double)(utime + stime) / ticks);
+        gauge(b, "process_resident_memory_bytes", "Resident memory size in bytes.",
+              (double)rss * (double)sysconf(_SC_PAGESIZE));
+        gauge(b, "process_virtual_memory_bytes", "Virtual memory size in bytes.", (double)vsize);
+    }
+    DIR *fds = opendir("/proc/self/fd");
+    if (fds) {
+        long open_fds = 0;
+        struct dirent *e;
+        while ((e = readdir(fds)))
+            open_fds += e->d_name[0] != '.';
+        closedir(fds);
+        /* Less the one opendir held while it listed. */
+        gauge(b, "process_open_fds", "Open file descriptors.", (double)(open_fds - 1));
+    }
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+        gauge(b, "process_max_fds", "The limit of open file descriptors.", (double)lim.rlim_cur);
+    gauge(b, "process_start_time_seconds", "When the process started, in Unix time.",
+          (double)d->started_at_ms / 1000.0);
+}
+
 char *metrics_render(struct daemon *d, size_t *ret_len)
 {
     struct textbuf b;
@@ -71,6 +133,7 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     textbuf_printf(&b, "hatchery_build_info{version=\"%s\"} 1\n", HATCHERY_VERSION);
     gauge(&b, "hatchery_start_time_seconds", "When this hatcheryd started, in Unix time.",
           (double)d->started_at_ms / 1000.0);
+    process_metrics(&b, d);
 
     gauge(&b, "hatchery_http_connections_open", "HTTP connections open now.",
           (double)h->connections_open);
@@ -148,6 +211,9 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             double left = (double)gs.ratelimit_reset - (double)time(NULL);
             gauge(&b, "hatchery_github_ratelimit_reset_seconds",
                   "Seconds until GitHub's rate-limit window resets.", left > 0 ? left : 0);
+            gauge(&b, "hatchery_github_ratelimit_reset_timestamp_seconds",
+                  "When GitHub's rate-limit window resets, in Unix time (X-RateLimit-Reset).",
+                  (double)gs.ratelimit_reset);
         }
     }
     if (d->provisioner && d->config->n_hosts > 0) {
@@ -162,14 +228,25 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             {"hatchery_host_vcpus_used", "gauge", "vCPUs handed out on each host."},
             {"hatchery_host_reconnects_total", "counter",
              "Times a host's libvirt connection came back after a drop."},
+            {"hatchery_host_vcpus", "gauge", "vCPUs each host may hand out (hosts[].vcpus)."},
+            {"hatchery_host_memory_used_bytes", "gauge", "Guest memory handed out on each host."},
+            {"hatchery_host_memory_bytes", "gauge",
+             "Guest memory each host may hand out (hosts[].memory_mib)."},
+            {"hatchery_host_max_guests", "gauge",
+             "Guests each host may hold (hosts[].max_guests)."},
         };
         for (size_t f = 0; st && f < sizeof(families) / sizeof(families[0]); f++) {
             header(&b, families[f].name, families[f].type, families[f].help);
             for (size_t i = 0; i < d->config->n_hosts; i++) {
+                const struct config_host *host = &d->config->hosts[i];
                 long long v = f == 0   ? st[i].up
                               : f == 1 ? st[i].used.guests
                               : f == 2 ? st[i].used.vcpus
-                                       : st[i].reconnects;
+                              : f == 3 ? st[i].reconnects
+                              : f == 4 ? host->vcpus
+                              : f == 5 ? st[i].used.memory_mib * 1048576
+                              : f == 6 ? host->memory_mib * 1048576
+                                       : host->max_guests;
                 textbuf_printf(&b, "%s{host=\"%s\"} %lld\n", families[f].name,
                                d->config->hosts[i].name, v);
             }
@@ -248,6 +325,28 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     for (size_t i = 0; i < d->config->n_pools; i++)
         textbuf_printf(&b, "hatchery_pool_max_runners{pool=\"%s\"} %lld\n",
                        d->config->pools[i].name, (long long)d->config->pools[i].max_runners);
+    /* Every pool gets a value (0 with nothing queued), so an alert can compare it. */
+    json_t *oldest = store_query(d->store,
+                                 "SELECT pool, min(queued_at) AS at FROM jobs WHERE status = "
+                                 "'queued' AND pool IS NOT NULL GROUP BY pool",
+                                 json_array());
+    header(&b, "hatchery_pool_oldest_queued_job_seconds", "gauge",
+           "Age of each pool's oldest queued job (0 when none is queued).");
+    for (size_t i = 0; i < d->config->n_pools; i++) {
+        double age = 0;
+        size_t k;
+        json_t *row;
+        json_array_foreach(oldest, k, row)
+        {
+            json_t *at = json_object_get(row, "at");
+            if (json_is_integer(at) && strcmp(json_string_value(json_object_get(row, "pool")),
+                                              d->config->pools[i].name) == 0)
+                age = (double)(now_ms_metrics() - json_integer_value(at)) / 1000.0;
+        }
+        textbuf_printf(&b, "hatchery_pool_oldest_queued_job_seconds{pool=\"%s\"} %.3f\n",
+                       d->config->pools[i].name, age > 0 ? age : 0);
+    }
+    json_decref(oldest);
     header(&b, "hatchery_pool_image_info", "gauge",
            "The manifest of each VM pool's image (1 for each readable manifest).");
     for (size_t i = 0; i < d->config->n_pools; i++) {

@@ -134,7 +134,9 @@ static const char *const migrations[] = {
     "ALTER TABLE deliveries ADD COLUMN body_sha256 TEXT;"
     "CREATE UNIQUE INDEX deliveries_body_sha256 ON deliveries(body_sha256);"
     "ALTER TABLE jobs ADD COLUMN unverified INTEGER NOT NULL DEFAULT 0;"
-    "CREATE INDEX jobs_unverified ON jobs(id) WHERE unverified = 1;",
+    "CREATE INDEX jobs_unverified ON jobs(id) WHERE unverified = 1;"
+    /* The oldest queued job of each pool (/metrics), read without the finished ones. */
+    "CREATE INDEX jobs_queued ON jobs(pool, queued_at) WHERE status = 'queued';",
 };
 
 static int64_t now_ms(void)

@@ -111,7 +111,8 @@ describe('http listener', () => {
       const t = setInterval(() => {
         if ((data.match(/HTTP\/1\.1 /g) ?? []).length >= n) { clearInterval(t); resolve(); }
       }, 5);
-      setTimeout(() => { clearInterval(t); reject(new Error('no answer: ' + data)); }, 3000);
+      // Generous: each 202 waits for an fsync, which a busy disk can hold for seconds.
+      setTimeout(() => { clearInterval(t); reject(new Error('no answer: ' + data)); }, 15000);
     });
     for (let i = 0; i < 3; i++) {
       const payload = structuredClone(examples('workflow_job')[5]);
@@ -149,6 +150,22 @@ describe('http listener', () => {
     assert.match(res.body, /hatchery_http_connections_rejected_total [1-9]/);
     assert.match(res.body, /hatchery_pool_max_runners\{pool="linux.ppc64le"\} 2/);
     assert.match(res.body, /hatchery_jobs\{pool="linux.ppc64le",status="queued"\} 1/);
+    // Prometheus's process family, from /proc/self.
+    for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'process_virtual_memory_bytes',
+      'process_open_fds', 'process_max_fds', 'process_start_time_seconds']) {
+      assert.match(res.body, new RegExp(`^${name} [0-9.e+]+$`, 'm'), name);
+    }
+    const fds = Number(/^process_open_fds (\d+)$/m.exec(res.body)[1]);
+    assert.ok(fds > 3 && fds < 200, `${fds} open fds`);
+    // Each host's capacity beside its use, from the config.
+    assert.match(res.body, /^hatchery_host_vcpus\{host="host-a"\} 16$/m);
+    assert.match(res.body, /^hatchery_host_memory_bytes\{host="host-a"\} 34359738368$/m);
+    assert.match(res.body, /^hatchery_host_max_guests\{host="host-a"\} 8$/m);
+    assert.match(res.body, /^hatchery_host_memory_used_bytes\{host="host-a"\} 0$/m);
+    // The queued ppc64le job has waited; the pool with nothing queued says 0.
+    const age = Number(/^hatchery_pool_oldest_queued_job_seconds\{pool="linux.ppc64le"\} ([0-9.]+)$/m.exec(res.body)?.[1]);
+    assert.ok(age > 0 && age < 600, `oldest queued: ${age} s`);
+    assert.match(res.body, /^hatchery_pool_oldest_queued_job_seconds\{pool="k8s"\} 0\.000$/m);
   });
 
   test('an unmatched job counts once as a job and once per delivery, as the names say', async () => {
