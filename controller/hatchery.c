@@ -44,7 +44,10 @@ static void usage(FILE *out)
         "  capacity                       per pool: runners, jobs by status, why jobs wait\n"
         "  hosts                          libvirt hosts: state (and why), drained, transport,\n"
         "                                 vCPUs, memory and guests used\n"
-        "  runners [--all]                live runners (--all: ended ones too, with reasons)\n"
+        "  runners [--all] [--pool P] [--host H]\n"
+        "                                 live runners (--all: ended ones too, with reasons),\n"
+        "                                 of one pool or host\n"
+        "  runners show RUNNER            every field of one runner, ended or not\n"
         "  drain HOST | undrain HOST      stop or resume placing new guests on HOST\n"
         "  delete RUNNER                  tear a runner down now (guest, disk, GitHub runner)\n"
         "  logs RUNNER                    the runner's console log, kept after teardown\n"
@@ -426,6 +429,33 @@ static void print_runners(json_t *answer)
     table_print(&t);
 }
 
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* One runner, a field per line, by name. */
+static void print_runner(json_t *answer)
+{
+    json_t *r = json_array_get(json_object_get(answer, "runners"), 0);
+    const char *keys[64];
+    size_t n = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(r, key, v)
+    {
+        if (n < sizeof(keys) / sizeof(keys[0]))
+            keys[n++] = key;
+    }
+    qsort(keys, n, sizeof(keys[0]), compare_strings);
+    for (size_t i = 0; i < n; i++) {
+        char *cell = fmt_value(json_object_get(r, keys[i]));
+        make_printable(cell);
+        printf("%-18s %s\n", keys[i], cell);
+        free(cell);
+    }
+}
+
 static void print_done(json_t *answer)
 {
     const char *host = json_string_value(json_object_get(answer, "host"));
@@ -629,12 +659,27 @@ int main(int argc, char **argv)
         }
     } else if (strcmp(cmd, "runners") == 0) {
         print = print_runners;
+        if (i < argc && strcmp(argv[i], "show") == 0) {
+            if (i + 1 >= argc || argv[i + 1][0] == '-') {
+                fprintf(stderr, "hatchery: runners show: which runner?\n");
+                json_decref(request);
+                return EXIT_USAGE;
+            }
+            print = print_runner;
+            json_object_set_new(request, "name", json_string(argv[i + 1]));
+            json_object_set_new(request, "all", json_true());
+            i += 2;
+        }
         for (; i < argc; i++) {
             if (strcmp(argv[i], "--json") == 0)
                 as_json = true;
             else if (strcmp(argv[i], "--all") == 0)
                 json_object_set_new(request, "all", json_true());
-            else {
+            else if ((strcmp(argv[i], "--pool") == 0 || strcmp(argv[i], "--host") == 0) &&
+                     i + 1 < argc) {
+                json_object_set_new(request, argv[i] + 2, json_string(argv[i + 1]));
+                i++;
+            } else {
                 fprintf(stderr, "hatchery: runners: unknown argument %s\n", argv[i]);
                 json_decref(request);
                 return EXIT_USAGE;

@@ -461,9 +461,31 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
     if (strcmp(cmd, "runners") == 0) {
         if (!d->scheduler)
             return json_pack("{s:b, s:s}", "ok", 0, "error", "the scheduler is not running");
-        return json_pack(
-            "{s:b, s:o}", "ok", 1, "runners",
-            scheduler_runners_json(d->scheduler, json_is_true(json_object_get(request, "all"))));
+        json_t *all =
+            scheduler_runners_json(d->scheduler, json_is_true(json_object_get(request, "all")));
+        /* Filters: one runner by name, or a pool's or a host's. */
+        static const char *const filters[] = {"name", "pool", "host"};
+        json_t *kept = json_array();
+        size_t i;
+        json_t *r;
+        json_array_foreach(all, i, r)
+        {
+            bool match = true;
+            for (size_t f = 0; f < sizeof(filters) / sizeof(filters[0]); f++) {
+                const char *want = json_string_value(json_object_get(request, filters[f]));
+                const char *have = json_string_value(json_object_get(r, filters[f]));
+                match = match && (!want || (have && strcmp(want, have) == 0));
+            }
+            if (match)
+                json_array_append(kept, r);
+        }
+        json_decref(all);
+        const char *name = json_string_value(json_object_get(request, "name"));
+        if (name && json_array_size(kept) == 0) {
+            json_decref(kept);
+            return json_pack("{s:b, s:s}", "ok", 0, "error", "no runner of that name");
+        }
+        return json_pack("{s:b, s:o}", "ok", 1, "runners", kept);
     }
     if (strcmp(cmd, "drain") == 0 || strcmp(cmd, "undrain") == 0) {
         const char *host = json_string_value(json_object_get(request, "host"));

@@ -141,6 +141,25 @@ test('a late queued delivery gets a runner only once GitHub says the job is stil
   assert.equal((await d.post('workflow_job', workflowJob('completed', 8100000004, ['sim']))).status, 202);
 });
 
+test('runners filtered by pool and host, and one shown whole', () => {
+  const all = d.cliJson('runners', '--all').runners;
+  assert.ok(all.length >= 2);
+  assert.deepEqual(d.cliJson('runners', '--all', '--pool', 'sim').runners.map((r) => r.name), all.map((r) => r.name));
+  assert.deepEqual(d.cliJson('runners', '--all', '--pool', 'nope').runners, []);
+  assert.deepEqual(d.cliJson('runners', '--all', '--host', 'host-a').runners.map((r) => r.name), all.filter((r) => r.host === 'host-a').map((r) => r.name));
+  const one = all.find((r) => r.state === 'deleted') ?? all[all.length - 1]; // an ended one does not change
+  const shown = d.cli('runners', 'show', one.name);
+  assert.equal(shown.code, 0, shown.stderr);
+  assert.match(shown.stdout, new RegExp(`^name +${one.name}$`, 'm'));
+  assert.match(shown.stdout, new RegExp(`^state +${one.state}$`, 'm'));
+  assert.match(shown.stdout, /^pool +sim$/m);
+  assert.deepEqual(d.cliJson('runners', 'show', one.name).runners, [one]);
+  const missing = d.cli('runners', 'show', 'hatchery-it-999999');
+  assert.equal(missing.code, 1);
+  assert.match(missing.stderr, /no runner of that name/);
+  assert.equal(d.cli('runners', 'show').code, 2);
+});
+
 test('history older than history_retention_s is pruned at start, and runner ids are not reused', async () => {
   await d.stop();
   // Age every record: all runners ended long ago, and the completed job too.
