@@ -255,15 +255,31 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     }
     if (d->scheduler) {
         header(&b, "hatchery_runners", "gauge", "Live runners, by pool and state.");
-        for (size_t p = 0; p < d->config->n_pools; p++) {
-            json_t *sp = scheduler_pool_json(d->scheduler, d->config->pools[p].name);
+        json_t **pools = calloc(d->config->n_pools + 1, sizeof(json_t *));
+        for (size_t p = 0; pools && p < d->config->n_pools; p++) {
+            pools[p] = scheduler_pool_json(d->scheduler, d->config->pools[p].name);
             const char *state;
             json_t *n;
-            json_object_foreach(json_object_get(sp, "by_state"), state, n)
+            json_object_foreach(json_object_get(pools[p], "by_state"), state, n)
                 textbuf_printf(&b, "hatchery_runners{pool=\"%s\",state=\"%s\"} %lld\n",
                                d->config->pools[p].name, state, (long long)json_integer_value(n));
-            json_decref(sp);
         }
+        header(&b, "hatchery_pool_backoff_seconds", "gauge",
+               "How long each pool makes no new runner, after runners failed before starting "
+               "(0: not backing off).");
+        for (size_t p = 0; pools && p < d->config->n_pools; p++)
+            textbuf_printf(&b, "hatchery_pool_backoff_seconds{pool=\"%s\"} %.3f\n",
+                           d->config->pools[p].name,
+                           json_real_value(json_object_get(pools[p], "backoff_s")));
+        header(&b, "hatchery_pool_failures_in_a_row", "gauge",
+               "Runners of each pool that failed in a row before their runner started.");
+        for (size_t p = 0; pools && p < d->config->n_pools; p++)
+            textbuf_printf(
+                &b, "hatchery_pool_failures_in_a_row{pool=\"%s\"} %lld\n", d->config->pools[p].name,
+                (long long)json_integer_value(json_object_get(pools[p], "failures_in_a_row")));
+        for (size_t p = 0; pools && p < d->config->n_pools; p++)
+            json_decref(pools[p]);
+        free(pools);
         const struct scheduler_stats *sch = scheduler_stats_get(d->scheduler);
         histogram(&b, "hatchery_runner_online_seconds",
                   "From a runner's creation to its runner process online (registered, waiting).",
@@ -347,20 +363,36 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                        d->config->pools[i].name, age > 0 ? age : 0);
     }
     json_decref(oldest);
+    /* Each VM pool's image manifest, read once for the two families. */
+    struct image_manifest *manifests = calloc(d->config->n_pools + 1, sizeof(*manifests));
+    bool *readable = calloc(d->config->n_pools + 1, sizeof(bool));
+    for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++) {
+        const struct config_pool *p = &d->config->pools[i];
+        char err[512];
+        readable[i] = p->backend == BACKEND_VM &&
+                      image_manifest_read(p->image, &manifests[i], err, sizeof(err)) == 0;
+    }
     header(&b, "hatchery_pool_image_info", "gauge",
            "The manifest of each VM pool's image (1 for each readable manifest).");
-    for (size_t i = 0; i < d->config->n_pools; i++) {
-        const struct config_pool *p = &d->config->pools[i];
-        struct image_manifest m;
-        char err[512];
+    for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++) {
+        const struct image_manifest *m = &manifests[i];
         /* Manifest fields hold no quote, backslash or control character: safe as labels. */
-        if (p->backend == BACKEND_VM && image_manifest_read(p->image, &m, err, sizeof(err)) == 0)
+        if (readable[i])
             textbuf_printf(&b,
                            "hatchery_pool_image_info{pool=\"%s\",arch=\"%s\",debian=\"%s\","
                            "kernel=\"%s\",runner=\"%s\",agent=\"%s\",sha256=\"%s\"} 1\n",
-                           p->name, m.arch, m.debian, m.kernel_version, m.runner_version,
-                           m.agent_version, m.sha256);
+                           d->config->pools[i].name, m->arch, m->debian, m->kernel_version,
+                           m->runner_version, m->agent_version, m->sha256);
     }
+    header(&b, "hatchery_pool_image_runner_below_floor", "gauge",
+           "1 when a VM pool's image carries a runner below the oldest GitHub still registers.");
+    for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++)
+        if (readable[i])
+            textbuf_printf(&b, "hatchery_pool_image_runner_below_floor{pool=\"%s\"} %d\n",
+                           d->config->pools[i].name,
+                           image_manifest_runner_below_floor(&manifests[i]) == 1);
+    free(manifests);
+    free(readable);
     header(&b, "hatchery_jobs", "gauge", "Jobs in the store, by pool and status.");
     struct job_count_ctx ctx = {.b = &b, .unmatched = false};
     store_job_counts(d->store, job_count_row, &ctx);

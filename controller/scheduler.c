@@ -1897,8 +1897,12 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
         live++;
     }
     const char *why = scheduler_pool_waiting(s, pool);
-    return json_pack("{s:I, s:o, s:o}", "live", (json_int_t)live, "by_state", states, "waiting",
-                     why ? json_string(why) : json_null());
+    int p = pool_index(cfg(s), pool);
+    int64_t backoff_ms = p >= 0 ? s->retry_at_ms[p] - now_ms() : 0;
+    return json_pack("{s:I, s:o, s:o, s:i, s:f}", "live", (json_int_t)live, "by_state", states,
+                     "waiting", why ? json_string(why) : json_null(), "failures_in_a_row",
+                     p >= 0 ? s->failures[p] : 0, "backoff_s",
+                     backoff_ms > 0 ? (double)backoff_ms / 1000.0 : 0.0);
 }
 
 const char *scheduler_pool_waiting(struct scheduler *s, const char *pool)

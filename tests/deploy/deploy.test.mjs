@@ -110,6 +110,23 @@ test('the guest firewall: its unit verifies, and the script refuses what it cann
   assert.match(install, /hatchery-guest-firewall\.service/);
 });
 
+test('the alert rules pass promtool check rules and their own unit tests; a broken rule is refused', () => {
+  const dir = join(root, 'deploy/monitoring');
+  const check = spawnSync('promtool', ['check', 'rules', join(dir, 'hatchery-alerts.yml')], { encoding: 'utf8' });
+  assert.equal(check.status, 0, check.stdout + check.stderr);
+  assert.match(check.stdout, /SUCCESS: 7 rules found/);
+  const unit = spawnSync('promtool', ['test', 'rules', 'hatchery-alerts.test.yml'], { cwd: dir, encoding: 'utf8' });
+  assert.equal(unit.status, 0, unit.stdout + unit.stderr);
+  const tmp = mkdtempSync(join(tmpdir(), 'hatchery-rules-'));
+  writeFileSync(join(tmp, 'broken.yml'), readFileSync(join(dir, 'hatchery-alerts.yml'), 'utf8').replace('> 1800', '> > 1800'));
+  assert.notEqual(spawnSync('promtool', ['check', 'rules', join(tmp, 'broken.yml')]).status, 0);
+  // The dashboard is Grafana JSON with a query in every panel.
+  const dash = JSON.parse(readFileSync(join(dir, 'hatchery-dashboard.json'), 'utf8'));
+  assert.equal(dash.uid, 'hatchery');
+  assert.ok(dash.panels.length >= 10);
+  for (const p of dash.panels) assert.ok(p.targets.length > 0 && p.targets.every((t) => t.expr), p.title);
+});
+
 test('the GitHub App manifest asks for exactly what Hatchery needs', () => {
   const m = JSON.parse(readFileSync(join(root, 'deploy/github-app-manifest.json'), 'utf8'));
   assert.deepEqual(m.default_events, ['workflow_job']);
