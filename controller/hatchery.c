@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hatchery/admin_protocol.h"
 #include "hatchery/version.h"
 #include "hatchery/limits.h"
 
@@ -615,15 +616,16 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *cmd = argv[i++];
-    json_t *request = json_pack("{s:s}", "cmd", cmd);
+    enum admin_command command = admin_command_parse(cmd);
+    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, cmd);
     void (*print)(json_t *) = NULL;
-    if (strcmp(cmd, "jobs") == 0) {
+    if (command == ADMIN_JOBS) {
         print = print_jobs;
         for (; i < argc; i++) {
             if (strcmp(argv[i], "--json") == 0) {
                 as_json = true;
             } else if (strcmp(argv[i], "--status") == 0 && i + 1 < argc) {
-                json_object_set_new(request, "status", json_string(argv[++i]));
+                json_object_set_new(request, ADMIN_KEY_STATUS, json_string(argv[++i]));
             } else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {
                 char *end = NULL;
                 long n = strtol(argv[++i], &end, 10);
@@ -632,22 +634,21 @@ int main(int argc, char **argv)
                     json_decref(request);
                     return EXIT_USAGE;
                 }
-                json_object_set_new(request, "limit", json_integer(n));
+                json_object_set_new(request, ADMIN_KEY_LIMIT, json_integer(n));
             } else {
                 fprintf(stderr, "hatchery: jobs: unknown argument %s\n", argv[i]);
                 json_decref(request);
                 return EXIT_USAGE;
             }
         }
-    } else if (strcmp(cmd, "pools") == 0 || strcmp(cmd, "capacity") == 0 ||
-               strcmp(cmd, "health") == 0 || strcmp(cmd, "github") == 0 ||
-               strcmp(cmd, "hosts") == 0 || strcmp(cmd, "reload") == 0) {
-        print = strcmp(cmd, "pools") == 0      ? print_pools
-                : strcmp(cmd, "reload") == 0   ? print_reload
-                : strcmp(cmd, "capacity") == 0 ? print_capacity
-                : strcmp(cmd, "github") == 0   ? print_github
-                : strcmp(cmd, "hosts") == 0    ? print_hosts
-                                               : print_health;
+    } else if (command == ADMIN_POOLS || command == ADMIN_CAPACITY || command == ADMIN_HEALTH ||
+               command == ADMIN_GITHUB || command == ADMIN_HOSTS || command == ADMIN_RELOAD) {
+        print = command == ADMIN_POOLS      ? print_pools
+                : command == ADMIN_RELOAD   ? print_reload
+                : command == ADMIN_CAPACITY ? print_capacity
+                : command == ADMIN_GITHUB   ? print_github
+                : command == ADMIN_HOSTS    ? print_hosts
+                                            : print_health;
         for (; i < argc; i++) {
             if (strcmp(argv[i], "--json") == 0) {
                 as_json = true;
@@ -657,7 +658,7 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
         }
-    } else if (strcmp(cmd, "runners") == 0) {
+    } else if (command == ADMIN_RUNNERS) {
         print = print_runners;
         if (i < argc && strcmp(argv[i], "show") == 0) {
             if (i + 1 >= argc || argv[i + 1][0] == '-') {
@@ -666,18 +667,20 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
             print = print_runner;
-            json_object_set_new(request, "name", json_string(argv[i + 1]));
-            json_object_set_new(request, "all", json_true());
+            json_object_set_new(request, ADMIN_KEY_NAME, json_string(argv[i + 1]));
+            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
             i += 2;
         }
         for (; i < argc; i++) {
             if (strcmp(argv[i], "--json") == 0)
                 as_json = true;
             else if (strcmp(argv[i], "--all") == 0)
-                json_object_set_new(request, "all", json_true());
+                json_object_set_new(request, ADMIN_KEY_ALL, json_true());
             else if ((strcmp(argv[i], "--pool") == 0 || strcmp(argv[i], "--host") == 0) &&
                      i + 1 < argc) {
-                json_object_set_new(request, argv[i] + 2, json_string(argv[i + 1]));
+                json_object_set_new(
+                    request, strcmp(argv[i], "--pool") == 0 ? ADMIN_KEY_POOL : ADMIN_KEY_HOST,
+                    json_string(argv[i + 1]));
                 i++;
             } else {
                 fprintf(stderr, "hatchery: runners: unknown argument %s\n", argv[i]);
@@ -685,11 +688,11 @@ int main(int argc, char **argv)
                 return EXIT_USAGE;
             }
         }
-    } else if (strcmp(cmd, "drain") == 0 || strcmp(cmd, "undrain") == 0 ||
-               strcmp(cmd, "delete") == 0 || strcmp(cmd, "logs") == 0) {
-        print = strcmp(cmd, "logs") == 0 ? print_logs : print_done;
+    } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN || command == ADMIN_DELETE ||
+               command == ADMIN_LOGS) {
+        print = command == ADMIN_LOGS ? print_logs : print_done;
         const char *key =
-            strcmp(cmd, "drain") == 0 || strcmp(cmd, "undrain") == 0 ? "host" : "runner";
+            command == ADMIN_DRAIN || command == ADMIN_UNDRAIN ? ADMIN_KEY_HOST : ADMIN_KEY_RUNNER;
         for (; i < argc; i++) {
             if (strcmp(argv[i], "--json") == 0)
                 as_json = true;

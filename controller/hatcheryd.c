@@ -18,6 +18,7 @@
 
 #include "daemon.h"
 #include "libvirt_loop.h"
+#include "hatchery/admin_protocol.h"
 #include "hatchery/limits.h"
 #include "image_manifest.h"
 #include "log.h"
@@ -414,12 +415,13 @@ static json_t *daemon_reload(struct daemon *d, const char *how);
 static json_t *on_admin_request(struct admin_server *server, json_t *request)
 {
     struct daemon *d = server->data;
-    const char *cmd = json_string_value(json_object_get(request, "cmd"));
+    const char *cmd = json_string_value(json_object_get(request, ADMIN_KEY_CMD));
     if (!cmd)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "missing \"cmd\"");
-    if (strcmp(cmd, "jobs") == 0) {
-        const char *status = json_string_value(json_object_get(request, "status"));
-        json_t *limit = json_object_get(request, "limit");
+    enum admin_command command = admin_command_parse(cmd);
+    if (command == ADMIN_JOBS) {
+        const char *status = json_string_value(json_object_get(request, ADMIN_KEY_STATUS));
+        json_t *limit = json_object_get(request, ADMIN_KEY_LIMIT);
         enum job_status parsed;
         if (status && job_status_parse(status, &parsed) < 0)
             return json_pack("{s:b, s:s}", "ok", 0, "error",
@@ -450,21 +452,22 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
         }
         return json_pack("{s:b, s:o}", "ok", 1, "jobs", jobs);
     }
-    if (strcmp(cmd, "pools") == 0) {
+    if (command == ADMIN_POOLS) {
         json_t *pools = json_array();
         for (size_t i = 0; i < d->config->n_pools; i++)
             json_array_append_new(pools, pool_json(&d->config->pools[i]));
         return json_pack("{s:b, s:o}", "ok", 1, "pools", pools);
     }
-    if (strcmp(cmd, "capacity") == 0)
+    if (command == ADMIN_CAPACITY)
         return admin_capacity(d);
-    if (strcmp(cmd, "runners") == 0) {
+    if (command == ADMIN_RUNNERS) {
         if (!d->scheduler)
             return json_pack("{s:b, s:s}", "ok", 0, "error", "the scheduler is not running");
-        json_t *all =
-            scheduler_runners_json(d->scheduler, json_is_true(json_object_get(request, "all")));
+        json_t *all = scheduler_runners_json(d->scheduler,
+                                             json_is_true(json_object_get(request, ADMIN_KEY_ALL)));
         /* Filters: one runner by name, or a pool's or a host's. */
-        static const char *const filters[] = {"name", "pool", "host"};
+        /* Each key names the runner's field of the same name. */
+        static const char *const filters[] = {ADMIN_KEY_NAME, ADMIN_KEY_POOL, ADMIN_KEY_HOST};
         json_t *kept = json_array();
         size_t i;
         json_t *r;
@@ -480,29 +483,29 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
                 json_array_append(kept, r);
         }
         json_decref(all);
-        const char *name = json_string_value(json_object_get(request, "name"));
+        const char *name = json_string_value(json_object_get(request, ADMIN_KEY_NAME));
         if (name && json_array_size(kept) == 0) {
             json_decref(kept);
             return json_pack("{s:b, s:s}", "ok", 0, "error", "no runner of that name");
         }
         return json_pack("{s:b, s:o}", "ok", 1, "runners", kept);
     }
-    if (strcmp(cmd, "drain") == 0 || strcmp(cmd, "undrain") == 0) {
-        const char *host = json_string_value(json_object_get(request, "host"));
+    if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN) {
+        const char *host = json_string_value(json_object_get(request, ADMIN_KEY_HOST));
         if (!host || !d->scheduler ||
-            scheduler_host_drain(d->scheduler, host, strcmp(cmd, "drain") == 0) < 0)
+            scheduler_host_drain(d->scheduler, host, command == ADMIN_DRAIN) < 0)
             return json_pack("{s:b, s:s}", "ok", 0, "error", "no such host");
         return json_pack("{s:b, s:s, s:b}", "ok", 1, "host", host, "drained",
-                         strcmp(cmd, "drain") == 0);
+                         command == ADMIN_DRAIN);
     }
-    if (strcmp(cmd, "delete") == 0) {
-        const char *name = json_string_value(json_object_get(request, "runner"));
+    if (command == ADMIN_DELETE) {
+        const char *name = json_string_value(json_object_get(request, ADMIN_KEY_RUNNER));
         if (!name || !d->scheduler || scheduler_runner_delete(d->scheduler, name) < 0)
             return json_pack("{s:b, s:s}", "ok", 0, "error", "no such live runner");
         return json_pack("{s:b, s:s}", "ok", 1, "runner", name);
     }
-    if (strcmp(cmd, "logs") == 0) {
-        const char *name = json_string_value(json_object_get(request, "runner"));
+    if (command == ADMIN_LOGS) {
+        const char *name = json_string_value(json_object_get(request, ADMIN_KEY_RUNNER));
         char path[PATH_MAX];
         const char *file = name && d->scheduler
                                ? scheduler_runner_log(d->scheduler, name, path, sizeof(path))
@@ -511,7 +514,7 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
             return json_pack("{s:b, s:s}", "ok", 0, "error", "no log for that runner");
         return log_file_json(file);
     }
-    if (strcmp(cmd, "hosts") == 0) {
+    if (command == ADMIN_HOSTS) {
         json_t *hosts = json_array();
         for (size_t i = 0; i < d->config->n_hosts; i++) {
             const struct config_host *h = &d->config->hosts[i];
@@ -535,7 +538,7 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
         }
         return json_pack("{s:b, s:o}", "ok", 1, "hosts", hosts);
     }
-    if (strcmp(cmd, "github") == 0) {
+    if (command == ADMIN_GITHUB) {
         if (!d->github)
             return json_pack("{s:b, s:b}", "ok", 1, "configured", 0);
         json_t *status = github_client_status(d->github);
@@ -550,13 +553,13 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
         json_object_set_new(status, "configured", json_true());
         return status;
     }
-    if (strcmp(cmd, "reload") == 0)
+    if (command == ADMIN_RELOAD)
         return daemon_reload(d, "admin");
-    if (strcmp(cmd, "health") == 0)
+    if (command == ADMIN_HEALTH)
         return json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "version", HATCHERY_VERSION,
                          "controller_id", d->config->controller_id, "uptime_s",
                          (json_int_t)((now_ms() - d->started_at_ms) / 1000));
-    return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", "cmd", cmd);
+    return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", ADMIN_KEY_CMD, cmd);
 }
 
 /* ---- GitHub ------------------------------------------------------------------------- */
