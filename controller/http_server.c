@@ -530,7 +530,8 @@ static void respond(struct http_conn *conn, int status, const char *content_type
                      "Content-Length: %zu\r\nConnection: %s\r\n\r\n",
                      status, http_status_reason(status), content_type, body_len,
                      keep_alive ? "keep-alive" : "close");
-    s->stats.responses_by_class[status / 100 < 6 ? status / 100 : 0]++;
+    if (status >= 100 && status < 600)
+        s->stats.responses_by_code[status]++;
     int r = conn_send(conn, head, (size_t)n, body, no_body || head_only ? 0 : body_len);
     if (r < 0) {
         conn_close(conn);

@@ -88,7 +88,7 @@ struct http_stats {
     uint64_t requests;
     uint64_t timeouts;
     uint64_t tls_handshake_failures;
-    uint64_t responses_by_class[6]; /* index: status / 100 */
+    uint64_t responses_by_code[600]; /* index: the status code */
     size_t connections_open;
 };
 

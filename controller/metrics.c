@@ -152,10 +152,11 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             h->timeouts);
     counter(&b, "hatchery_http_tls_handshake_failures_total", "Failed TLS handshakes.",
             h->tls_handshake_failures);
-    header(&b, "hatchery_http_responses_total", "counter", "HTTP responses sent, by status class.");
-    for (int c = 1; c <= 5; c++)
-        textbuf_printf(&b, "hatchery_http_responses_total{class=\"%dxx\"} %llu\n", c,
-                       (unsigned long long)h->responses_by_class[c]);
+    header(&b, "hatchery_http_responses_total", "counter", "HTTP responses sent, by status code.");
+    for (int code = 100; code < 600; code++)
+        if (h->responses_by_code[code])
+            textbuf_printf(&b, "hatchery_http_responses_total{code=\"%d\"} %llu\n", code,
+                           (unsigned long long)h->responses_by_code[code]);
 
     header(&b, "hatchery_webhook_deliveries_total", "counter", "Webhook deliveries, by result.");
     for (int r = 0; r < DELIVERY_RESULT_MAX; r++)

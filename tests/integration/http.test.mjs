@@ -150,6 +150,10 @@ describe('http listener', () => {
     assert.match(res.body, /hatchery_http_connections_rejected_total [1-9]/);
     assert.match(res.body, /hatchery_pool_max_runners\{pool="linux.ppc64le"\} 2/);
     assert.match(res.body, /hatchery_jobs\{pool="linux.ppc64le",status="queued"\} 1/);
+    // Answers by status code, the conventional label.
+    assert.match(res.body, /^hatchery_http_responses_total\{code="200"\} [1-9]\d*$/m);
+    assert.match(res.body, /^hatchery_http_responses_total\{code="404"\} [1-9]\d*$/m);
+    assert.match(res.body, /^hatchery_http_responses_total\{code="408"\} [1-9]\d*$/m);
     // Prometheus's process family, from /proc/self.
     for (const name of ['process_cpu_seconds_total', 'process_resident_memory_bytes', 'process_virtual_memory_bytes',
       'process_open_fds', 'process_max_fds', 'process_start_time_seconds']) {
