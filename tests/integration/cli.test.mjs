@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, HATCHERY_CLI, examples, request, tempDir } from './lib/daemon.mjs';
@@ -104,6 +104,25 @@ describe('hatchery CLI', () => {
     assert.ok(version, cli.stdout);
     assert.equal(spawnSync(process.env.HATCHERYD, ['--version'], { encoding: 'utf8' }).stdout.trim(), `hatcheryd ${version}`);
     assert.equal(JSON.parse((await request(d.port, { path: '/healthz' })).body).version, version);
+  });
+
+  test('bash completion: commands, options, and host and pool names from the running daemon', () => {
+    const completion = new URL('../../deploy/bash-completion/hatchery', import.meta.url).pathname;
+    const complete = (...words) => {
+      const script = `source ${completion}
+COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}
+_hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`;
+      const r = spawnSync('bash', ['-c', script], { encoding: 'utf8', env: { ...process.env, PATH: `${dirname(HATCHERY_CLI)}:${process.env.PATH}` } });
+      assert.equal(r.status, 0, r.stderr);
+      return r.stdout.split('\n').filter(Boolean).sort();
+    };
+    assert.deepEqual(complete('hatchery', 'dr'), ['drain']);
+    assert.deepEqual(complete('hatchery', '--socket', d.socket, 'run'), ['runners']);
+    assert.deepEqual(complete('hatchery', '--socket', d.socket, 'drain', ''), ['--json', 'host-a']);
+    assert.deepEqual(complete('hatchery', '--socket', d.socket, 'runners', '--pool', 'linux.'), ['linux.ppc64le', 'linux.s390x']);
+    assert.deepEqual(complete('hatchery', 'jobs', '--status', 'q'), ['queued']);
+    // No daemon: no names, and no error on the terminal.
+    assert.deepEqual(complete('hatchery', '--socket', '/nonexistent', 'drain', 'h'), []);
   });
 
   test('usage errors exit 2', () => {
