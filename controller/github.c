@@ -21,6 +21,7 @@
 #include "hatchery/limits.h"
 #include "log.h"
 #include "textbuf.h"
+#include "wall_clock.h"
 
 const char *const github_auth_mode_names[GITHUB_AUTH_MODE_MAX] = {
     [GITHUB_AUTH_APP] = "app",
@@ -94,13 +95,6 @@ struct github_client {
     int handles_open;
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void set_last_error(struct github_client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -110,7 +104,7 @@ static void set_last_error(struct github_client *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
     va_end(ap);
-    c->last_error_at = now_ms() / 1000;
+    c->last_error_at = wall_clock_ms() / 1000;
 }
 
 /* ---- JWT ---------------------------------------------------------------------------- */
@@ -299,10 +293,7 @@ static void call_free(struct call *call)
     }
     slist_wipe_free(call->headers);
     secret_reveal_free(call->auth_header);
-    /* A response may hold a token or a JIT config: wipe it. */
-    if (call->response.data)
-        OPENSSL_cleanse(call->response.data, call->response.len);
-    textbuf_free(&call->response);
+    textbuf_free(&call->response); /* wiped: it may hold a token or a JIT config */
     free(call->url);
     free(call->body);
     if (call->timer_open)
@@ -437,7 +428,7 @@ static int build_easy(struct call *call)
     int r = 0;
     if (call->auth == CALL_AUTH_JWT) {
         struct secret *jwt = NULL;
-        r = github_app_jwt(c, now_ms() / 1000, &jwt);
+        r = github_app_jwt(c, wall_clock_ms() / 1000, &jwt);
         if (r == 0)
             r = secret_reveal(jwt, "Authorization: Bearer ", &call->auth_header);
         secret_free(jwt);
@@ -457,7 +448,7 @@ static bool token_fresh(const struct github_client *c)
         return false;
     if (c->auth == GITHUB_AUTH_TOKEN)
         return true;
-    return c->token_expires_at - TOKEN_REFRESH_MARGIN_S > now_ms() / 1000;
+    return c->token_expires_at - TOKEN_REFRESH_MARGIN_S > wall_clock_ms() / 1000;
 }
 
 static void call_send(struct call *call)
@@ -465,7 +456,7 @@ static void call_send(struct call *call)
     struct github_client *c = call->client;
     if (c->closing)
         return;
-    int64_t now = now_ms();
+    int64_t now = wall_clock_ms();
     if (c->paused_until_ms > now) {
         call_wait(call, (long)(c->paused_until_ms - now));
         return;
@@ -483,8 +474,6 @@ static void call_send(struct call *call)
         slist_wipe_free(call->headers);
         call->headers = NULL;
     }
-    if (call->response.data)
-        OPENSSL_cleanse(call->response.data, call->response.len);
     textbuf_free(&call->response);
     call->too_large = false;
     int r = build_easy(call);
@@ -523,7 +512,7 @@ static long rate_limit_wait_ms(struct github_client *c, struct call *call, long 
     if (parse_int64(header_value(call->easy, "Retry-After"), &retry_after) && retry_after >= 0)
         return (long)(retry_after * 1000);
     if (remaining == 0 && reset > 0) {
-        int64_t wait = reset * 1000 - now_ms();
+        int64_t wait = reset * 1000 - wall_clock_ms();
         return (long)(wait > 0 ? wait + 1000 : 1000);
     }
     if (status == 429)
@@ -576,7 +565,7 @@ static void call_done(struct call *call, CURLcode result)
     long wait = rate_limit_wait_ms(c, call, status);
     if (wait >= 0) {
         c->stats.rate_limited++;
-        int64_t until = now_ms() + wait;
+        int64_t until = wall_clock_ms() + wait;
         if (until > c->paused_until_ms)
             c->paused_until_ms = until;
         if (call->attempt < c->max_retries) {
@@ -819,7 +808,7 @@ static void on_token(void *data, const struct github_response *res)
         release_token_waiters(c, -EBADMSG, "installation token answer lacks token or expires_at");
         return;
     }
-    if (expires - TOKEN_REFRESH_MARGIN_S <= now_ms() / 1000) {
+    if (expires - TOKEN_REFRESH_MARGIN_S <= wall_clock_ms() / 1000) {
         release_token_waiters(c, -EBADMSG, "GitHub issued an installation token already expiring");
         return;
     }
@@ -832,7 +821,7 @@ static void on_token(void *data, const struct github_response *res)
     }
     c->token_expires_at = expires;
     log_info("github.token_refreshed", "installation=%lld expires_in_s=%lld",
-             (long long)c->installation_id, (long long)(expires - now_ms() / 1000));
+             (long long)c->installation_id, (long long)(expires - wall_clock_ms() / 1000));
     release_token_waiters(c, 0, NULL);
 }
 
@@ -1009,7 +998,7 @@ void github_client_free(struct github_client *c)
 
 json_t *github_client_status(const struct github_client *c)
 {
-    int64_t now = now_ms() / 1000;
+    int64_t now = wall_clock_ms() / 1000;
     json_t *s =
         json_pack("{s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "auth", github_auth_mode_names[c->auth],
                   "api_url", c->api_url, "requests", (json_int_t)c->stats.requests, "retries",

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "sd_notify.h"
 #include "textbuf.h"
+#include "wall_clock.h"
 
 const char *const delivery_result_names[DELIVERY_RESULT_MAX] = {
     [DELIVERY_STORED] = "stored",
@@ -36,13 +37,6 @@ const char *const delivery_result_names[DELIVERY_RESULT_MAX] = {
 };
 
 #define PRUNE_INTERVAL_MS (3600 * 1000)
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void respond_json(struct http_conn *conn, int status, json_t *body)
 {
@@ -193,7 +187,7 @@ static void handle_webhook(struct daemon *d, struct http_conn *conn, const struc
     call->conn = conn;
     call->req = req;
     call->started_ns = uv_hrtime();
-    call->received_ms = now_ms();
+    call->received_ms = wall_clock_ms();
     call->work.data = call;
     if (uv_queue_work(d->loop, &call->work, webhook_check_work, webhook_check_done) < 0) {
         webhook_check_work(&call->work);
@@ -558,7 +552,7 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
     if (command == ADMIN_HEALTH)
         return json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "version", HATCHERY_VERSION,
                          "controller_id", d->config->controller_id, "uptime_s",
-                         (json_int_t)((now_ms() - d->started_at_ms) / 1000));
+                         (json_int_t)((wall_clock_ms() - d->started_at_ms) / 1000));
     return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", ADMIN_KEY_CMD, cmd);
 }
 
@@ -666,7 +660,7 @@ static void prune_logs(struct daemon *d)
  * runners --all` and `jobs`, then dropped so the tables do not grow without end. */
 static void prune_history(struct daemon *d)
 {
-    int64_t cutoff_ms = now_ms() - d->config->history_retention_s * 1000;
+    int64_t cutoff_ms = wall_clock_ms() - d->config->history_retention_s * 1000;
     store_sql_submit(d->store, "DELETE FROM runners WHERE state = 'deleted' AND updated_at < ?1",
                      json_pack("[I]", (json_int_t)cutoff_ms), NULL, NULL);
     store_sql_submit(d->store, "DELETE FROM jobs WHERE status = 'completed' AND updated_at < ?1",
@@ -929,7 +923,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     /* Seed jansson's hash once, before workers parse JSON in parallel. */
     json_object_seed(0);
-    d.started_at_ms = now_ms();
+    d.started_at_ms = wall_clock_ms();
 
     char err[512];
     int r = make_dir(d.config->state_dir, 0700);

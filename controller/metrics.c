@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "image_manifest.h"
 #include "textbuf.h"
+#include "wall_clock.h"
 
 #define METRICS_MAX_BYTES (4 * 1024 * 1024)
 
@@ -69,13 +70,6 @@ static void job_count_row(void *data, const char *pool, const char *status, int6
     else if (!ctx->unmatched && pool)
         textbuf_printf(ctx->b, "hatchery_jobs{pool=\"%s\",status=\"%s\"} %lld\n", pool, status,
                        (long long)count);
-}
-
-static int64_t now_ms_metrics(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Prometheus's process_* family, from /proc/self (Linux only, as hatcheryd is). */
@@ -358,7 +352,7 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             json_t *at = json_object_get(row, "at");
             if (json_is_integer(at) && strcmp(json_string_value(json_object_get(row, "pool")),
                                               d->config->pools[i].name) == 0)
-                age = (double)(now_ms_metrics() - json_integer_value(at)) / 1000.0;
+                age = (double)(wall_clock_ms() - json_integer_value(at)) / 1000.0;
         }
         textbuf_printf(&b, "hatchery_pool_oldest_queued_job_seconds{pool=\"%s\"} %.3f\n",
                        d->config->pools[i].name, age > 0 ? age : 0);

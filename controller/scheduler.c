@@ -17,6 +17,7 @@
 #include "log.h"
 #include "provisioner.h"
 #include "store.h"
+#include "wall_clock.h"
 #include "webhook.h"
 
 #define TICK_MS              1000
@@ -122,13 +123,6 @@ static int host_index(const struct config *c, const char *name)
     return -1;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void observe(uint64_t *buckets, uint64_t *count, double *sum, double seconds)
 {
     for (int i = 0; i < 10; i++)
@@ -205,7 +199,7 @@ static void record_then(struct runner *r, store_write_cb cb)
         r->job_id ? json_integer(r->job_id) : json_null(),
         r->exit_code >= 0 ? json_integer(r->exit_code) : json_null(),
         r->reason[0] ? r->reason : NULL, ms_or_null(r->online_ms), ms_or_null(r->busy_ms),
-        ms_or_null(r->finished_ms), (json_int_t)now_ms(), json_null());
+        ms_or_null(r->finished_ms), (json_int_t)wall_clock_ms(), json_null());
     int e = store_sql_submit(r->s->deps.store,
                              "UPDATE runners SET state = ?2, host = ?3, github_runner_id = ?4, "
                              "job_id = ?5, exit_code = ?6, reason = ?7, online_at = ?8, "
@@ -229,7 +223,7 @@ static void arm_timeout(struct runner *r, int64_t since_ms)
         uv_timer_stop(&r->timer);
         return;
     }
-    int64_t left = ms - (now_ms() - since_ms);
+    int64_t left = ms - (wall_clock_ms() - since_ms);
     uv_timer_start(&r->timer, on_runner_timer, left > 0 ? (uint64_t)left : 0, 0);
 }
 
@@ -251,7 +245,7 @@ static bool runner_move(struct runner *r, enum runner_event ev)
              runner_event_names[ev]);
     r->state = (enum runner_state)to;
     record(r);
-    arm_timeout(r, now_ms());
+    arm_timeout(r, wall_clock_ms());
     return true;
 }
 
@@ -279,7 +273,7 @@ static void pool_result(struct runner *r, bool ok)
     for (int i = 0; i < s->failures[p] && delay < 300000; i++)
         delay *= 2;
     s->failures[p]++;
-    s->retry_at_ms[p] = now_ms() + (delay < 300000 ? delay : 300000);
+    s->retry_at_ms[p] = wall_clock_ms() + (delay < 300000 ? delay : 300000);
 }
 
 /* ---- the end of a runner ---------------------------------------------------------------- */
@@ -323,7 +317,7 @@ static bool hold_release(struct runner *r)
 
 static void runner_deleted(struct runner *r)
 {
-    r->finished_ms = r->finished_ms ? r->finished_ms : now_ms();
+    r->finished_ms = r->finished_ms ? r->finished_ms : wall_clock_ms();
     if (runner_move(r, RUNNER_EV_GITHUB_DELETED))
         r->s->stats.deleted++;
     runner_forget(r);
@@ -399,7 +393,7 @@ static void runner_end(struct runner *r, enum runner_event ev, const char *fmt, 
      * does to its own guest must not stop the pool's scaling for everyone. */
     if (!r->online_ms)
         pool_result(r, false);
-    r->finished_ms = now_ms();
+    r->finished_ms = wall_clock_ms();
     runner_move(r, ev);
     guest_goes(r, r->reason);
 }
@@ -418,7 +412,7 @@ static void runner_retire(struct runner *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
     va_end(ap);
-    r->finished_ms = now_ms();
+    r->finished_ms = wall_clock_ms();
     runner_move(r, RUNNER_EV_RETIRE);
     guest_goes(r, r->reason);
 }
@@ -436,7 +430,7 @@ static void runner_give_up(struct runner *r)
     }
     if (!r->reason[0])
         snprintf(r->reason, sizeof(r->reason), "delete deadline passed (%d s)", LIFECYCLE_DELETE_S);
-    r->finished_ms = r->finished_ms ? r->finished_ms : now_ms();
+    r->finished_ms = r->finished_ms ? r->finished_ms : wall_clock_ms();
     runner_move(r, RUNNER_EV_TIMEOUT);
     r->s->stats.deleted++;
     runner_forget(r);
@@ -504,7 +498,7 @@ static void maybe_configure(struct runner *r)
         runner_fail(r, "cannot send the config to the agent: %s", strerror(-e));
         return;
     }
-    r->heartbeat_ms = now_ms();
+    r->heartbeat_ms = wall_clock_ms();
     runner_move(r, RUNNER_EV_CONFIG_SENT);
 }
 
@@ -519,7 +513,7 @@ static void ev_heartbeat(void *data, struct guest *g)
 {
     (void)g;
     struct runner *r = data;
-    r->heartbeat_ms = now_ms();
+    r->heartbeat_ms = wall_clock_ms();
 }
 
 static void ev_hello(void *data, struct guest *g, const struct agent_hello *hello)
@@ -529,7 +523,7 @@ static void ev_hello(void *data, struct guest *g, const struct agent_hello *hell
     struct runner *r = data;
     r->hello = true;
     observe(r->s->stats.boot_buckets, &r->s->stats.boot_count, &r->s->stats.boot_sum,
-            (double)(now_ms() - r->created_ms) / 1000.0);
+            (double)(wall_clock_ms() - r->created_ms) / 1000.0);
     maybe_configure(r);
 }
 
@@ -576,17 +570,17 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
     (void)g;
     (void)pid;
     struct runner *r = data;
-    r->heartbeat_ms = now_ms();
+    r->heartbeat_ms = wall_clock_ms();
     if (r->state == RUNNER_CONFIGURED) {
         int slot = pool_slot(r->s, r->pool);
         r->pool_failures_at_start = slot >= 0 ? r->s->failures[slot] : 0;
         pool_result(r, true);
-        r->online_ms = now_ms();
+        r->online_ms = wall_clock_ms();
         observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
                 (double)(r->online_ms - r->created_ms) / 1000.0);
         credit_oldest_queued_job(r);
     } else if (r->state == RUNNER_BUSY && !r->online_ms) {
-        r->online_ms = now_ms(); /* GitHub's in_progress came first */
+        r->online_ms = wall_clock_ms(); /* GitHub's in_progress came first */
     }
     runner_move(r, RUNNER_EV_RUNNER_STARTED);
 }
@@ -609,7 +603,7 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
 {
     struct runner *r = data;
     r->exit_code = exit->code;
-    r->finished_ms = now_ms();
+    r->finished_ms = wall_clock_ms();
     if (exit->timed_out)
         snprintf(r->reason, sizeof(r->reason), "job timed out after %lld s",
                  (long long)r->pool->job_timeout_s);
@@ -655,9 +649,9 @@ static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *
 {
     struct runner *r = data;
     struct scheduler *s = r->s;
-    double seconds = (double)(now_ms() - r->adopt_started_ms) / 1000.0;
+    double seconds = (double)(wall_clock_ms() - r->adopt_started_ms) / 1000.0;
     r->adopting = false;
-    r->heartbeat_ms = now_ms();
+    r->heartbeat_ms = wall_clock_ms();
     s->stats.adopted++;
     if (seconds > s->stats.adopt_seconds_max)
         s->stats.adopt_seconds_max = seconds;
@@ -791,7 +785,7 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
     snprintf(r->host, sizeof(r->host), "%s", host);
     r->state = RUNNER_PENDING;
     r->exit_code = -1;
-    r->created_ms = now_ms();
+    r->created_ms = wall_clock_ms();
     uv_timer_init(s->deps.loop, &r->timer);
     r->timer.data = r;
     r->next = s->runners;
@@ -893,7 +887,7 @@ static bool hosts_settled(struct scheduler *s)
 /* A guest whose agent went silent in idle or busy is hung: it is replaced. */
 static void check_heartbeats(struct scheduler *s)
 {
-    int64_t limit_ms = cfg(s)->heartbeat_timeout_s * 1000, now = now_ms();
+    int64_t limit_ms = cfg(s)->heartbeat_timeout_s * 1000, now = wall_clock_ms();
     for (struct runner *r = s->runners, *next; r; r = next) {
         next = r->next;
         if (runner_state_heartbeats(r->state) && !r->adopting && r->guest &&
@@ -907,7 +901,7 @@ static void check_heartbeats(struct scheduler *s)
  * surplus_idle_s go, oldest first, up to `surplus` of them. */
 static void retire_surplus(struct scheduler *s, const struct config_pool *pool, int64_t surplus)
 {
-    int64_t now = now_ms(), limit_ms = pool->surplus_idle_s * 1000;
+    int64_t now = wall_clock_ms(), limit_ms = pool->surplus_idle_s * 1000;
     while (surplus-- > 0) {
         struct runner *oldest = NULL;
         for (struct runner *r = s->runners; r; r = r->next)
@@ -966,7 +960,7 @@ static void tick(struct scheduler *s)
     verify_late_jobs(s);
     struct github_stats gs;
     github_client_stats(gh(s), &gs);
-    bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > now_ms();
+    bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > wall_clock_ms();
     for (size_t p = 0; p < c->n_pools; p++) {
         const struct config_pool *pool = &c->pools[p];
         int64_t queued = 0;
@@ -1008,10 +1002,10 @@ static void tick(struct scheduler *s)
                          (long long)pool->max_runners);
                 break;
             }
-            if (s->retry_at_ms[p] > now_ms()) {
+            if (s->retry_at_ms[p] > wall_clock_ms()) {
                 snprintf(s->why[p], sizeof(s->why[p]),
                          "%d runner(s) failed in a row: retrying in %lld s", s->failures[p],
-                         (long long)((s->retry_at_ms[p] - now_ms()) / 1000 + 1));
+                         (long long)((s->retry_at_ms[p] - wall_clock_ms()) / 1000 + 1));
                 break;
             }
             if (rate_limited) {
@@ -1065,7 +1059,7 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
     }
     if (r && status == JOB_IN_PROGRESS) {
         r->job_id = job_id;
-        r->busy_ms = now_ms();
+        r->busy_ms = wall_clock_ms();
         json_t *rows = store_query(s->deps.store, "SELECT queued_at FROM jobs WHERE id = ?1",
                                    json_pack("[I]", (json_int_t)job_id));
         json_t *q = json_object_get(json_array_get(rows, 0), "queued_at");
@@ -1176,11 +1170,12 @@ static void on_orphan_runner_deleted(void *data, int err, const char *message)
     for (int i = 0; i < o->attempts && delay < ORPHAN_BACKOFF_MAX_MS; i++)
         delay *= 2;
     o->attempts++;
-    o->next_ms = now_ms() + (delay < ORPHAN_BACKOFF_MAX_MS ? delay : ORPHAN_BACKOFF_MAX_MS);
+    o->next_ms = wall_clock_ms() + (delay < ORPHAN_BACKOFF_MAX_MS ? delay : ORPHAN_BACKOFF_MAX_MS);
     log_warn("reconcile.orphan_delete_failed",
              "github_runner_id=%lld attempts=%d retry_in_s=%lld "
              "error=\"%s\"",
-             (long long)o->github_id, o->attempts, (long long)((o->next_ms - now_ms()) / 1000),
+             (long long)o->github_id, o->attempts,
+             (long long)((o->next_ms - wall_clock_ms()) / 1000),
              message ? message : strerror(-err));
 }
 
@@ -1225,7 +1220,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
             continue;
         int64_t id = json_integer_value(json_object_get(gr, "id"));
         struct orphan *o = orphan_get(s, id, true);
-        if (!o || o->in_flight || o->next_ms > now_ms())
+        if (!o || o->in_flight || o->next_ms > wall_clock_ms())
             continue; /* its back-off after a failed delete */
         struct orphan_delete *od = calloc(1, sizeof(*od));
         if (!od)
@@ -1290,7 +1285,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     } else if (job_status_parse(status, &st) < 0) {
         st = JOB_COMPLETED; /* a state GitHub added that is not waiting for a runner */
     }
-    int64_t now = now_ms();
+    int64_t now = wall_clock_ms();
     if (late && st <= JOB_QUEUED) {
         log_info("webhook.late_job_verified", "job=%lld github_status=%s", (long long)id,
                  job_status_names[st]);
@@ -1374,7 +1369,7 @@ static void verify_late_jobs(struct scheduler *s)
  * `completed` webhook keeps a runner reserved for ever. */
 static void verify_phantoms(struct scheduler *s, const char *repo, const char *listed)
 {
-    int64_t cutoff = now_ms() - PHANTOM_AGE_MS;
+    int64_t cutoff = wall_clock_ms() - PHANTOM_AGE_MS;
     ask_about_jobs(
         s,
         store_query(s->deps.store,
@@ -1460,7 +1455,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
                            : NULL;
         ev->labels_json = json_dumps(labels, JSON_COMPACT);
         ev->pool = pool ? strdup(pool->name) : NULL;
-        ev->received_at_ms = now_ms();
+        ev->received_at_ms = wall_clock_ms();
         if (ev->run_id <= 0)
             ev->run_id = 1;
         log_info("reconcile.lost_job", "job=%lld pool=%s action=store", (long long)ev->job_id,
@@ -1514,7 +1509,7 @@ static void on_org_repos(void *data, int err, const char *message, json_t *repos
     free(o->names);
     o->names = calloc(json_array_size(repos) + 1, sizeof(char *));
     o->n = 0;
-    o->listed_ms = now_ms();
+    o->listed_ms = wall_clock_ms();
     size_t k;
     json_t *repo;
     size_t org_len = strlen(org);
@@ -1535,7 +1530,7 @@ static void org_queued_jobs(struct scheduler *s, size_t i)
 {
     const struct github_scope *scope = &s->deps.scopes[i];
     struct org_repos *o = &s->org_repos[i];
-    if (!o->listing && (!o->listed_ms || now_ms() - o->listed_ms > ORG_REPOS_TTL_MS)) {
+    if (!o->listing && (!o->listed_ms || wall_clock_ms() - o->listed_ms > ORG_REPOS_TTL_MS)) {
         struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
         if (ctx) {
             ctx->s = s;
@@ -1598,7 +1593,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     r->hello = true;
     r->adopting = true;
     r->adopt_started_ms = s->started_ms;
-    r->heartbeat_ms = now_ms();
+    r->heartbeat_ms = wall_clock_ms();
     uv_timer_init(s->deps.loop, &r->timer);
     r->timer.data = r;
     r->next = s->runners;
@@ -1607,7 +1602,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     log_info("runner.adopting", "runner=%s pool=%s host=%s state=%s", r->name, pool->name, r->host,
              runner_state_names[state]);
     int64_t since = state == RUNNER_BUSY ? r->busy_ms : state == RUNNER_IDLE ? r->online_ms : 0;
-    arm_timeout(r, since ? since : now_ms());
+    arm_timeout(r, since ? since : wall_clock_ms());
     struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = pool};
     int e = provisioner_guest_adopt(prov(s), r->host, &spec, &guest_events, r, &r->guest);
     if (e < 0) {
@@ -1672,7 +1667,7 @@ static void recover(struct scheduler *s)
             github_runner_delete(gh(s), scope, json_integer_value(gid), on_github_deleted_quiet,
                                  NULL);
         json_t *params = json_pack("[I, s, I]", json_integer_value(json_object_get(row, "id")),
-                                   reason, (json_int_t)now_ms());
+                                   reason, (json_int_t)wall_clock_ms());
         store_sql_submit(s->deps.store,
                          "UPDATE runners SET state = 'deleted', reason = COALESCE(reason, ?2), "
                          "finished_at = COALESCE(finished_at, ?3), updated_at = ?3 WHERE id = ?1",
@@ -1734,7 +1729,7 @@ int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
     if (!s)
         return -ENOMEM;
     s->deps = *deps;
-    s->started_ms = now_ms();
+    s->started_ms = wall_clock_ms();
     snprintf(s->prefix, sizeof(s->prefix), "hatchery-%s-", cfg(s)->controller_id);
     s->drained = calloc(cfg(s)->n_hosts + 1, sizeof(bool));
     s->why = calloc(cfg(s)->n_pools + 1, sizeof(*s->why));
@@ -1898,7 +1893,7 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
     }
     const char *why = scheduler_pool_waiting(s, pool);
     int p = pool_index(cfg(s), pool);
-    int64_t backoff_ms = p >= 0 ? s->retry_at_ms[p] - now_ms() : 0;
+    int64_t backoff_ms = p >= 0 ? s->retry_at_ms[p] - wall_clock_ms() : 0;
     return json_pack("{s:I, s:o, s:o, s:i, s:f}", "live", (json_int_t)live, "by_state", states,
                      "waiting", why ? json_string(why) : json_null(), "failures_in_a_row",
                      p >= 0 ? s->failures[p] : 0, "backoff_s",

@@ -12,6 +12,7 @@
 
 #include "hatchery/limits.h"
 #include "log.h"
+#include "wall_clock.h"
 
 enum write_kind {
     WRITE_JOB_EVENT,
@@ -138,13 +139,6 @@ static const char *const migrations[] = {
     /* The oldest queued job of each pool (/metrics), read without the finished ones. */
     "CREATE INDEX jobs_queued ON jobs(pool, queued_at) WHERE status = 'queued';",
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int exec_sql(sqlite3 *db, const char *sql, char *err, size_t err_size)
 {
@@ -386,7 +380,7 @@ static int apply_write(struct store *s, struct pending_write *w)
     case WRITE_PRUNE_DELIVERIES: {
         sqlite3_stmt *st = s->prune_deliveries;
         sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, now_ms() / 1000 - w->prune_max_age_s);
+        sqlite3_bind_int64(st, 1, wall_clock_ms() / 1000 - w->prune_max_age_s);
         if (sqlite3_step(st) != SQLITE_DONE)
             return -EIO;
         int n = sqlite3_changes(s->writer);

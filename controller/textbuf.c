@@ -16,7 +16,8 @@ void textbuf_init(struct textbuf *buf, size_t max)
 
 void textbuf_free(struct textbuf *buf)
 {
-    free(buf->data);
+    /* Wiped, as its growth is: a GitHub answer (a token, a JIT config) is held here. */
+    secret_wipe_free(buf->data, buf->cap);
     textbuf_init(buf, buf->max);
 }
 

@@ -15,6 +15,8 @@ struct textbuf {
 };
 
 void textbuf_init(struct textbuf *buf, size_t max);
+/* Frees the data, wiped first (and growth wipes what it leaves): a textbuf may hold a
+ * GitHub answer, and so a token or a JIT config. */
 void textbuf_free(struct textbuf *buf);
 int textbuf_append(struct textbuf *buf, const void *data, size_t len);
 int textbuf_printf(struct textbuf *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
