@@ -8,6 +8,9 @@ import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, examples, freePort, rawExchange, request, tempDir } from './lib/daemon.mjs';
 
+// A connection to `port`, once open, that ignores its errors (the tests hold or drop it).
+const opened = (port) => new Promise((resolve) => { const s = connect(port, '127.0.0.1', () => resolve(s)); s.on('error', () => {}); });
+
 describe('http listener', () => {
   const d = new Daemon({
     http: '  read_timeout_ms: 400\n  idle_timeout_ms: 1500\n  max_connections: 8\n  max_headers: 16\n',
@@ -130,7 +133,7 @@ describe('http listener', () => {
   test('connections beyond max_connections get 503, and the daemon keeps serving', async () => {
     const held = [];
     for (let i = 0; i < 8; i++) {
-      held.push(await new Promise((resolve) => { const s = connect(d.port, '127.0.0.1', () => resolve(s)); s.on('error', () => {}); }));
+      held.push(await opened(d.port));
     }
     await new Promise((r) => setTimeout(r, 100));
     const res = await rawExchange(d.port, ['GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n']);
@@ -220,7 +223,7 @@ describe('TLS listener', () => {
   test('over TLS too, a connection over the limit gets its 503 after the handshake, then the close', async () => {
     const held = [];
     for (let i = 0; i < 4; i++) {
-      held.push(await new Promise((resolve) => { const s = connect(d.port, '127.0.0.1', () => resolve(s)); s.on('error', () => {}); }));
+      held.push(await opened(d.port));
     }
     await new Promise((r) => setTimeout(r, 100));
     const res = await request(d.port, { path: '/healthz', tls: { ca: readFileSync(cert) } });
@@ -272,7 +275,6 @@ describe('http listener under abuse', () => {
 
   const rssKiB = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${d.proc.pid}/status`, 'utf8'))[1]);
   const metric = async (name) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec((await request(d.port, { path: '/metrics' })).body)?.[1]);
-  const opened = () => new Promise((resolve) => { const s = connect(d.port, '127.0.0.1', () => resolve(s)); s.on('error', () => {}); });
 
   test('the 300,000 jobs are counted by /metrics', async () => {
     const body = (await request(d.port, { path: '/metrics' })).body;
@@ -282,7 +284,7 @@ describe('http listener under abuse', () => {
 
   test('one address gets max_connections_per_address connections, the next a 503 it can read', async () => {
     const held = [];
-    for (let i = 0; i < 6; i++) held.push(await opened());
+    for (let i = 0; i < 6; i++) held.push(await opened(d.port));
     await new Promise((r) => setTimeout(r, 100));
     const res = await rawExchange(d.port, ['GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n']);
     assert.match(res.data, /^HTTP\/1\.1 503 /);
@@ -295,7 +297,7 @@ describe('http listener under abuse', () => {
   test('pipelined requests whose answers are never read stop being read: memory stays bounded', async () => {
     const stalls = await metric('hatchery_http_backpressure_stalls_total');
     const before = rssKiB();
-    const sock = await opened();
+    const sock = await opened(d.port);
     sock.pause(); // never read an answer
     const packet = Buffer.from('GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(1000));
     let sent = 0;
@@ -317,7 +319,7 @@ describe('http listener under abuse', () => {
     let stop = false;
     for (let i = 0; i < 4; i++) {
       hammers.push((async () => {
-        const sock = await opened();
+        const sock = await opened(d.port);
         sock.on('data', () => {});
         const packet = 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(200);
         while (!stop && !sock.destroyed) {
