@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "hatchery/agent_protocol.h"
+#include "hatchery/version.h"
 
 #define PORT_WAIT_S        60 /* modules may load after the agent starts */
 #define KILL_GRACE_S       10
@@ -731,7 +732,7 @@ int main(int argc, char **argv)
         usleep(100000);
     }
     json_t *hello = agent_msg_new(AGENT_MSG_HELLO);
-    json_object_set_new(hello, "version", json_string(AGENT_VERSION));
+    json_object_set_new(hello, "version", json_string(HATCHERY_VERSION));
     json_object_set_new(hello, "protocol", json_integer(AGENT_PROTOCOL_VERSION));
     json_object_set_new(hello, "arch", json_string(uts.machine));
     json_object_set_new(hello, "boot_id", json_string(boot_id));

@@ -164,7 +164,7 @@ if [ -x "$agent_src" ] && [ -z "${HATCHERY_AGENT_FROM_SOURCE:-}" ]; then
 else
   "$root/agent/build-static.sh" "$arch" "$rootfs/usr/local/bin/hatchery-agent"
 fi
-agent_version=$(sed -n 's/^#define AGENT_VERSION *"\(.*\)"/\1/p' "$root/include/hatchery/agent_protocol.h")
+agent_version=$("$root/agent/build-static.sh" --version)
 install -m 0644 "$here/hatchery-agent.service" "$rootfs/etc/systemd/system/hatchery-agent.service"
 chroot "$rootfs" systemctl enable hatchery-agent.service systemd-networkd.service \
   systemd-resolved.service >/dev/null 2>&1

@@ -35,7 +35,8 @@ kernel_pkg=${kernel_pkg%%:*}
 pkgs=("$kernel_pkg:$deb_arch" "busybox-static:$deb_arch" "libjansson-dev:$deb_arch")
 versions=$(for p in "${pkgs[@]}"; do echo "$p=$(apt-cache policy "$p" | awk '/Candidate:/ {print $2}')"; done)
 key=$( { cat "$here/build.sh" "$here/init" "$here/fake-runner" "$root/agent/hatchery-agent.c" "$root/agent/build-static.sh" \
-         "$root/include/hatchery/agent_protocol.h"; echo "$versions"; echo "$modules"; } | sha256sum | cut -c1-16)
+         "$root/include/hatchery/agent_protocol.h" "$root/include/hatchery/version.h.in"; "$root/agent/build-static.sh" --version
+         echo "$versions"; echo "$modules"; } | sha256sum | cut -c1-16)
 out="$cache/test-guest-$arch-$key"
 if [ -f "$out/initrd" ] && [ -f "$out/kernel" ]; then
   echo "$out"; exit 0
@@ -73,7 +74,7 @@ cp $work/x/$kernel_glob "$out.tmp/kernel"
 cp "$work/hatchery-agent" "$out.tmp/hatchery-agent"
 qemu-img create -q -f qcow2 "$out.tmp/base.qcow2" 64M
 # The manifest hatcheryd checks each VM pool's image against (see images/runner/).
-agent_version=$(sed -n 's/^#define AGENT_VERSION *"\(.*\)"/\1/p' "$root/include/hatchery/agent_protocol.h")
+agent_version=$("$root/agent/build-static.sh" --version)
 kernel_version=$(basename "$(ls $work/x/$kernel_glob | head -n 1)" | sed 's/^vmlinu[xz]-//')
 cat > "$out.tmp/base.qcow2.json" <<JSON
 {

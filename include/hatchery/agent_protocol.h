@@ -50,7 +50,6 @@
 #define AGENT_PROTOCOL_VERSION     2
 #define AGENT_PROTOCOL_MIN_VERSION 1
 #define AGENT_CHANNEL_NAME         "org.hatchery.agent.0"
-#define AGENT_VERSION              "0.3.0"
 /* A JIT config is a few KB of base64; everything else is small. */
 #define AGENT_MAX_LINE_BYTES (64 * 1024)
 #define AGENT_HEARTBEAT_S    5
