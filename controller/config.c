@@ -241,6 +241,25 @@ static const struct key top_keys[] = {
     {.name = NULL},
 };
 
+static void each_key(const struct key *table, const char *path,
+                     void (*fn)(const char *path, const char *key, void *data), void *data)
+{
+    for (const struct key *k = table; k->name; k++) {
+        fn(path, k->name, data);
+        if (!k->sub)
+            continue;
+        char sub_path[128];
+        snprintf(sub_path, sizeof(sub_path), "%s%s%s%s", path, *path ? "." : "", k->name,
+                 k->type == KEY_SEQUENCE ? "[]" : "");
+        each_key(k->sub, sub_path, fn, data);
+    }
+}
+
+void config_each_key(void (*fn)(const char *path, const char *key, void *data), void *data)
+{
+    each_key(top_keys, "", fn, data);
+}
+
 struct loader {
     const char *path;
     yaml_document_t *doc;

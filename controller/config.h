@@ -169,6 +169,11 @@ json_t *config_diff(const struct config *old, const struct config *new);
  * the requested ones into `old`), so that `new` describes what runs. */
 void config_keep_running(struct config *new, struct config *old);
 
+/* Calls `fn` for every key the loader accepts, parents before their keys: `path` is where
+ * it sits ("", "http", "github.runner_scopes[]", "pools[]"), `key` its name. The
+ * documentation is held to this list (tests/unit/test_config.c). */
+void config_each_key(void (*fn)(const char *path, const char *key, void *data), void *data);
+
 /* Whether the config has a `github` section with credentials. */
 bool config_github_enabled(const struct config *config);
 

@@ -158,6 +158,36 @@ test('--help names every command the README documents', () => {
   }
 });
 
+// The man pages (made by pandoc from the README, docs/man/) as man shows them.
+function manPage(page) {
+  const file = join(process.env.HATCHERY_MAN_DIR, page);
+  const r = spawnSync('man', ['-l', file], { encoding: 'utf8', env: { ...process.env, MANWIDTH: '100', MANPAGER: 'cat', LC_ALL: 'C.UTF-8' } });
+  assert.equal(r.status, 0, `man -l ${file}: ${r.stderr}`);
+  return r.stdout;
+}
+
+test('hatchery(1) names every command and option of --help; hatcheryd(8) every option of its own', () => {
+  const cli = manPage('hatchery.1');
+  assert.match(cli, /^NAME\n\s+hatchery - /m);
+  const help = spawnSync(HATCHERY_CLI, ['--help'], { encoding: 'utf8' }).stdout;
+  const commands = [...help.matchAll(/^ {2}([a-z]+)\b/gm)].map((m) => m[1]);
+  const options = [...new Set([...help.matchAll(/(--[a-z-]+)/g)].map((m) => m[1]))];
+  assert.ok(commands.length >= 10 && options.length >= 5, `parsed from --help: ${commands} ${options}`);
+  for (const word of [...commands, ...options]) {
+    assert.match(cli, new RegExp(`(^|[^a-z-])${word}([^a-z-]|$)`, 'm'), `hatchery(1) lacks ${word}`);
+  }
+  const daemon = manPage('hatcheryd.8');
+  const dhelp = spawnSync(process.env.HATCHERYD, ['--help'], { encoding: 'utf8' });
+  const doptions = [...new Set([...`${dhelp.stdout}${dhelp.stderr}`.matchAll(/(--[a-z-]+|-[a-zA-Z]\b)/g)].map((m) => m[1]))];
+  assert.ok(doptions.length >= 6, `parsed from hatcheryd --help: ${doptions}`);
+  for (const option of doptions) assert.ok(daemon.includes(option), `hatcheryd(8) lacks ${option}`);
+  // The README sections it is made of, and no raw markdown left in it.
+  for (const heading of ['HTTP endpoints', 'Logs', 'Metrics']) assert.match(daemon, new RegExp(`^ *${heading}$`, 'm'));
+  assert.doesNotMatch(daemon, /\]\(|^#+ /m);
+  // The check can fail: a command the page does not have is found missing.
+  assert.doesNotMatch(cli, /(^|[^a-z-])frobnicate([^a-z-]|$)/m);
+});
+
 test('a daemon that hangs up: a clear message and exit status 3, never death by SIGPIPE', async () => {
   const dir = tempDir();
   const sock = join(dir, 'slam.sock');

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,6 +313,89 @@ static void test_image_manifest(void **state)
     rmdir(dir);
 }
 
+static char *read_whole(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        fail_msg("cannot open %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t size = 0;
+    FILE *out = open_memstream(&text, &size);
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        fwrite(chunk, 1, n, out);
+    fclose(f);
+    fclose(out);
+    return text;
+}
+
+/* Whether `word` occurs in `text` with no identifier character on either side. */
+static bool has_word(const char *text, const char *word)
+{
+    size_t len = strlen(word);
+    for (const char *p = strstr(text, word); p; p = strstr(p + 1, word)) {
+        bool left = p == text || !(isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        bool right = !(isalnum((unsigned char)p[len]) || p[len] == '_');
+        if (left && right)
+            return true;
+    }
+    return false;
+}
+
+struct documentation {
+    char *readme_reference; /* README.md's "## Configuration reference", alone */
+    char *man_page;         /* hatchery.yaml(5), as pandoc made it */
+    int keys, missing;
+};
+
+static void expect_documented(const char *path, const char *key, void *data)
+{
+    struct documentation *doc = data;
+    char quoted[96];
+    snprintf(quoted, sizeof(quoted), "`%s`", key);
+    doc->keys++;
+    if (!strstr(doc->readme_reference, quoted)) {
+        print_error("README.md's configuration reference lacks %s%s%s\n", path, *path ? "." : "",
+                    key);
+        doc->missing++;
+    }
+    if (!has_word(doc->man_page, key)) {
+        print_error("hatchery.yaml(5) lacks %s%s%s\n", path, *path ? "." : "", key);
+        doc->missing++;
+    }
+}
+
+/* Every key the loader takes is in the README's configuration reference and in the man
+ * page made from it; and the check finds a key that is not. */
+static void test_every_key_is_documented(void **state)
+{
+    const char *source = getenv("HATCHERY_SOURCE_DIR"), *man = getenv("HATCHERY_MAN_DIR");
+    assert_non_null(source);
+    assert_non_null(man);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/README.md", source);
+    char *readme = read_whole(path);
+    char *start = strstr(readme, "\n## Configuration reference\n");
+    assert_non_null(start);
+    char *end = strstr(start + 1, "\n## ");
+    assert_non_null(end);
+    *end = '\0';
+    snprintf(path, sizeof(path), "%s/hatchery.yaml.5", man);
+    struct documentation doc = {.readme_reference = start, .man_page = read_whole(path)};
+    assert_non_null(strstr(doc.man_page, ".TH \"HATCHERY.YAML\" \"5\""));
+
+    config_each_key(expect_documented, &doc);
+    assert_true(doc.keys > 60);
+    assert_int_equal(doc.missing, 0);
+
+    struct documentation none = {.readme_reference = "", .man_page = ""};
+    expect_documented("http", "a_key_nobody_wrote", &none);
+    assert_int_equal(none.missing, 2);
+    free(doc.man_page);
+    free(readme);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -324,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_listen_parse),
         cmocka_unit_test(test_secret_file_permissions),
         cmocka_unit_test(test_image_manifest),
+        cmocka_unit_test(test_every_key_is_documented),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
