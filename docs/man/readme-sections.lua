@@ -4,10 +4,10 @@
 -- `::: readme-sections` div. Each is taken with everything under it, up to the next
 -- heading of its level or above, and one level up (the README's `##` becomes the
 -- page's `.SH`). Links keep their text; their targets are repository paths that a man
--- page cannot follow. In tables, the first column (a key, a name) gets a quarter of the
--- width and the last (the meaning) nearly half. Lines are set ragged-right and not
--- hyphenated: the README's long code spans cannot be justified, and a key must not be
--- split.
+-- page cannot follow. A table becomes a list, as man pages have them: each row's first
+-- cell (a key, a name) is the term, the middle cells follow as "header: value", the last
+-- (the meaning) after them; a man page's narrow table columns cannot hold the README's
+-- long code spans. Lines are set ragged-right and not hyphenated, so a key is not split.
 local readme_path = os.getenv('HATCHERY_README') or 'README.md'
 
 local function read_readme()
@@ -30,19 +30,34 @@ local function section(blocks, title)
   return out, level
 end
 
-local function widen_last_column(t)
-  local n = #t.colspecs
-  if n < 2 then return t end
-  for i = 1, n do
-    if i == 1 then
-      t.colspecs[i][2] = (n == 2) and 0.35 or 0.25
-    elseif i == n then
-      t.colspecs[i][2] = (n == 2) and 0.6 or 0.45
-    else
-      t.colspecs[i][2] = 0.3 / (n - 2)
-    end
+local function inlines_of(blocks)
+  local out = pandoc.List()
+  for i, b in ipairs(blocks) do
+    if i > 1 then out:insert(pandoc.Space()) end
+    if b.content then out:extend(b.content) end
   end
-  return t
+  return out
+end
+
+local function table_to_list(t)
+  local simple = pandoc.utils.to_simple_table(t)
+  local n = #simple.headers
+  if n < 2 then return nil end
+  local items = pandoc.List()
+  for _, row in ipairs(simple.rows) do
+    local details = pandoc.List()
+    for i = 2, n - 1 do
+      local header = pandoc.utils.stringify(simple.headers[i])
+      if #details > 0 then details:extend({ pandoc.Str(';'), pandoc.Space() }) end
+      details:extend({ pandoc.Emph({ pandoc.Str(header .. ':') }), pandoc.Space() })
+      details:extend(inlines_of(row[i]))
+    end
+    local body = pandoc.List()
+    if #details > 0 then body:insert(pandoc.Para(details)) end
+    body:insert(pandoc.Para(inlines_of(row[n])))
+    items:insert({ inlines_of(row[1]), { body } })
+  end
+  return pandoc.DefinitionList(items)
 end
 
 function Pandoc(doc)
@@ -67,5 +82,5 @@ function Pandoc(doc)
   })
   assert(placed, 'readme-sections.lua: the page has no ::: readme-sections div')
   doc.meta['header-includes'] = pandoc.MetaBlocks({ pandoc.RawBlock('man', '.nh\n.ad l') })
-  return doc:walk({ Link = function(l) return l.content end, Table = widen_last_column })
+  return doc:walk({ Link = function(l) return l.content end, Table = table_to_list })
 end

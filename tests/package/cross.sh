@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Cross-builds the `hatchery` package for ppc64el or s390x and runs its unit tests under
+# qemu-user.
+#
+# How: Debian's multiarch cross build. A clean bookworm root (amd64) gets the target's
+# -dev packages beside its own (`apt` resolves them as ARCH packages) and the cross
+# compiler; `dpkg-buildpackage -a ARCH` builds there. Why not a native build in a foreign
+# root: every compiler run would be emulated, several times slower, for the same result;
+# multiarch resolves all of Hatchery's build dependencies in bookworm. (On a host whose
+# own packages come from bookworm-security, the foreign ones may not be at the same
+# versions: a root of its own keeps them in step.)
+# The unit tests are the build's own test binaries, run by ctest through binfmt_misc
+# (qemu-user-static), with the target's libraries from the same root.
+#
+# usage: tests/package/cross.sh ARCH OUT_DIR     (ARCH: ppc64el or s390x)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+arch=${1:?usage: cross.sh ARCH OUT_DIR}
+out=${2:?usage: cross.sh ARCH OUT_DIR}
+case "$arch" in
+  ppc64el) triplet=powerpc64le-linux-gnu qemu=ppc64le ;;
+  s390x) triplet=s390x-linux-gnu qemu=s390x ;;
+  *) echo "cross.sh: ARCH is ppc64el or s390x" >&2; exit 2 ;;
+esac
+log() { echo "cross($arch): $*" >&2; }
+[ -e "/proc/sys/fs/binfmt_misc/qemu-$qemu" ] ||
+  { log "binfmt_misc has no qemu-$qemu: install qemu-user-static and binfmt-support"; exit 1; }
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+work=$(mktemp -d)
+chroot_dir=$work/root
+cleanup() {
+  for m in proc dev/pts dev; do mountpoint -q "$chroot_dir/$m" && umount -l "$chroot_dir/$m"; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The build dependencies, from debian/control, for the target.
+deps=(build-essential debhelper cmake pkg-config pandoc file "crossbuild-essential-$arch")
+for d in libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libyaml-dev \
+         libcurl4-openssl-dev libvirt-dev libxml2-dev libcmocka-dev; do
+  deps+=("$d:$arch")
+done
+grep -q "^ *libcmocka-dev <!nocheck>,$" "$root/debian/control" ||
+  { log "debian/control's Build-Depends changed: update the list in $0"; exit 1; }
+t0=$SECONDS
+mmdebstrap --quiet --mode=root --variant=apt --architectures="amd64,$arch" --format=directory \
+  --aptopt='Apt::Install-Recommends "false"' --include="$(IFS=,; echo "${deps[*]}")" \
+  bookworm "$chroot_dir" "deb http://deb.debian.org/debian bookworm main" \
+  "deb http://deb.debian.org/debian bookworm-updates main"
+log "build root (amd64 with $arch's build dependencies) in $((SECONDS - t0)) s"
+
+mount -t proc proc "$chroot_dir/proc"
+mount --bind /dev "$chroot_dir/dev"
+mount --bind /dev/pts "$chroot_dir/dev/pts"
+mkdir -p "$chroot_dir/build/src"
+(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) |
+  tar -xf - -C "$chroot_dir/build/src"
+
+t0=$SECONDS
+if ! chroot "$chroot_dir" sh -c "cd /build/src && dpkg-buildpackage -a $arch -B -us -uc" >"$work/build.log" 2>&1; then
+  tail -n 40 "$work/build.log" >&2
+  exit 1
+fi
+log "dpkg-buildpackage -a $arch -B in $((SECONDS - t0)) s"
+cp "$chroot_dir"/build/hatchery_*_"$arch".deb "$out/"
+deb=$(ls "$out"/hatchery_*_"$arch".deb)
+file -b "$chroot_dir/build/src/obj-$triplet/hatcheryd" | tee "$out/hatcheryd-$arch.file" >&2
+log "$(basename "$deb"): $(stat -c %s "$deb") bytes, installed $(dpkg-deb -f "$deb" Installed-Size) KiB"
+lintian --fail-on error,warning "$deb" | tee "$out/lintian-$arch.txt" >&2 ||
+  { log "lintian: errors or warnings (above)"; exit 1; }
+
+# The unit tests, as built for ARCH, under qemu-user.
+t0=$SECONDS
+if ! chroot "$chroot_dir" sh -c "cd /build/src/obj-$triplet && ctest --output-on-failure -R '^unit\\.'" \
+     >"$out/unit-tests-$arch.txt" 2>&1; then
+  grep -E "Failed|FAILED|ERROR|error" "$out/unit-tests-$arch.txt" | head -n 40 >&2
+  log "unit tests FAILED under qemu-$qemu (all of it: $out/unit-tests-$arch.txt)"
+  exit 1
+fi
+grep -E "tests passed|Total Test time" "$out/unit-tests-$arch.txt" | sed "s/^/cross($arch): /" >&2
+log "unit tests under qemu-$qemu in $((SECONDS - t0)) s"
