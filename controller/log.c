@@ -10,9 +10,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "hatchery/limits.h"
+#include "journal.h"
 
 static enum log_level threshold = LOG_INFO;
 
@@ -41,11 +43,63 @@ int log_level_parse(const char *name, enum log_level *ret_level)
 
 /* ---- logfmt values ---------------------------------------------------------------------- */
 
+/* The values of the keys that journalctl can match (HATCHERY_RUNNER=…), as the line
+ * gives them. */
+enum journal_field {
+    FIELD_RUNNER,
+    FIELD_POOL,
+    FIELD_HOST,
+    FIELD_JOB,
+    FIELD_MAX,
+};
+static const char *const field_keys[FIELD_MAX] = {
+    [FIELD_RUNNER] = "runner", [FIELD_POOL] = "pool", [FIELD_HOST] = "host", [FIELD_JOB] = "job"};
+static const char *const field_names[FIELD_MAX] = {
+    [FIELD_RUNNER] = "HATCHERY_RUNNER",
+    [FIELD_POOL] = "HATCHERY_POOL",
+    [FIELD_HOST] = "HATCHERY_HOST",
+    [FIELD_JOB] = "HATCHERY_JOB",
+};
+
 struct line {
     char *buf;
     size_t size, len;
     bool truncated;
+    char fields[FIELD_MAX][128];
 };
+
+/* Which journal field the value of the conversion at `start` in `fmt` is: the key before
+ * its '=' (and the '"' a format may quote it with), when it is one of field_keys. */
+static int field_of(const char *fmt, const char *start)
+{
+    const char *p = start;
+    if (p > fmt && p[-1] == '"')
+        p--;
+    if (p == fmt || p[-1] != '=')
+        return -1;
+    const char *end = --p;
+    while (p > fmt && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z')))
+        p--;
+    if (p > fmt && p[-1] != ' ')
+        return -1;
+    for (int f = 0; f < FIELD_MAX; f++) {
+        if (strlen(field_keys[f]) == (size_t)(end - p) && !memcmp(p, field_keys[f], end - p))
+            return f;
+    }
+    return -1;
+}
+
+/* Keeps a field's value, with what would break a journal field (a newline) replaced. */
+static void keep_field(struct line *l, int field, const char *v, size_t n)
+{
+    if (field < 0)
+        return;
+    char *out = l->fields[field];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 1 < sizeof(l->fields[field]); i++)
+        out[k++] = (v[i] == '\n' || (unsigned char)v[i] < 0x20) ? '?' : v[i];
+    out[k] = '\0';
+}
 
 static void put_char(struct line *l, char c)
 {
@@ -169,6 +223,7 @@ static void format_pairs(struct line *l, const char *fmt, va_list *ap)
             size_t len = strlen(v);
             if (precision >= 0 && (size_t)precision < len)
                 len = (size_t)precision;
+            keep_field(l, field_of(fmt, start), v, len);
             bool quoted_in_format = start > fmt && start[-1] == '"';
             if (quoted_in_format) {
                 put_escaped(l, v, len);
@@ -231,8 +286,11 @@ static void format_pairs(struct line *l, const char *fmt, va_list *ap)
             put_text(l, start, (size_t)(p - start + 1));
             continue;
         }
-        if (n > 0)
-            put_text(l, out, (size_t)n < sizeof(out) ? (size_t)n : sizeof(out) - 1);
+        if (n > 0) {
+            size_t len = (size_t)n < sizeof(out) ? (size_t)n : sizeof(out) - 1;
+            keep_field(l, field_of(fmt, start), out, len);
+            put_text(l, out, len);
+        }
     }
 }
 
@@ -261,6 +319,32 @@ static bool stderr_is_journal(void)
 static const char syslog_priority[LOG_LEVEL_MAX] = {
     [LOG_DEBUG] = '7', [LOG_INFO] = '6', [LOG_WARN] = '4', [LOG_ERROR] = '3'};
 
+/* To the journal by its native protocol: the line as MESSAGE, its priority, the event, and
+ * runner, pool, host and job as fields of their own (`journalctl HATCHERY_RUNNER=NAME`).
+ * Returns false when the journal did not take it: the caller then writes to stderr. */
+static bool send_to_journal(const struct line *l, enum log_level level, const char *event)
+{
+    char message[LOG_MAX_LINE_BYTES + 32], priority[16], event_field[96];
+    char fields[FIELD_MAX][160];
+    struct iovec iov[4 + FIELD_MAX + 1];
+    int n = 0;
+    int len = snprintf(message, sizeof(message), "MESSAGE=%.*s%s", (int)l->len, l->buf,
+                       l->truncated ? " truncated=1" : "");
+    iov[n++] = (struct iovec){message, (size_t)len < sizeof(message) ? (size_t)len : sizeof(message) - 1};
+    len = snprintf(priority, sizeof(priority), "PRIORITY=%c", syslog_priority[level]);
+    iov[n++] = (struct iovec){priority, (size_t)len};
+    iov[n++] = (struct iovec){"SYSLOG_IDENTIFIER=hatcheryd", strlen("SYSLOG_IDENTIFIER=hatcheryd")};
+    len = snprintf(event_field, sizeof(event_field), "HATCHERY_EVENT=%s", event);
+    iov[n++] = (struct iovec){event_field, (size_t)len < sizeof(event_field) ? (size_t)len : sizeof(event_field) - 1};
+    for (int f = 0; f < FIELD_MAX; f++) {
+        if (!l->fields[f][0])
+            continue;
+        len = snprintf(fields[f], sizeof(fields[f]), "%s=%s", field_names[f], l->fields[f]);
+        iov[n++] = (struct iovec){fields[f], (size_t)len < sizeof(fields[f]) ? (size_t)len : sizeof(fields[f]) - 1};
+    }
+    return journal_send(iov, n);
+}
+
 void log_emit(enum log_level level, const char *event, const char *fmt, ...)
 {
     if (level < threshold || level >= LOG_LEVEL_MAX)
@@ -277,11 +361,6 @@ void log_emit(enum log_level level, const char *event, const char *fmt, ...)
                      "ts=%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ level=%s event=", tm.tm_year + 1900,
                      tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
                      now.tv_nsec / 1000000, level_names[level]);
-    if (stderr_is_journal()) {
-        put_char(&l, '<');
-        put_char(&l, syslog_priority[level]);
-        put_char(&l, '>');
-    }
     put_text(&l, head, n > 0 ? (size_t)n : 0);
     put_text(&l, event, strlen(event));
     put_char(&l, ' ');
@@ -294,6 +373,12 @@ void log_emit(enum log_level level, const char *event, const char *fmt, ...)
         unsigned char c = (unsigned char)buf[i];
         if (c < 0x20 || c == 0x7f)
             buf[i] = '?';
+    }
+    if (stderr_is_journal()) {
+        if (send_to_journal(&l, level, event))
+            return;
+        /* The journal's stream still takes the line: with its priority in front. */
+        fprintf(stderr, "<%c>", syslog_priority[level]);
     }
     fprintf(stderr, "%.*s%s\n", (int)l.len, buf, l.truncated ? " truncated=1" : "");
 }

@@ -12,14 +12,14 @@ if command -v apt-get >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends build-essential cmake pkg-config \
     libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libyaml-dev \
-    libcurl4-openssl-dev libvirt-dev libxml2-dev libvirt-daemon-system qemu-utils >/dev/null
+    libcurl4-openssl-dev libvirt-dev libxml2-dev libsystemd-dev libvirt-daemon-system qemu-utils >/dev/null
   case "$(uname -m)" in
     ppc64le) apt-get install -y -qq --no-install-recommends qemu-system-ppc >/dev/null ;;
     s390x) apt-get install -y -qq --no-install-recommends qemu-system-misc >/dev/null ;;
   esac
 elif command -v dnf >/dev/null; then
   dnf install -y gcc make cmake pkgconf-pkg-config libuv-devel http-parser-devel openssl-devel \
-    jansson-devel sqlite-devel libyaml-devel libcurl-devel libvirt-devel libxml2-devel \
+    jansson-devel sqlite-devel libyaml-devel libcurl-devel libvirt-devel libxml2-devel systemd-devel \
     libvirt-daemon-kvm qemu-img
 fi
 

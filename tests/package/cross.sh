@@ -38,9 +38,9 @@ cleanup() {
 trap cleanup EXIT
 
 # The build dependencies, from debian/control, for the target.
-deps=(build-essential debhelper cmake pkg-config pandoc file "crossbuild-essential-$arch")
+deps=(build-essential debhelper cmake pandoc file "crossbuild-essential-$arch" "pkg-config:$arch")
 for d in libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libyaml-dev \
-         libcurl4-openssl-dev libvirt-dev libxml2-dev libcmocka-dev; do
+         libcurl4-openssl-dev libvirt-dev libxml2-dev libsystemd-dev libcmocka-dev; do
   deps+=("$d:$arch")
 done
 grep -q "^ *libcmocka-dev <!nocheck>,$" "$root/debian/control" ||
@@ -60,8 +60,9 @@ mkdir -p "$chroot_dir/build/src"
   tar -xf - -C "$chroot_dir/build/src"
 
 t0=$SECONDS
-if ! chroot "$chroot_dir" sh -c "cd /build/src && dpkg-buildpackage -a $arch -B -us -uc" >"$work/build.log" 2>&1; then
-  tail -n 40 "$work/build.log" >&2
+if ! chroot "$chroot_dir" sh -c "cd /build/src && dpkg-buildpackage -a $arch -B -us -uc" >"$out/build-$arch.log" 2>&1; then
+  grep -E -B2 -A8 "CMake Error|error:" "$out/build-$arch.log" | head -n 60 >&2
+  log "dpkg-buildpackage -a $arch FAILED (all of it: $out/build-$arch.log)"
   exit 1
 fi
 log "dpkg-buildpackage -a $arch -B in $((SECONDS - t0)) s"

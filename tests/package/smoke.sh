@@ -43,20 +43,22 @@ if [ -z "${HATCHERY_SMOKE_NETNS:-}" ]; then
 fi
 ip link set lo up
 
-log() { echo "smoke($(basename "$target")): $*" >&2; }
+label=$(chroot "$target" dpkg --print-architecture)
+log() { echo "smoke($label): $*" >&2; }
 fail() { log "FAILED: $*"; [ -f "$target/tmp/hatcheryd.log" ] && tail -n 20 "$target/tmp/hatcheryd.log" >&2; exit 1; }
 in_root() { chroot --userspec="$user:$user" "$target" "$@"; }
 
 # What systemd's StateDirectory= and RuntimeDirectory= would make.
-install -d -m 0700 -o "$user" -g "$user" "$target$state_dir"
-install -d -m 0750 -o "$user" -g "$user" "$target$(dirname "$socket")"
+chroot "$target" install -d -m 0700 -o "$user" -g "$user" "$state_dir"
+chroot "$target" install -d -m 0750 -o "$user" -g "$user" "$(dirname "$socket")"
 
 in_root "$daemon" --check-config "$config" >/dev/null || fail "--check-config refused $config"
 log "--check-config: OK"
 
 pid=
 start() {
-  in_root "$daemon" --config "$config" >>"$target/tmp/hatcheryd.log" 2>&1 &
+  # Not through in_root: $! must be hatcheryd itself, not a subshell.
+  chroot --userspec="$user:$user" "$target" "$daemon" --config "$config" >>"$target/tmp/hatcheryd.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
     curl -fsS -o /dev/null http://127.0.0.1:8080/healthz 2>/dev/null && return 0

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Installs the `hatchery` package as an operator would, in a clean Debian bookworm root of
+# ARCH (a foreign one runs under qemu-user), then upgrades it and purges it:
+#
+#   1. `apt-get install` the previous build: the hatchery user and its webhook secret are
+#      made; both units pass `systemd-analyze verify`; the smoke test (smoke.sh) runs the
+#      daemon as the hatchery user with the packaged config and leaves a job in the store.
+#   2. `apt-get install` this build over it, with the guest agents: the config and the
+#      secret are kept as they were, the store is opened (and migrated when its schema is
+#      older) and still holds the job; the smoke test runs again.
+#   3. `apt-get purge --autoremove`: nothing is left, compared file by file with the root
+#      before step 1 (its dependencies go too).
+#
+# The previous build is this build with its version lowered (VERSION~prev): the project has
+# no earlier release to upgrade from. Once one is out, pass its .deb as PREVIOUS_DEB.
+#
+# usage: tests/package/install-test.sh ARCH DEB_DIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+arch=${1:?usage: install-test.sh ARCH DEB_DIR}
+debs=$(cd "${2:?usage: install-test.sh ARCH DEB_DIR}" && pwd)
+log() { echo "install-test($arch): $*" >&2; }
+fail() { log "FAILED: $*"; exit 1; }
+deb=$(ls "$debs"/hatchery_*_"$arch".deb | head -n 1)
+agents=$(ls "$debs"/hatchery-guest-agents_*_all.deb 2>/dev/null | head -n 1 || true)
+version=$(dpkg-deb -f "$deb" Version)
+
+work=$(mktemp -d)
+r=$work/root
+cleanup() {
+  for m in dev/pts dev proc; do mountpoint -q "$r/$m" && umount -l "$r/$m"; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+t0=$SECONDS
+mmdebstrap --quiet --mode=root --variant=apt --architectures="$arch" --format=directory \
+  --aptopt='Apt::Install-Recommends "false"' --include=systemd,adduser,man-db \
+  bookworm "$r" "deb http://deb.debian.org/debian bookworm main" \
+  "deb http://deb.debian.org/debian bookworm-updates main"
+log "a clean bookworm $arch root in $((SECONDS - t0)) s"
+mount -t proc proc "$r/proc"
+mount --bind /dev "$r/dev"
+mount --bind /dev/pts "$r/dev/pts"
+cp /etc/resolv.conf "$r/etc/resolv.conf"
+in_root() { chroot "$r" env DEBIAN_FRONTEND=noninteractive "$@"; }
+in_root apt-get update -qq
+
+# Every file outside the package manager's own state, with its mode and owner; and the
+# account files' contents. Taken before the install and after the purge.
+snapshot() {
+  (cd "$r" && find . -xdev \( -path ./proc -o -path ./sys -o -path ./dev -o -path ./tmp -o -path ./run \
+      -o -path ./var/cache -o -path ./var/lib/apt -o -path ./var/lib/dpkg -o -path ./var/log \
+      -o -path ./etc/ld.so.cache -o -path ./etc/passwd- -o -path ./etc/group- -o -path ./etc/shadow- \
+      -o -path ./etc/gshadow- \) -prune -o -printf '%p %m %U %G\n' | sort
+   sha256sum etc/passwd etc/group etc/shadow etc/gshadow)
+}
+snapshot >"$work/before"
+[ -f "$r/var/log/hatchery" ] && fail "the clean root already has /var/log/hatchery"
+
+# 1. The previous build.
+prev=${PREVIOUS_DEB:-}
+if [ -z "$prev" ]; then
+  dpkg-deb -R "$deb" "$work/prev"
+  sed -i "s/^Version: .*/Version: $version~prev/" "$work/prev/DEBIAN/control"
+  prev=$work/hatchery_${version}~prev_$arch.deb
+  dpkg-deb -Zxz -b "$work/prev" "$prev" >/dev/null
+fi
+mkdir -p "$r/tmp/debs"
+cp "$prev" "$deb" ${agents:+"$agents"} "$r/tmp/debs/"
+t0=$SECONDS
+in_root apt-get install -y -qq "/tmp/debs/$(basename "$prev")" >/dev/null
+log "installed $(dpkg-deb -f "$prev" Version) with apt in $((SECONDS - t0)) s"
+
+in_root getent passwd hatchery | grep -q ':/var/lib/hatchery:/usr/sbin/nologin$' ||
+  fail "no hatchery system user with home /var/lib/hatchery"
+secret_stat=$(in_root stat -c '%a %U' /etc/hatchery/webhook-secret)
+[ "$secret_stat" = "600 hatchery" ] || fail "webhook-secret is $secret_stat, not 600 hatchery"
+[ "$(wc -c <"$r/etc/hatchery/webhook-secret")" = 64 ] || fail "webhook-secret is not 32 random bytes in hex"
+for unit in hatcheryd.service hatchery-guest-firewall.service; do
+  out=$(in_root systemd-analyze verify "/lib/systemd/system/$unit" 2>&1) ||
+    fail "systemd-analyze verify $unit: $out"
+  [ -z "$out" ] || fail "systemd-analyze verify $unit says: $out"
+done
+log "systemd-analyze verify: both units clean"
+[ -L "$r/etc/systemd/system/multi-user.target.wants/hatcheryd.service" ] || fail "hatcheryd.service is not enabled"
+[ ! -e "$r/etc/systemd/system/multi-user.target.wants/hatchery-guest-firewall.service" ] ||
+  fail "the guest firewall was enabled by the install: only an operator enables it"
+chroot --userspec=hatchery:hatchery "$r" hatcheryd --check-config /etc/hatchery/hatchery.yaml ||
+  fail "--check-config as the hatchery user"
+"$here/smoke.sh" "$r" --user hatchery --send 9001
+schema_before=$(sqlite3 "$r/var/lib/hatchery/hatchery.db" 'PRAGMA user_version')
+config_sum=$(sha256sum <"$r/etc/hatchery/hatchery.yaml")
+secret_sum=$(sha256sum <"$r/etc/hatchery/webhook-secret")
+
+# 2. The upgrade.
+t0=$SECONDS
+in_root apt-get install -y -qq "/tmp/debs/$(basename "$deb")" ${agents:+"/tmp/debs/$(basename "$agents")"} >/dev/null
+log "upgraded to $version with apt in $((SECONDS - t0)) s"
+[ "$(in_root dpkg-query -W -f '${Version}' hatchery)" = "$version" ] || fail "hatchery is not at $version"
+[ "$(sha256sum <"$r/etc/hatchery/hatchery.yaml")" = "$config_sum" ] || fail "the upgrade changed the config"
+[ "$(sha256sum <"$r/etc/hatchery/webhook-secret")" = "$secret_sum" ] || fail "the upgrade changed the secret"
+"$here/smoke.sh" "$r" --user hatchery --expect 9001 --send 9003
+schema_after=$(sqlite3 "$r/var/lib/hatchery/hatchery.db" 'PRAGMA user_version')
+[ "$schema_after" -ge "$schema_before" ] || fail "store schema went from $schema_before to $schema_after"
+log "the store: schema $schema_before before the upgrade, $schema_after after; job 9001 kept"
+if [ -n "$agents" ]; then
+  for a in ppc64le s390x; do
+    file -b "$r/usr/lib/hatchery/agent/$a/hatchery-agent" | grep -q 'statically linked' ||
+      fail "no static agent for $a"
+  done
+fi
+
+# 3. The purge.
+in_root apt-get purge --autoremove -y -qq hatchery ${agents:+hatchery-guest-agents} >/dev/null
+in_root getent passwd hatchery >/dev/null && fail "the hatchery user is left after purge"
+in_root getent group hatchery >/dev/null && fail "the hatchery group is left after purge"
+snapshot >"$work/after"
+if ! diff -u "$work/before" "$work/after" >"$work/diff"; then
+  cat "$work/diff" >&2
+  fail "apt purge left a trace (above)"
+fi
+[ ! -e "$r/var/log/hatchery" ] || fail "/var/log/hatchery is left after purge"
+log "purged: the root is as it was before the install, file by file"
