@@ -330,17 +330,20 @@ static bool send_to_journal(const struct line *l, enum log_level level, const ch
     int n = 0;
     int len = snprintf(message, sizeof(message), "MESSAGE=%.*s%s", (int)l->len, l->buf,
                        l->truncated ? " truncated=1" : "");
-    iov[n++] = (struct iovec){message, (size_t)len < sizeof(message) ? (size_t)len : sizeof(message) - 1};
+    iov[n++] =
+        (struct iovec){message, (size_t)len < sizeof(message) ? (size_t)len : sizeof(message) - 1};
     len = snprintf(priority, sizeof(priority), "PRIORITY=%c", syslog_priority[level]);
     iov[n++] = (struct iovec){priority, (size_t)len};
     iov[n++] = (struct iovec){"SYSLOG_IDENTIFIER=hatcheryd", strlen("SYSLOG_IDENTIFIER=hatcheryd")};
     len = snprintf(event_field, sizeof(event_field), "HATCHERY_EVENT=%s", event);
-    iov[n++] = (struct iovec){event_field, (size_t)len < sizeof(event_field) ? (size_t)len : sizeof(event_field) - 1};
+    iov[n++] = (struct iovec){
+        event_field, (size_t)len < sizeof(event_field) ? (size_t)len : sizeof(event_field) - 1};
     for (int f = 0; f < FIELD_MAX; f++) {
         if (!l->fields[f][0])
             continue;
         len = snprintf(fields[f], sizeof(fields[f]), "%s=%s", field_names[f], l->fields[f]);
-        iov[n++] = (struct iovec){fields[f], (size_t)len < sizeof(fields[f]) ? (size_t)len : sizeof(fields[f]) - 1};
+        iov[n++] = (struct iovec){
+            fields[f], (size_t)len < sizeof(fields[f]) ? (size_t)len : sizeof(fields[f]) - 1};
     }
     return journal_send(iov, n);
 }
