@@ -1,6 +1,7 @@
 /* /metrics in the Prometheus text exposition format, checked by `promtool check metrics`. */
 #include <dirent.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,18 +43,28 @@ static void gauge(struct textbuf *b, const char *name, const char *help, double 
     textbuf_printf(b, "%s %.17g\n", name, value);
 }
 
-static void histogram(struct textbuf *b, const char *name, const char *help,
-                      const uint64_t *buckets, uint64_t count, double sum)
+/* One histogram, a series per pool. */
+static void pool_histogram(struct textbuf *b, const struct scheduler_stats *st, const char *name,
+                           const char *help, enum pool_histogram_kind kind)
 {
     header(b, name, "histogram", help);
-    uint64_t cumulative = 0;
-    for (int i = 0; i < 10; i++) {
-        cumulative += buckets[i];
-        textbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, scheduler_seconds_bounds[i],
-                       (unsigned long long)cumulative);
+    bool wait = pool_histogram_is_wait(kind);
+    const double *bounds = wait ? scheduler_wait_bounds : scheduler_boot_bounds;
+    int n_bounds = wait ? SCHEDULER_WAIT_BUCKETS : SCHEDULER_BOOT_BUCKETS;
+    for (size_t p = 0; p < st->n_histograms; p++) {
+        const char *pool = st->histograms[p].pool;
+        const struct seconds_histogram *h = &st->histograms[p].of[kind];
+        uint64_t cumulative = 0;
+        for (int i = 0; i < n_bounds; i++) {
+            cumulative += h->buckets[i];
+            textbuf_printf(b, "%s_bucket{pool=\"%s\",le=\"%g\"} %llu\n", name, pool, bounds[i],
+                           (unsigned long long)cumulative);
+        }
+        textbuf_printf(b, "%s_bucket{pool=\"%s\",le=\"+Inf\"} %llu\n", name, pool,
+                       (unsigned long long)h->count);
+        textbuf_printf(b, "%s_sum{pool=\"%s\"} %.6f\n%s_count{pool=\"%s\"} %llu\n", name, pool,
+                       h->sum, name, pool, (unsigned long long)h->count);
     }
-    textbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)count);
-    textbuf_printf(b, "%s_sum %.6f\n%s_count %llu\n", name, sum, name, (unsigned long long)count);
 }
 
 struct job_count_ctx {
@@ -276,19 +287,19 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             json_decref(pools[p]);
         free(pools);
         const struct scheduler_stats *sch = scheduler_stats_get(d->scheduler);
-        histogram(&b, "hatchery_runner_online_seconds",
-                  "From a runner's creation to its runner process online (registered, waiting).",
-                  sch->online_buckets, sch->online_count, sch->online_sum);
-        histogram(&b, "hatchery_job_runner_online_seconds",
-                  "From a job's queued webhook to a runner online for it (each online runner "
-                  "counts for its pool's oldest queued job without one).",
-                  sch->supplied_buckets, sch->supplied_count, sch->supplied_sum);
-        histogram(&b, "hatchery_job_start_seconds",
-                  "From a job's queued webhook to its in_progress webhook.", sch->start_buckets,
-                  sch->start_count, sch->start_sum);
-        histogram(&b, "hatchery_guest_boot_seconds",
-                  "From a runner's creation to its agent's hello.", sch->boot_buckets,
-                  sch->boot_count, sch->boot_sum);
+        pool_histogram(&b, sch, "hatchery_runner_online_seconds",
+                       "From a runner's creation to its runner process online (registered, "
+                       "waiting), per pool.",
+                       HISTOGRAM_ONLINE);
+        pool_histogram(&b, sch, "hatchery_job_runner_online_seconds",
+                       "From a job's queued webhook to a runner online for it (each online "
+                       "runner counts for its pool's oldest queued job without one), per pool.",
+                       HISTOGRAM_SUPPLIED);
+        pool_histogram(&b, sch, "hatchery_job_start_seconds",
+                       "From a job's queued webhook to its in_progress webhook, per pool.",
+                       HISTOGRAM_START);
+        pool_histogram(&b, sch, "hatchery_guest_boot_seconds",
+                       "From a runner's creation to its agent's hello, per pool.", HISTOGRAM_BOOT);
         counter(&b, "hatchery_runners_created_total", "Runners created.", sch->created);
         counter(&b, "hatchery_runners_failed_total", "Runners that failed.", sch->failed);
         counter(&b, "hatchery_jobs_lost_total",

@@ -23,7 +23,10 @@
 #define TICK_MS              1000
 #define DEFAULT_COMMAND_ARGS 2
 
-const double scheduler_seconds_bounds[10] = {1, 2, 5, 10, 20, 30, 60, 120, 300, 600};
+const double scheduler_boot_bounds[SCHEDULER_BOOT_BUCKETS] = {0.5, 1,  2,  5,  10, 15,
+                                                              20,  30, 45, 60, 120};
+const double scheduler_wait_bounds[SCHEDULER_WAIT_BUCKETS] = {
+    1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400};
 
 /* The Listener itself, not run.sh: run.sh exits 0 for every return code but 2, and the
  * agent reports what the code means (and re-launches on 2, 3 and 4 as run.sh would). */
@@ -123,15 +126,39 @@ static int host_index(const struct config *c, const char *name)
     return -1;
 }
 
-static void observe(uint64_t *buckets, uint64_t *count, double *sum, double seconds)
+/* The pool's histograms, made on its first observation. */
+static struct pool_histograms *histograms_of(struct scheduler *s, const char *pool)
 {
-    for (int i = 0; i < 10; i++)
-        if (seconds <= scheduler_seconds_bounds[i]) {
-            buckets[i]++;
+    struct scheduler_stats *st = &s->stats;
+    for (size_t i = 0; i < st->n_histograms; i++)
+        if (strcmp(st->histograms[i].pool, pool) == 0)
+            return &st->histograms[i];
+    if (st->n_histograms == CONFIG_MAX_POOLS)
+        return NULL;
+    if (!st->histograms && !(st->histograms = calloc(CONFIG_MAX_POOLS, sizeof(*st->histograms))))
+        return NULL;
+    struct pool_histograms *h = &st->histograms[st->n_histograms++];
+    snprintf(h->pool, sizeof(h->pool), "%s", pool);
+    return h;
+}
+
+static void observe(struct scheduler *s, const char *pool, enum pool_histogram_kind kind,
+                    double seconds)
+{
+    struct pool_histograms *ph = histograms_of(s, pool);
+    if (!ph)
+        return;
+    struct seconds_histogram *h = &ph->of[kind];
+    bool waits = pool_histogram_is_wait(kind);
+    const double *bounds = waits ? scheduler_wait_bounds : scheduler_boot_bounds;
+    int n = waits ? SCHEDULER_WAIT_BUCKETS : SCHEDULER_BOOT_BUCKETS;
+    for (int i = 0; i < n; i++)
+        if (seconds <= bounds[i]) {
+            h->buckets[i]++;
             break;
         }
-    (*count)++;
-    *sum += seconds;
+    h->count++;
+    h->sum += seconds;
 }
 
 /* Runners by name, which is the prefix and the id: the reconciler looks up every domain
@@ -522,7 +549,7 @@ static void ev_hello(void *data, struct guest *g, const struct agent_hello *hell
     (void)hello;
     struct runner *r = data;
     r->hello = true;
-    observe(r->s->stats.boot_buckets, &r->s->stats.boot_count, &r->s->stats.boot_sum,
+    observe(r->s, r->pool->name, HISTOGRAM_BOOT,
             (double)(wall_clock_ms() - r->created_ms) / 1000.0);
     maybe_configure(r);
 }
@@ -555,7 +582,7 @@ static void credit_oldest_queued_job(struct runner *r)
             continue;
         s->supplied_recent[s->supplied_next++ % 64] = id;
         if (json_is_integer(queued_at))
-            observe(s->stats.supplied_buckets, &s->stats.supplied_count, &s->stats.supplied_sum,
+            observe(s, r->pool->name, HISTOGRAM_SUPPLIED,
                     (double)(r->online_ms - json_integer_value(queued_at)) / 1000.0);
         store_sql_submit(s->deps.store,
                          "UPDATE jobs SET supplied_at = ?2 WHERE id = ?1 AND supplied_at IS NULL",
@@ -576,7 +603,7 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
         r->pool_failures_at_start = slot >= 0 ? r->s->failures[slot] : 0;
         pool_result(r, true);
         r->online_ms = wall_clock_ms();
-        observe(r->s->stats.online_buckets, &r->s->stats.online_count, &r->s->stats.online_sum,
+        observe(r->s, r->pool->name, HISTOGRAM_ONLINE,
                 (double)(r->online_ms - r->created_ms) / 1000.0);
         credit_oldest_queued_job(r);
     } else if (r->state == RUNNER_BUSY && !r->online_ms) {
@@ -1064,7 +1091,7 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
                                    json_pack("[I]", (json_int_t)job_id));
         json_t *q = json_object_get(json_array_get(rows, 0), "queued_at");
         if (json_is_integer(q))
-            observe(s->stats.start_buckets, &s->stats.start_count, &s->stats.start_sum,
+            observe(s, r->pool->name, HISTOGRAM_START,
                     (double)(r->busy_ms - json_integer_value(q)) / 1000.0);
         json_decref(rows);
         runner_move(r, RUNNER_EV_JOB_IN_PROGRESS);
@@ -1804,6 +1831,9 @@ void scheduler_free(struct scheduler *s)
     }
     free(s->org_repos);
     s->org_repos = NULL;
+    free(s->stats.histograms);
+    s->stats.histograms = NULL;
+    s->stats.n_histograms = 0;
     /* The tick and reconcile handles close in this loop iteration; s outlives them by
      * being freed from the daemon after uv_run returns. */
 }

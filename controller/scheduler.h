@@ -24,9 +24,11 @@
 #define HATCHERY_SCHEDULER_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
+#include "hatchery/limits.h"
 #include "job.h"
 #include "runner_lifecycle.h"
 
@@ -88,17 +90,40 @@ struct scheduler_stats {
         reconcile_volumes_removed, reconcile_phantoms_retired;
     uint64_t late_jobs_verified, late_jobs_retired; /* late or replayed queued deliveries */
     double reconcile_last_ms;
-    /* histograms: seconds, cumulative on output */
-    uint64_t online_buckets[10], online_count;
-    double online_sum;
-    uint64_t start_buckets[10], start_count;
-    double start_sum;
-    uint64_t boot_buckets[10], boot_count;
-    double boot_sum;
-    uint64_t supplied_buckets[10], supplied_count; /* a job's queued to a runner online */
-    double supplied_sum;
+    /* Per pool, by name (a pool renamed or removed by a reload keeps its series until a
+     * restart; past CONFIG_MAX_POOLS names, new ones are not observed). */
+    struct pool_histograms *histograms;
+    size_t n_histograms;
 };
-extern const double scheduler_seconds_bounds[10];
+
+/* Seconds, in buckets counted one by one (cumulative on output). How long a guest takes
+ * (boot, online) is bucketed by scheduler_boot_bounds, 0.5 s to 2 min; how long a job
+ * waits (start, supplied) by scheduler_wait_bounds, 1 s to 4 h. */
+#define SCHEDULER_BOOT_BUCKETS 11
+#define SCHEDULER_WAIT_BUCKETS 13
+extern const double scheduler_boot_bounds[SCHEDULER_BOOT_BUCKETS];
+extern const double scheduler_wait_bounds[SCHEDULER_WAIT_BUCKETS];
+struct seconds_histogram {
+    uint64_t buckets[SCHEDULER_WAIT_BUCKETS], count;
+    double sum;
+};
+enum pool_histogram_kind {
+    HISTOGRAM_BOOT,     /* a runner's creation to its agent's hello */
+    HISTOGRAM_ONLINE,   /* a runner's creation to its runner online */
+    HISTOGRAM_SUPPLIED, /* a job's queued to a runner online for it */
+    HISTOGRAM_START,    /* a job's queued to its in_progress */
+    HISTOGRAM_KIND_MAX,
+};
+struct pool_histograms {
+    char pool[CONFIG_MAX_NAME_BYTES];
+    struct seconds_histogram of[HISTOGRAM_KIND_MAX];
+};
+/* Whether the kind is a job's wait (scheduler_wait_bounds) or a guest's start
+ * (scheduler_boot_bounds). */
+static inline bool pool_histogram_is_wait(enum pool_histogram_kind kind)
+{
+    return kind == HISTOGRAM_SUPPLIED || kind == HISTOGRAM_START;
+}
 const struct scheduler_stats *scheduler_stats_get(const struct scheduler *s);
 
 #endif

@@ -157,11 +157,15 @@ describe('end to end on real guests', () => {
     assert.equal(logs.code, 0);
     assert.match(logs.stdout, /hatchery-agent: runner .* started/);
     assert.ok(!logs.stdout.includes('sleep=4'), 'no JIT config in the console log');
-    // The job's wait for a runner online, and for its start, are observed.
+    // The job's wait for a runner online, and for its start, are observed, in its pool's
+    // series; the guest's boot in buckets from 0.5 s, the job's wait in buckets up to 4 h.
     const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
-    const count = (name) => Number(new RegExp(`^${name}_count (\\d+)$`, 'm').exec(text)?.[1]);
+    const count = (name) => Number(new RegExp(`^${name}_count\\{pool="linux.ppc64le"\\} (\\d+)$`, 'm').exec(text)?.[1]);
     assert.equal(count('hatchery_job_runner_online_seconds'), 1);
     assert.equal(count('hatchery_job_start_seconds'), 1);
+    assert.ok(count('hatchery_guest_boot_seconds') >= 1);
+    assert.match(text, /^hatchery_guest_boot_seconds_bucket\{pool="linux.ppc64le",le="0.5"\} \d+$/m);
+    assert.match(text, /^hatchery_job_start_seconds_bucket\{pool="linux.ppc64le",le="14400"\} 1$/m);
   });
 
   test('one s390x job', async () => {
