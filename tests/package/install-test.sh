@@ -3,8 +3,9 @@
 # ARCH (a foreign one runs under qemu-user), then upgrades it and purges it:
 #
 #   1. `apt-get install` the previous build: the hatchery user and its webhook secret are
-#      made; both units pass `systemd-analyze verify`; the smoke test (smoke.sh) runs the
-#      daemon as the hatchery user with the packaged config and leaves a job in the store.
+#      made (the user in the libvirt group); both units pass `systemd-analyze verify`; the
+#      smoke test (smoke.sh) runs the daemon as the hatchery user with the packaged config
+#      and leaves a job in the store.
 #   2. `apt-get install` this build over it, with the guest agents: the config and the
 #      secret are kept as they were, the store is opened (and migrated when its schema is
 #      older) and still holds the job; the smoke test runs again.
@@ -45,6 +46,9 @@ mount --bind /dev/pts "$r/dev/pts"
 cp /etc/resolv.conf "$r/etc/resolv.conf"
 in_root() { chroot "$r" env DEBIAN_FRONTEND=noninteractive "$@"; }
 in_root apt-get update -qq
+# The libvirt group, as libvirt-daemon-system makes it on a host that runs guests: the
+# package must put its user in it (and leave the group to its owner on purge).
+in_root addgroup --quiet --system libvirt
 
 # Every file outside the package manager's own state, with its mode and owner; and the
 # account files' contents. Taken before the install and after the purge.
@@ -74,6 +78,7 @@ log "installed $(dpkg-deb -f "$prev" Version) with apt in $((SECONDS - t0)) s"
 
 in_root getent passwd hatchery | grep -q ':/var/lib/hatchery:/usr/sbin/nologin$' ||
   fail "no hatchery system user with home /var/lib/hatchery"
+in_root id -nG hatchery | tr ' ' '\n' | grep -qx libvirt || fail "the hatchery user is not in the libvirt group"
 secret_stat=$(in_root stat -c '%a %U' /etc/hatchery/webhook-secret)
 [ "$secret_stat" = "600 hatchery" ] || fail "webhook-secret is $secret_stat, not 600 hatchery"
 [ "$(wc -c <"$r/etc/hatchery/webhook-secret")" = 64 ] || fail "webhook-secret is not 32 random bytes in hex"
