@@ -737,6 +737,15 @@ int main(int argc, char **argv)
     json_object_set_new(hello, "arch", json_string(uts.machine));
     json_object_set_new(hello, "boot_id", json_string(boot_id));
     json_object_set_new(hello, "machine_id", json_string(machine_id));
+    /* Drawn now, from the CRNG just waited for: two guests that share one boot's state (a
+     * copied disk, a restored memory image) share their RNG too, and the controller,
+     * seeing the same nonce twice, configures neither twin. */
+    unsigned char nonce[16];
+    char nonce_hex[2 * sizeof(nonce) + 1] = "";
+    if (getrandom(nonce, sizeof(nonce), 0) == (ssize_t)sizeof(nonce))
+        for (size_t i = 0; i < sizeof(nonce); i++)
+            snprintf(nonce_hex + 2 * i, 3, "%02x", nonce[i]);
+    json_object_set_new(hello, "nonce", json_string(nonce_hex));
     json_object_set_new(hello, "crng_ready", json_boolean(crng_wait >= 0));
     json_object_set_new(hello, "crng_wait_s", json_real(crng_wait >= 0 ? crng_wait : CRNG_WAIT_S));
     if (send_msg(hello) < 0) {

@@ -142,6 +142,7 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
         copy_field(hello.arch, sizeof(hello.arch), arch);
         copy_field(hello.boot_id, sizeof(hello.boot_id), json_object_get(msg, "boot_id"));
         copy_field(hello.machine_id, sizeof(hello.machine_id), json_object_get(msg, "machine_id"));
+        copy_field(hello.nonce, sizeof(hello.nonce), json_object_get(msg, "nonce"));
         hello.crng_ready = !json_is_false(json_object_get(msg, "crng_ready"));
         json_t *protocol = json_object_get(msg, "protocol");
         c->version = json_is_integer(protocol) && json_integer_value(protocol) >= 2

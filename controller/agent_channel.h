@@ -20,6 +20,8 @@ struct agent_hello {
     char arch[32];
     char boot_id[64];
     char machine_id[64]; /* /etc/machine-id: made at each boot, so distinct per guest */
+    char nonce[72];      /* random bytes the agent drew once its CRNG was ready (hex);
+                          * empty from an agent before 0.3.0 */
     bool crng_ready;     /* the kernel's CRNG was ready before hello */
 };
 

@@ -89,6 +89,7 @@ struct guest {
     char console_log[PATH_MAX];
     char *xml;
     char error[512];
+    char machine_id[64], nonce[72]; /* from its hello: no other live guest may have them */
     bool failed;
     bool domain_stopped;
     bool teardown_queued;
@@ -784,16 +785,46 @@ static void guest_fail(struct guest *g, const char *fmt, ...)
 
 /* -- the agent channel -- */
 
+/* Another live guest with the same machine-id or RNG nonce: the two share one boot's state
+ * (a copied disk, a restored memory image), and with it their randomness, so the newer one
+ * must get no runner's config. NULL when there is none. Containers share their host's
+ * kernel and may share one root (and its /etc/machine-id): only their nonces count. */
+static const struct guest *clone_of(const struct guest *g, const struct agent_hello *hello)
+{
+    bool vm = g->pool->backend == BACKEND_VM;
+    for (const struct host *h = g->prov->hosts; h; h = h->next)
+        for (const struct guest *o = h->guests; o; o = o->next) {
+            if (o == g || o->state >= GUEST_DELETING)
+                continue;
+            bool same_machine = vm && o->pool->backend == BACKEND_VM && hello->machine_id[0] &&
+                                strcmp(o->machine_id, hello->machine_id) == 0;
+            if (same_machine || (hello->nonce[0] && strcmp(o->nonce, hello->nonce) == 0))
+                return o;
+        }
+    return NULL;
+}
+
 static void ch_hello(void *data, const struct agent_hello *hello)
 {
     struct guest *g = data;
     if (g->prov->closing)
         return;
+    const struct guest *twin = clone_of(g, hello);
+    if (twin) {
+        bool same_machine = !(hello->nonce[0] && strcmp(twin->nonce, hello->nonce) == 0);
+        guest_fail(g, "a clone of live guest %s: the same %s (%s); it gets no runner's config",
+                   twin->name, same_machine ? "machine-id" : "RNG nonce",
+                   same_machine ? hello->machine_id : hello->nonce);
+        return;
+    }
+    snprintf(g->machine_id, sizeof(g->machine_id), "%s", hello->machine_id);
+    snprintf(g->nonce, sizeof(g->nonce), "%s", hello->nonce);
     uv_timer_stop(&g->timer);
     g->state = GUEST_READY;
-    log_info("guest.hello", "guest=%s arch=%s agent=%s boot_id=%s machine_id=%s crng_ready=%d",
-             g->name, hello->arch, hello->version, hello->boot_id, hello->machine_id,
-             hello->crng_ready);
+    log_info("guest.hello",
+             "guest=%s arch=%s agent=%s boot_id=%s machine_id=%s nonce=%s crng_ready=%d", g->name,
+             hello->arch, hello->version, hello->boot_id, hello->machine_id,
+             hello->nonce[0] ? hello->nonce : "-", hello->crng_ready);
     if (g->events->on_hello)
         g->events->on_hello(g->data, g, hello);
 }

@@ -8,8 +8,11 @@
  * ends the conversation. Text (JSON), never raw structs: ppc64le is
  * little-endian, s390x big-endian.
  *
- *   agent -> controller  hello      {version, arch, boot_id, machine_id, crng_ready,
- *                                    crng_wait_s}
+ *   agent -> controller  hello      {version, arch, boot_id, machine_id, nonce,
+ *                                    crng_ready, crng_wait_s}
+ *                                   nonce: 16 random bytes in hex, drawn after the CRNG
+ *                                   wait (0.3.0 and later); a guest whose machine-id (VMs)
+ *                                   or nonce another live guest has is failed as a clone
  *   controller -> agent  config     {runner_name, jit_config, job_timeout_s, runner_command[]}
  *   agent -> controller  started    {pid, uid}
  *   agent -> controller  heartbeat  {}

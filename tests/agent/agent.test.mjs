@@ -137,12 +137,18 @@ describe('how the runner is started', () => {
     });
     assert.equal(r.exited?.jit_on_argv, true, r.stderr);
   });
-  test('the agent waited for the CRNG and says hello with boot and machine ids', async () => {
+  test('the agent waited for the CRNG and says hello with boot and machine ids and a nonce of its own', async () => {
     const r = await converse({ command: [script('ok', 'exit 0')] });
     const hello = r.messages.find((m) => m.type === 'hello');
     assert.equal(hello.crng_ready, true);
     assert.match(hello.boot_id, /^[0-9a-f-]{36}$/);
     assert.equal(typeof hello.machine_id, 'string');
+    assert.equal(hello.version, readFileSync(new URL('../../CMakeLists.txt', import.meta.url), 'utf8').match(/project\(hatchery VERSION ([0-9.]+)/)[1]);
+    // 16 bytes from the CRNG, drawn per agent: the same machine and boot, another nonce.
+    assert.match(hello.nonce, /^[0-9a-f]{32}$/);
+    const again = (await converse({ command: [script('ok', 'exit 0')] })).messages.find((m) => m.type === 'hello');
+    assert.equal(again.boot_id, hello.boot_id);
+    assert.notEqual(again.nonce, hello.nonce);
   });
 });
 

@@ -5,7 +5,8 @@
  *                              test guests): ppc64le and s390x guests boot under TCG, say
  *                              hello, take a config, run the stand-in runner (exit 0, then
  *                              1) and vanish with their volume; a silent guest dies at the
- *                              boot timeout; a flooding and a lying guest are cut off; the
+ *                              boot timeout; a flooding and a lying guest are cut off; a
+ *                              twin (another live guest's machine-id) gets no config; the
  *                              LXC variant works; the JIT config shows up in no log, no
  *                              domain XML, no kernel command line and no process argv. */
 #include <setjmp.h>
@@ -486,6 +487,34 @@ static void test_lying_guest_is_cut_off(void **state)
     boot_one(&pool, "hatchery-ptest-z-after", "exit=0 jit-secret-7d3f1a", 0);
 }
 
+/* Two live guests with one machine-id share a boot's state (a copied disk, a restored
+ * memory image), and with it their randomness: the second is failed at its hello, before
+ * any runner's config reaches it, and the first goes on. */
+static void test_twin_guest_gets_no_config(void **state)
+{
+    (void)state;
+    struct config_pool pool = real_pool("s390x");
+    pool.cmdline = (char *)"console=ttysclp0 quiet hatchery.test=twin";
+    struct run first = {.jit = "sleep=60 exit=0"}, twin = {.jit = "exit=0 jit-secret-7d3f1a"};
+    struct guest *g1 = NULL, *g2 = NULL;
+    struct guest_spec spec1 = {.name = "hatchery-ptest-twin-1", .runner_id = 3, .pool = &pool};
+    struct guest_spec spec2 = {.name = "hatchery-ptest-twin-2", .runner_id = 4, .pool = &pool};
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec1, &events, &first, &g1), 0);
+    wait_for(&first.started, 120);
+    assert_true(first.started);
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec2, &events, &twin, &g2), 0);
+    wait_for(&twin.gone, 180);
+    assert_true(twin.failed);
+    assert_false(twin.started);
+    if (!strstr(twin.reason, "a clone of live guest hatchery-ptest-twin-1: the same machine-id"))
+        fail_msg("twin: reason '%s'", twin.reason);
+    assert_false(domain_exists("hatchery-ptest-twin-2"));
+    wait_for(&first.gone, 120);
+    assert_true(first.exited);
+    assert_int_equal(first.exit.code, 0);
+    assert_false(first.failed);
+}
+
 /* A remote host's guests are reached through libvirt streams only: the channel and the
  * console both. Forced here on the local libvirtd (qemu:///system already talks to it
  * over libvirt's RPC, as qemu+ssh:// would). The console must arrive in the runner's log,
@@ -735,6 +764,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_flooding_guest_is_cut_off),
         cmocka_unit_test(test_console_flood_is_capped),
         cmocka_unit_test(test_lying_guest_is_cut_off),
+        cmocka_unit_test(test_twin_guest_gets_no_config),
         cmocka_unit_test(test_guests_through_streams),
         cmocka_unit_test(test_adoption_through_streams),
         cmocka_unit_test(test_lxc_container),
