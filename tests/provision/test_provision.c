@@ -495,7 +495,7 @@ static void test_twin_guest_gets_no_config(void **state)
     (void)state;
     struct config_pool pool = real_pool("s390x");
     pool.cmdline = (char *)"console=ttysclp0 quiet hatchery.test=twin";
-    struct run first = {.jit = "sleep=60 exit=0"}, twin = {.jit = "exit=0 jit-secret-7d3f1a"};
+    struct run first = {.jit = "sleep=30 exit=0"}, twin = {.jit = "exit=0 jit-secret-7d3f1a"};
     struct guest *g1 = NULL, *g2 = NULL;
     struct guest_spec spec1 = {.name = "hatchery-ptest-twin-1", .runner_id = 3, .pool = &pool};
     struct guest_spec spec2 = {.name = "hatchery-ptest-twin-2", .runner_id = 4, .pool = &pool};
