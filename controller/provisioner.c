@@ -789,16 +789,29 @@ static void guest_fail(struct guest *g, const char *fmt, ...)
  * (a copied disk, a restored memory image), and with it their randomness, so the newer one
  * must get no runner's config. NULL when there is none. Containers share their host's
  * kernel and may share one root (and its /etc/machine-id): only their nonces count. */
+/* An identity worth comparing: 32 hex digits, as a machine-id and the agent's nonce are. A
+ * guest without /etc/machine-id says "unknown" (the test guests do), which every such
+ * guest shares without being anyone's clone. */
+static bool is_identity(const char *id)
+{
+    size_t n = 0;
+    for (; id[n]; n++)
+        if (!((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
+            return false;
+    return n == 32;
+}
+
 static const struct guest *clone_of(const struct guest *g, const struct agent_hello *hello)
 {
     bool vm = g->pool->backend == BACKEND_VM;
+    bool has_machine = is_identity(hello->machine_id), has_nonce = is_identity(hello->nonce);
     for (const struct host *h = g->prov->hosts; h; h = h->next)
         for (const struct guest *o = h->guests; o; o = o->next) {
             if (o == g || o->state >= GUEST_DELETING)
                 continue;
-            bool same_machine = vm && o->pool->backend == BACKEND_VM && hello->machine_id[0] &&
+            bool same_machine = vm && has_machine && o->pool->backend == BACKEND_VM &&
                                 strcmp(o->machine_id, hello->machine_id) == 0;
-            if (same_machine || (hello->nonce[0] && strcmp(o->nonce, hello->nonce) == 0))
+            if (same_machine || (has_nonce && strcmp(o->nonce, hello->nonce) == 0))
                 return o;
         }
     return NULL;
@@ -811,7 +824,7 @@ static void ch_hello(void *data, const struct agent_hello *hello)
         return;
     const struct guest *twin = clone_of(g, hello);
     if (twin) {
-        bool same_machine = !(hello->nonce[0] && strcmp(twin->nonce, hello->nonce) == 0);
+        bool same_machine = !(is_identity(hello->nonce) && strcmp(twin->nonce, hello->nonce) == 0);
         guest_fail(g, "a clone of live guest %s: the same %s (%s); it gets no runner's config",
                    twin->name, same_machine ? "machine-id" : "RNG nonce",
                    same_machine ? hello->machine_id : hello->nonce);

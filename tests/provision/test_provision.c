@@ -489,30 +489,48 @@ static void test_lying_guest_is_cut_off(void **state)
 
 /* Two live guests with one machine-id share a boot's state (a copied disk, a restored
  * memory image), and with it their randomness: the second is failed at its hello, before
- * any runner's config reaches it, and the first goes on. */
+ * any runner's config reaches it, and the first goes on. Guests without a machine-id (the
+ * plain test guest says "unknown") are no one's clones. */
 static void test_twin_guest_gets_no_config(void **state)
 {
     (void)state;
-    struct config_pool pool = real_pool("s390x");
-    pool.cmdline = (char *)"console=ttysclp0 quiet hatchery.test=twin";
+    struct config_pool plain = real_pool("s390x");
+    struct config_pool twins = real_pool("s390x");
+    twins.cmdline = (char *)"console=ttysclp0 quiet hatchery.test=twin";
+    struct run plain_1 = {.jit = "sleep=30 exit=0"}, plain_2 = {.jit = "exit=0"};
     struct run first = {.jit = "sleep=30 exit=0"}, twin = {.jit = "exit=0 jit-secret-7d3f1a"};
-    struct guest *g1 = NULL, *g2 = NULL;
-    struct guest_spec spec1 = {.name = "hatchery-ptest-twin-1", .runner_id = 3, .pool = &pool};
-    struct guest_spec spec2 = {.name = "hatchery-ptest-twin-2", .runner_id = 4, .pool = &pool};
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec1, &events, &first, &g1), 0);
+    struct guest *g = NULL;
+    struct guest_spec spec_p1 = {.name = "hatchery-ptest-plain-1", .runner_id = 3, .pool = &plain};
+    struct guest_spec spec_p2 = {.name = "hatchery-ptest-plain-2", .runner_id = 4, .pool = &plain};
+    struct guest_spec spec_t1 = {.name = "hatchery-ptest-twin-1", .runner_id = 5, .pool = &twins};
+    struct guest_spec spec_t2 = {.name = "hatchery-ptest-twin-2", .runner_id = 6, .pool = &twins};
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec_p1, &events, &plain_1, &g),
+                     0);
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec_t1, &events, &first, &g), 0);
+    wait_for(&plain_1.started, 120);
     wait_for(&first.started, 120);
+    assert_true(plain_1.started);
     assert_true(first.started);
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec2, &events, &twin, &g2), 0);
+
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec_p2, &events, &plain_2, &g),
+                     0);
+    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec_t2, &events, &twin, &g), 0);
     wait_for(&twin.gone, 180);
     assert_true(twin.failed);
     assert_false(twin.started);
     if (!strstr(twin.reason, "a clone of live guest hatchery-ptest-twin-1: the same machine-id"))
         fail_msg("twin: reason '%s'", twin.reason);
     assert_false(domain_exists("hatchery-ptest-twin-2"));
+    wait_for(&plain_2.gone, 120);
+    assert_false(plain_2.failed);
+    assert_int_equal(plain_2.exit.code, 0);
+
     wait_for(&first.gone, 120);
-    assert_true(first.exited);
+    wait_for(&plain_1.gone, 120);
+    assert_true(first.exited && plain_1.exited);
     assert_int_equal(first.exit.code, 0);
-    assert_false(first.failed);
+    assert_int_equal(plain_1.exit.code, 0);
+    assert_false(first.failed || plain_1.failed);
 }
 
 /* A remote host's guests are reached through libvirt streams only: the channel and the
