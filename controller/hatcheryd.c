@@ -459,8 +459,8 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
             return json_pack("{s:b, s:s}", "ok", 0, "error", "the scheduler is not running");
         json_t *all = scheduler_runners_json(d->scheduler,
                                              json_is_true(json_object_get(request, ADMIN_KEY_ALL)));
-        /* Filters: one runner by name, or a pool's or a host's. */
-        /* Each key names the runner's field of the same name. */
+        /* Filters: one runner by name, or a pool's or a host's; each key names the runner's
+         * field of the same name. */
         static const char *const filters[] = {ADMIN_KEY_NAME, ADMIN_KEY_POOL, ADMIN_KEY_HOST};
         json_t *kept = json_array();
         size_t i;

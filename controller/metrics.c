@@ -1,7 +1,6 @@
 /* /metrics in the Prometheus text exposition format, checked by `promtool check metrics`. */
 #include <dirent.h>
 #include <stdbool.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,9 +47,8 @@ static void pool_histogram(struct textbuf *b, const struct scheduler_stats *st, 
                            const char *help, enum pool_histogram_kind kind)
 {
     header(b, name, "histogram", help);
-    bool wait = pool_histogram_is_wait(kind);
-    const double *bounds = wait ? scheduler_wait_bounds : scheduler_boot_bounds;
-    int n_bounds = wait ? SCHEDULER_WAIT_BUCKETS : SCHEDULER_BOOT_BUCKETS;
+    int n_bounds;
+    const double *bounds = pool_histogram_bounds(kind, &n_bounds);
     for (size_t p = 0; p < st->n_histograms; p++) {
         const char *pool = st->histograms[p].pool;
         const struct seconds_histogram *h = &st->histograms[p].of[kind];

@@ -149,9 +149,8 @@ static void observe(struct scheduler *s, const char *pool, enum pool_histogram_k
     if (!ph)
         return;
     struct seconds_histogram *h = &ph->of[kind];
-    bool waits = pool_histogram_is_wait(kind);
-    const double *bounds = waits ? scheduler_wait_bounds : scheduler_boot_bounds;
-    int n = waits ? SCHEDULER_WAIT_BUCKETS : SCHEDULER_BOOT_BUCKETS;
+    int n;
+    const double *bounds = pool_histogram_bounds(kind, &n);
     for (int i = 0; i < n; i++)
         if (seconds <= bounds[i]) {
             h->buckets[i]++;

@@ -118,11 +118,13 @@ struct pool_histograms {
     char pool[CONFIG_MAX_NAME_BYTES];
     struct seconds_histogram of[HISTOGRAM_KIND_MAX];
 };
-/* Whether the kind is a job's wait (scheduler_wait_bounds) or a guest's start
- * (scheduler_boot_bounds). */
-static inline bool pool_histogram_is_wait(enum pool_histogram_kind kind)
+/* The kind's bucket bounds and their number: a job's wait (supplied, start) by
+ * scheduler_wait_bounds, a guest's start (boot, online) by scheduler_boot_bounds. */
+static inline const double *pool_histogram_bounds(enum pool_histogram_kind kind, int *ret_n)
 {
-    return kind == HISTOGRAM_SUPPLIED || kind == HISTOGRAM_START;
+    bool wait = kind == HISTOGRAM_SUPPLIED || kind == HISTOGRAM_START;
+    *ret_n = wait ? SCHEDULER_WAIT_BUCKETS : SCHEDULER_BOOT_BUCKETS;
+    return wait ? scheduler_wait_bounds : scheduler_boot_bounds;
 }
 const struct scheduler_stats *scheduler_stats_get(const struct scheduler *s);
 
