@@ -8,8 +8,8 @@
 
 #include "admin.h"
 #include "config.h"
+#include "front.h"
 #include "github.h"
-#include "http_server.h"
 #include "provisioner.h"
 #include "scheduler.h"
 #include "secret.h"
@@ -46,9 +46,7 @@ struct daemon {
     struct scheduler *scheduler_closed; /* freed after the loop ends */
     struct github_scope *scopes;        /* from config.github.runner_scopes */
     size_t n_scopes;
-    struct http_server http;
-    struct http_server metrics_http; /* on metrics_listen, when set */
-    bool metrics_http_on;
+    struct front *front; /* the HTTP front's process: the listeners */
     struct admin_server admin;
     uv_signal_t sigterm, sigint, sighup;
     struct config **retired_configs; /* replaced by reloads; runners may still point in */
@@ -58,6 +56,7 @@ struct daemon {
     int lock_fd;
     int64_t started_at_ms;
     bool stopping;
+    int exit_code; /* 1 when the front died */
     struct {
         uint64_t by_result[DELIVERY_RESULT_MAX];
         uint64_t unmatched_deliveries;

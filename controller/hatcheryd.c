@@ -38,7 +38,7 @@ const char *const delivery_result_names[DELIVERY_RESULT_MAX] = {
 
 #define PRUNE_INTERVAL_MS (3600 * 1000)
 
-static void respond_json(struct http_conn *conn, int status, json_t *body)
+static void respond_json(struct front_call *call, int status, json_t *body)
 {
     struct textbuf buf;
     textbuf_init(&buf, 64 * 1024);
@@ -48,15 +48,14 @@ static void respond_json(struct http_conn *conn, int status, json_t *body)
         textbuf_printf(&buf, "%s\n", text);
     free(text);
     if (!text || buf.error)
-        http_conn_respond(conn, 500, "application/json", "{}\n", 3);
+        front_respond(call, 500, "application/json", "{}\n", 3);
     else
-        http_conn_respond(conn, status, "application/json", buf.data, buf.len);
+        front_respond(call, status, "application/json", buf.data, buf.len);
     textbuf_free(&buf);
 }
 
-static void record_latency(struct daemon *d, uint64_t started_ns)
+static void record_latency(struct daemon *d, double s)
 {
-    double s = (double)(uv_hrtime() - started_ns) / 1e9;
     for (int i = 0; i < WEBHOOK_LATENCY_BUCKETS; i++) {
         if (s <= webhook_latency_bounds[i]) {
             d->webhooks.latency_buckets[i]++;
@@ -72,8 +71,8 @@ static void record_latency(struct daemon *d, uint64_t started_ns)
 struct webhook_call {
     uv_work_t work;
     struct daemon *daemon;
-    struct http_conn *conn;
-    const struct http_request *req; /* valid until the answer: the connection waits */
+    struct front_call *call;
+    const struct http_request *req; /* valid until the answer: the front waits */
     uint64_t started_ns;
     int64_t received_ms;
     struct webhook_result res;
@@ -87,7 +86,7 @@ struct webhook_call {
 
 static void webhook_call_done(struct webhook_call *call)
 {
-    record_latency(call->daemon, call->started_ns);
+    record_latency(call->daemon, (double)(uv_hrtime() - call->started_ns) / 1e9);
     free(call);
 }
 
@@ -99,7 +98,7 @@ static void on_delivery_stored(void *data, int result)
         d->webhooks.by_result[DELIVERY_DUPLICATE]++;
         log_info("webhook.duplicate", "delivery=%s job=%lld", call->delivery,
                  (long long)call->job_id);
-        respond_json(call->conn, 200, json_pack("{s:b, s:b}", "ok", 1, "duplicate", 1));
+        respond_json(call->call, 200, json_pack("{s:b, s:b}", "ok", 1, "duplicate", 1));
     } else if (result == STORE_APPLIED) {
         d->webhooks.by_result[DELIVERY_STORED]++;
         if (call->unmatched)
@@ -110,13 +109,13 @@ static void on_delivery_stored(void *data, int result)
         if (d->scheduler)
             scheduler_job_event(d->scheduler, call->job_id, call->status,
                                 call->runner_name[0] ? call->runner_name : NULL);
-        respond_json(call->conn, 202,
+        respond_json(call->call, 202,
                      json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t)call->job_id));
     } else {
         d->webhooks.by_result[DELIVERY_ERROR]++;
         log_error("webhook.store_failed", "delivery=%s job=%lld error=\"%s\"", call->delivery,
                   (long long)call->job_id, strerror(-result));
-        respond_json(call->conn, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "store failed"));
+        respond_json(call->call, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "store failed"));
     }
     webhook_call_done(call);
 }
@@ -132,7 +131,7 @@ static void webhook_check_done(uv_work_t *work, int status)
 {
     struct webhook_call *call = work->data;
     struct daemon *d = call->daemon;
-    struct http_conn *conn = call->conn;
+    struct front_call *fc = call->call;
     struct webhook_result *res = &call->res;
     (void)status; /* never cancelled */
     switch (res->outcome) {
@@ -150,41 +149,41 @@ static void webhook_check_done(uv_work_t *work, int status)
             d->webhooks.by_result[DELIVERY_ERROR]++;
             log_warn("webhook.store_busy", "delivery=%s error=\"%s\"", call->delivery,
                      strerror(-r));
-            respond_json(conn, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "store busy"));
+            respond_json(fc, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "store busy"));
             webhook_call_done(call);
         }
         return;
     }
     case WEBHOOK_PING:
         d->webhooks.by_result[DELIVERY_PING]++;
-        log_info("webhook.ping", "peer=%s", http_conn_peer(conn));
-        respond_json(conn, 200, json_pack("{s:b}", "ok", 1));
+        log_info("webhook.ping", "peer=%s", front_call_peer(fc));
+        respond_json(fc, 200, json_pack("{s:b}", "ok", 1));
         break;
     case WEBHOOK_IGNORED:
         d->webhooks.by_result[DELIVERY_IGNORED]++;
         log_debug("webhook.ignored", "event=%s reason=\"%s\"", res->event_name, res->reason);
-        http_conn_respond(conn, 204, NULL, NULL, 0);
+        front_respond(fc, 204, NULL, NULL, 0);
         break;
     case WEBHOOK_REJECTED:
     case WEBHOOK_OUTCOME_MAX:
         d->webhooks.by_result[res->status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
-        log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", http_conn_peer(conn),
+        log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", front_call_peer(fc),
                  res->status, res->reason);
-        respond_json(conn, res->status, json_pack("{s:b, s:s}", "ok", 0, "error", res->reason));
+        respond_json(fc, res->status, json_pack("{s:b, s:s}", "ok", 0, "error", res->reason));
         break;
     }
     webhook_call_done(call);
 }
 
-static void handle_webhook(struct daemon *d, struct http_conn *conn, const struct http_request *req)
+static void handle_webhook(struct daemon *d, struct front_call *fc, const struct http_request *req)
 {
     struct webhook_call *call = calloc(1, sizeof(*call));
     if (!call) {
-        respond_json(conn, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory"));
+        respond_json(fc, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory"));
         return;
     }
     call->daemon = d;
-    call->conn = conn;
+    call->call = fc;
     call->req = req;
     call->started_ns = uv_hrtime();
     call->received_ms = wall_clock_ms();
@@ -195,48 +194,56 @@ static void handle_webhook(struct daemon *d, struct http_conn *conn, const struc
     }
 }
 
-static void on_http_request(struct http_server *server, struct http_conn *conn,
-                            const struct http_request *req)
+/* A request the HTTP front passed on: the routes and methods are checked there, and a
+ * webhook's signature too (webhook_handle checks it again: nothing is believed twice less). */
+static void on_front_request(void *data, struct front_call *call, enum front_route route,
+                             const struct http_request *req)
 {
-    struct daemon *d = server->data;
-    const char *url = req->url ? req->url : "";
-    size_t path_len = strcspn(url, "?#");
-    bool is_get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
-    /* With metrics_listen, the public listener serves /webhook and /healthz only, and the
-     * metrics listener /metrics and /healthz only. */
-    bool is_metrics_listener = server == &d->metrics_http;
-    bool serves_metrics = is_metrics_listener || !d->metrics_http_on;
-#define PATH_IS(p) (path_len == strlen(p) && strncmp(url, p, path_len) == 0)
-    if (PATH_IS("/webhook") && !is_metrics_listener) {
-        if (strcmp(req->method, "POST") != 0) {
-            respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use POST"));
-            return;
-        }
-        handle_webhook(d, conn, req);
-    } else if (PATH_IS("/healthz")) {
-        if (!is_get) {
-            respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use GET"));
-            return;
-        }
-        respond_json(conn, 200,
+    struct daemon *d = data;
+    switch (route) {
+    case FRONT_ROUTE_WEBHOOK:
+        handle_webhook(d, call, req);
+        return;
+    case FRONT_ROUTE_HEALTHZ:
+        respond_json(call, 200,
                      json_pack("{s:s, s:s}", "status", "ok", "version", HATCHERY_VERSION));
-    } else if (PATH_IS("/metrics") && serves_metrics) {
-        if (!is_get) {
-            respond_json(conn, 405, json_pack("{s:b, s:s}", "ok", 0, "error", "use GET"));
-            return;
-        }
+        return;
+    case FRONT_ROUTE_METRICS:
+    case FRONT_ROUTE_MAX: {
         size_t len = 0;
         char *text = metrics_render(d, &len);
         if (!text) {
-            respond_json(conn, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "metrics failed"));
+            respond_json(call, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "metrics failed"));
             return;
         }
-        http_conn_respond(conn, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+        front_respond(call, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
         free(text);
-    } else {
-        respond_json(conn, 404, json_pack("{s:b, s:s}", "ok", 0, "error", "not found"));
+        return;
     }
-#undef PATH_IS
+    }
+}
+
+/* A webhook the front refused for its signature: counted and logged as the core's own. */
+static void on_front_rejected(void *data, const struct front_rejection *rej)
+{
+    struct daemon *d = data;
+    d->webhooks.by_result[rej->status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
+    log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", rej->peer, rej->status,
+             rej->reason);
+    record_latency(d, rej->latency_s);
+}
+
+static void daemon_stop(struct daemon *d);
+
+static void on_front_gone(void *data, const char *why)
+{
+    struct daemon *d = data;
+    if (d->stopping)
+        return;
+    log_error("daemon.front_gone", "reason=\"%s\" action=\"stopping: the supervisor restarts "
+              "hatcheryd, which adopts the running guests\"", why);
+    d->exit_code = 1;
+    daemon_stop(d);
 }
 
 /* What the operator should know about each VM pool's image at start: no manifest (the
@@ -675,17 +682,11 @@ static void on_prune(uv_timer_t *timer)
     prune_history(d);
 }
 
-static void on_signal(uv_signal_t *sig, int signum)
+static void daemon_stop(struct daemon *d)
 {
-    struct daemon *d = sig->data;
-    if (d->stopping)
-        return;
     d->stopping = true;
-    log_info("daemon.stopping", "signal=%d", signum);
     sd_notify_send("STOPPING=1");
-    http_server_stop(&d->http);
-    if (d->metrics_http_on)
-        http_server_stop(&d->metrics_http);
+    front_close(d->front);
     admin_server_stop(&d->admin);
     github_client_free(d->github);
     d->github = NULL;
@@ -701,6 +702,15 @@ static void on_signal(uv_signal_t *sig, int signum)
     uv_close((uv_handle_t *)&d->sigterm, NULL);
     uv_close((uv_handle_t *)&d->sigint, NULL);
     uv_close((uv_handle_t *)&d->sighup, NULL);
+}
+
+static void on_signal(uv_signal_t *sig, int signum)
+{
+    struct daemon *d = sig->data;
+    if (d->stopping)
+        return;
+    log_info("daemon.stopping", "signal=%d", signum);
+    daemon_stop(d);
 }
 
 static int make_dir(const char *path, mode_t mode)
@@ -938,6 +948,18 @@ int main(int argc, char **argv)
                   r == -EBUSY ? "another hatcheryd uses this state directory" : strerror(-r));
         return 1;
     }
+    /* The HTTP front first, while this process holds nothing it must not inherit: no
+     * store, no libvirt connection, no App key (front.h). */
+    r = front_spawn(d.config, d.webhook_secret, &d.front, err, sizeof(err));
+    if (r < 0) {
+        log_error("daemon.listen_failed", "listen=%s metrics_listen=%s error=\"%s\"",
+                  d.config->listen, d.config->metrics_listen ? d.config->metrics_listen : "listen",
+                  err);
+        secret_free(d.webhook_secret);
+        config_free(d.config);
+        close(d.lock_fd);
+        return 1;
+    }
     d.loop = uv_default_loop();
     /* libvirt's events run on our loop; this must precede every libvirt connection. */
     libvirt_loop_register(d.loop);
@@ -967,38 +989,17 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    struct sockaddr_storage addr;
-    config_listen_parse(d.config->listen, &addr);
-    struct http_limits limits = {
-        .max_body_bytes = (size_t)d.config->http.max_body_bytes,
-        .max_header_bytes = (size_t)d.config->http.max_header_bytes,
-        .max_headers = (size_t)d.config->http.max_headers,
-        .read_timeout_ms = (uint64_t)d.config->http.read_timeout_ms,
-        .idle_timeout_ms = (uint64_t)d.config->http.idle_timeout_ms,
-        .max_connections = (size_t)d.config->http.max_connections,
-        .max_connections_per_address = (size_t)d.config->http.max_connections_per_address,
+    struct front_callbacks front_callbacks = {
+        .on_request = on_front_request,
+        .on_rejected = on_front_rejected,
+        .on_gone = on_front_gone,
     };
-    r = http_server_start(&d.http, d.loop, (struct sockaddr *)&addr, &limits,
-                          d.config->http.tls_cert_file, d.config->http.tls_key_file,
-                          on_http_request, &d, err, sizeof(err));
+    r = front_attach(d.front, d.loop, &front_callbacks, &d);
     if (r < 0) {
-        log_error("daemon.listen_failed", "listen=%s error=\"%s\"", d.config->listen, err);
+        log_error("daemon.front_failed", "error=\"%s\"", uv_strerror(r));
+        front_free(d.front);
         store_close(d.store);
         return 1;
-    }
-    if (d.config->metrics_listen) {
-        config_listen_parse(d.config->metrics_listen, &addr);
-        r = http_server_start(&d.metrics_http, d.loop, (struct sockaddr *)&addr, &limits, NULL,
-                              NULL, on_http_request, &d, err, sizeof(err));
-        if (r < 0) {
-            log_error("daemon.listen_failed", "metrics_listen=%s error=\"%s\"",
-                      d.config->metrics_listen, err);
-            http_server_stop(&d.http);
-            uv_run(d.loop, UV_RUN_NOWAIT);
-            store_close(d.store);
-            return 1;
-        }
-        d.metrics_http_on = true;
     }
     char *socket_dir = strdup(d.config->admin_socket);
     char *slash = socket_dir ? strrchr(socket_dir, '/') : NULL;
@@ -1011,10 +1012,9 @@ int main(int argc, char **argv)
                            sizeof(err));
     if (r < 0) {
         log_error("daemon.admin_failed", "error=\"%s\"", err);
-        http_server_stop(&d.http);
-        if (d.metrics_http_on)
-            http_server_stop(&d.metrics_http);
+        front_close(d.front);
         uv_run(d.loop, UV_RUN_NOWAIT);
+        front_free(d.front);
         store_close(d.store);
         return 1;
     }
@@ -1039,11 +1039,12 @@ int main(int argc, char **argv)
 
     check_pool_images(d.config);
     log_info("daemon.ready",
-             "version=%s controller=%s listen=%s metrics_listen=%s tls=%s admin=%s state=%s "
-             "pools=%zu hosts=%zu github=%s",
+             "version=%s controller=%s listen=%s metrics_listen=%s tls=%s front_pid=%d "
+             "front=%s admin=%s state=%s pools=%zu hosts=%zu github=%s",
              HATCHERY_VERSION, d.config->controller_id, d.config->listen,
              d.config->metrics_listen ? d.config->metrics_listen : "listen",
-             d.config->http.tls_cert_file ? "on" : "off", d.config->admin_socket,
+             d.config->http.tls_cert_file ? "on" : "off", (int)front_pid(d.front),
+             front_sandboxed(d.front) ? "sandboxed" : "unconfined", d.config->admin_socket,
              d.config->state_dir, d.config->n_pools, d.config->n_hosts,
              d.github ? github_auth_mode_names[d.config->github.app_id > 0 ? GITHUB_AUTH_APP
                                                                            : GITHUB_AUTH_TOKEN]
@@ -1064,9 +1065,14 @@ int main(int argc, char **argv)
     if (r < 0)
         log_error("daemon.scheduler_failed", "error=\"%s\"", strerror(-r));
 
+    if (!front_sandboxed(d.front))
+        log_warn("daemon.front_unconfined",
+                 "reason=\"this kernel (or emulator) has no seccomp filter\" front_pid=%d",
+                 (int)front_pid(d.front));
     uv_run(d.loop, UV_RUN_DEFAULT);
 
     store_close(d.store);
+    front_free(d.front);
     uv_loop_close(d.loop);
     secret_free(d.webhook_secret);
     free(d.scopes);
@@ -1077,5 +1083,5 @@ int main(int argc, char **argv)
         config_free(d.retired_configs[i]);
     free(d.retired_configs);
     close(d.lock_fd);
-    return 0;
+    return d.exit_code;
 }

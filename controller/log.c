@@ -17,6 +17,7 @@
 #include "journal.h"
 
 static enum log_level threshold = LOG_INFO;
+static bool stream_only;
 
 static const char *const level_names[LOG_LEVEL_MAX] = {
     [LOG_DEBUG] = "debug",
@@ -24,6 +25,11 @@ static const char *const level_names[LOG_LEVEL_MAX] = {
     [LOG_WARN] = "warn",
     [LOG_ERROR] = "error",
 };
+
+void log_stream_only(void)
+{
+    stream_only = true;
+}
 
 void log_level_set(enum log_level level)
 {
@@ -378,7 +384,7 @@ void log_emit(enum log_level level, const char *event, const char *fmt, ...)
             buf[i] = '?';
     }
     if (stderr_is_journal()) {
-        if (send_to_journal(&l, level, event))
+        if (!stream_only && send_to_journal(&l, level, event))
             return;
         /* The journal's stream still takes the line: with its priority in front. */
         fprintf(stderr, "<%c>", syslog_priority[level]);

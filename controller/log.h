@@ -16,6 +16,9 @@ enum log_level {
 };
 
 void log_level_set(enum log_level level);
+/* Lines go to stderr only, never to the journal's socket (with their priority in front when
+ * stderr is the journal): for a process that may open no socket, the HTTP front. */
+void log_stream_only(void);
 /* Returns 0 and sets *ret_level for "debug", "info", "warn" or "error"; -EINVAL otherwise. */
 int log_level_parse(const char *name, enum log_level *ret_level);
 

@@ -130,7 +130,7 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
 {
     struct textbuf b;
     textbuf_init(&b, METRICS_MAX_BYTES);
-    const struct http_stats *h = &d->http.stats;
+    const struct http_stats *h = front_http_stats(d->front);
 
     header(&b, "hatchery_build_info", "gauge", "Version of this hatcheryd.");
     textbuf_printf(&b, "hatchery_build_info{version=\"%s\"} 1\n", HATCHERY_VERSION);
@@ -138,6 +138,9 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
           (double)d->started_at_ms / 1000.0);
     process_metrics(&b, d);
 
+    gauge(&b, "hatchery_http_front_sandboxed",
+          "1 when the HTTP front runs under its seccomp filter, 0 when unconfined.",
+          front_sandboxed(d->front) ? 1 : 0);
     gauge(&b, "hatchery_http_connections_open", "HTTP connections open now.",
           (double)h->connections_open);
     counter(&b, "hatchery_http_connections_accepted_total", "HTTP connections accepted.",

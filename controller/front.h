@@ -1,0 +1,84 @@
+/* The HTTP front: the internet-facing listener in a process of its own, in the style of
+ * OpenBSD's httpd and relayd.
+ *
+ * hatcheryd forks it before it opens the store, libvirt or GitHub, so the front never holds
+ * the App key, a token or a JIT config: the webhook secret is the one secret it has (and the
+ * TLS key, which a TLS listener cannot do without). The front binds the listeners, reads and
+ * checks every request with the HTTP server, answers alone what needs nothing of the core
+ * (404, 405, and 401 for a webhook whose signature does not match), then closes every other
+ * descriptor and confines itself: no_new_privs and a seccomp allowlist with no open(), no
+ * socket(), no connect() and no exec. What passes goes to the core over a socketpair, one
+ * frame per request, and the core's answer comes back the same way; the core answers 202
+ * only once a delivery is on disk, as before.
+ *
+ * Either side ending ends the other: the front exits when the core closes the socketpair,
+ * and the core stops (exit 1, for systemd to restart it; guests are adopted) when the front
+ * dies. The front ignores SIGTERM and SIGINT: its end is the core's to decide. */
+#ifndef HATCHERY_FRONT_H
+#define HATCHERY_FRONT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <uv.h>
+
+#include "config.h"
+#include "http_server.h"
+#include "secret.h"
+
+struct front;
+struct front_call;
+
+enum front_route {
+    FRONT_ROUTE_WEBHOOK, /* POST /webhook with a matching signature */
+    FRONT_ROUTE_HEALTHZ, /* GET or HEAD /healthz */
+    FRONT_ROUTE_METRICS, /* GET or HEAD /metrics, where it is served */
+    FRONT_ROUTE_MAX,
+};
+
+/* A webhook the front refused (a missing or wrong signature): for the core's log and counts. */
+struct front_rejection {
+    int status;
+    const char *reason;
+    const char *peer;
+    double latency_s;
+};
+
+struct front_callbacks {
+    /* A request for the core. It must call front_respond() exactly once, now or later; `req`
+     * stays valid until then. */
+    void (*on_request)(void *data, struct front_call *call, enum front_route route,
+                       const struct http_request *req);
+    void (*on_rejected)(void *data, const struct front_rejection *rejection);
+    /* The front died or broke the protocol: the core should stop. */
+    void (*on_gone)(void *data, const char *why);
+};
+
+/* Forks the front and waits until it listens (or says why it cannot: `err`, and -EADDRINUSE
+ * or another negative errno). Call before opening anything the front must not inherit. */
+int front_spawn(const struct config *config, const struct secret *webhook_secret,
+                struct front **ret, char *err, size_t err_size);
+/* Starts reading the front's frames on `loop`. */
+int front_attach(struct front *front, uv_loop_t *loop, const struct front_callbacks *callbacks,
+                 void *data);
+/* The answer to a call. The body is copied; after the front is gone it is dropped. */
+void front_respond(struct front_call *call, int status, const char *content_type,
+                   const char *body, size_t body_len);
+const char *front_call_peer(const struct front_call *call);
+/* The public listener's counts, as of the front's last metrics request. */
+const struct http_stats *front_http_stats(const struct front *front);
+/* Whether the front runs under its seccomp filter (false where the kernel has none, as
+ * under qemu-user: it then runs unconfined, and says so in the log and /metrics). */
+bool front_sandboxed(const struct front *front);
+pid_t front_pid(const struct front *front);
+/* Closes the socketpair: the front stops listening and exits. Calls still unanswered are
+ * answered into nothing. */
+void front_close(struct front *front);
+/* After the loop has ended: waits for the front's exit and frees what is left. */
+void front_free(struct front *front);
+
+/* The confinement the front puts itself under: no_new_privs, then the seccomp allowlist.
+ * Returns 0, or -ENOSYS where the kernel (or an emulator) has no seccomp filter, or another
+ * negative errno. Public for its test. */
+int front_sandbox_apply(void);
+
+#endif

@@ -1,0 +1,118 @@
+// The privilege-separated HTTP front (controller/front.c), seen from outside as an operator
+// or an attacker would: its own process, confined by seccomp with no_new_privs, holding no
+// descriptor of the core's (the store, libvirt), ignoring signals meant for the core, and
+// taking the core down with it when it dies, so that systemd restarts both.
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { Daemon, examples, request } from './lib/daemon.mjs';
+
+const childrenOf = (pid) =>
+  readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+const statusOf = (pid) => Object.fromEntries(
+  readFileSync(`/proc/${pid}/status`, 'utf8').trim().split('\n').map((l) => l.split(/:\s*/, 2)));
+const frontOf = (d) => {
+  const fronts = childrenOf(d.proc.pid).filter((p) => statusOf(p).Name === 'hatcheryd-front');
+  assert.equal(fronts.length, 1, `one hatcheryd-front child of ${d.proc.pid}`);
+  return fronts[0];
+};
+
+describe('the HTTP front', () => {
+  const d = new Daemon();
+  let front;
+  before(async () => {
+    await d.start();
+    front = frontOf(d);
+  });
+  after(() => d.cleanup());
+
+  test('is a process of its own, under seccomp with no_new_privs, and says so', async () => {
+    const st = statusOf(front);
+    assert.equal(st.Seccomp, '2', 'seccomp filter mode');
+    assert.equal(st.NoNewPrivs, '1');
+    assert.match(d.logs, new RegExp(`event=daemon\\.ready .*front_pid=${front} front=sandboxed`));
+    const metrics = (await request(d.port, { path: '/metrics' })).body;
+    assert.match(metrics, /^hatchery_http_front_sandboxed 1$/m);
+    // The core itself is not confined: it must reach libvirt, the store and GitHub.
+    assert.equal(statusOf(d.proc.pid).Seccomp, '0');
+  });
+
+  test('holds no descriptor of the core: not the store, not libvirt, not the admin socket', () => {
+    const fds = readdirSync(`/proc/${front}/fd`).map((fd) => {
+      try { return readlinkSync(`/proc/${front}/fd/${fd}`); } catch { return '(gone)'; }
+    });
+    const files = fds.filter((l) => l.startsWith('/'));
+    // stdio only: stdin is /dev/null; stdout/stderr are pipes to the test.
+    assert.deepEqual(files.filter((f) => f !== '/dev/null'), [], `files open in the front: ${files}`);
+    // The listener, the socketpair, stdio and libuv's own (epoll, its signal pipes, eventfd).
+    assert.ok(fds.length <= 16, `few descriptors: ${fds}`);
+    const sockets = fds.filter((l) => l.startsWith('socket:')).length;
+    assert.ok(sockets >= 2 && sockets <= 3, `the listener, the socketpair, a closing connection: ${fds}`);
+    const coreFds = readdirSync(`/proc/${d.proc.pid}/fd`).map((fd) => {
+      try { return readlinkSync(`/proc/${d.proc.pid}/fd/${fd}`); } catch { return ''; }
+    });
+    assert.ok(coreFds.some((l) => l.endsWith('hatchery.db')), 'the core holds the store (the check can fail)');
+  });
+
+  test('checks signatures itself: a bad one is answered without the core, and still counted', async () => {
+    const payload = examples('workflow_job')[0];
+    const res = await d.post('workflow_job', payload, { secret: 'wrong' });
+    assert.equal(res.status, 401);
+    assert.equal(JSON.parse(res.body).error, 'signature does not match');
+    const metrics = (await request(d.port, { path: '/metrics' })).body;
+    assert.match(metrics, /^hatchery_webhook_deliveries_total\{result="unauthorized"\} 1$/m);
+    assert.match(d.logs, /event=webhook\.rejected peer=127\.0\.0\.1:\d+ status=401 reason="signature does not match"/);
+  });
+
+  test('a signed delivery passes through the front and is stored before its 202', async () => {
+    const payload = structuredClone(examples('workflow_job')[0]);
+    payload.action = 'queued';
+    payload.workflow_job.id = 777000111;
+    payload.workflow_job.labels = ['linux.ppc64le'];
+    const res = await d.post('workflow_job', payload);
+    assert.equal(res.status, 202);
+    assert.ok(d.jobs().some((j) => j.id === 777000111), 'the job is in the store at the 202');
+  });
+
+  test('ignores SIGTERM: its end is the core\'s to decide', async () => {
+    process.kill(front, 'SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal((await request(d.port, { path: '/healthz' })).status, 200);
+    assert.equal(frontOf(d), front);
+  });
+
+  test('its death stops the core with exit 1, for the supervisor to restart both', async () => {
+    process.kill(front, 'SIGKILL');
+    const { code } = await d.exited;
+    assert.equal(code, 1);
+    assert.match(d.logs, /event=daemon\.front_gone reason="the HTTP front exited"/);
+  });
+});
+
+describe('the core stopping', () => {
+  test('ends the front too, and frees the port for the next start', async () => {
+    const d = new Daemon();
+    await d.start();
+    const front = frontOf(d);
+    const { code } = await d.stop();
+    assert.equal(code, 0);
+    await new Promise((r) => setTimeout(r, 200));
+    assert.throws(() => statusOf(front), /ENOENT/, 'the front is gone');
+    await d.start();
+    assert.equal((await request(d.port, { path: '/healthz' })).status, 200);
+    assert.equal((await d.stop()).code, 0);
+    d.cleanup();
+  });
+
+  test('a port already taken is a clear error at start, from the front', async () => {
+    const a = new Daemon();
+    await a.start();
+    const b = new Daemon();
+    b.port = a.port;
+    await assert.rejects(b.start(), /event=daemon\.listen_failed listen=127\.0\.0\.1:\d+ .*error="listen: .*(in use|EADDRINUSE)/i);
+    assert.equal((await b.exited).code, 1);
+    await a.stop();
+    a.cleanup();
+    b.cleanup();
+  });
+});
