@@ -1,10 +1,5 @@
-/* The HTTP front and its socketpair to the core (see front.h).
- *
- * A frame is a head of four native uint32s (type, request id, meta length, body length:
- * both ends are the same binary, forked), then the meta, then the body. The meta is a list
- * of fields, each a uint32 length and its bytes: the method, URL, peer and headers of a
- * request, or the status and content type of an answer. Both ends bound every length
- * before they allocate; a frame out of bounds ends the conversation. */
+/* The HTTP front's process, and the core's end of its socketpair (see front.h; the frames
+ * are front_frame.h's). */
 #define _GNU_SOURCE /* close_range */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,238 +16,15 @@
 #include <unistd.h>
 
 #include "front.h"
+#include "front_frame.h"
 #include "hatchery/limits.h"
 #include "log.h"
 #include "webhook.h"
 
-enum frame_type {
-    FRAME_READY = 1, /* front → core: listening; field 0 "sandboxed" or "unconfined" */
-    FRAME_FAILED,    /* front → core: cannot listen; field 0 the reason, field 1 -errno */
-    FRAME_REQUEST,   /* front → core: route, method, url, peer, then header names and values */
-    FRAME_REJECTED,  /* front → core: status, reason, peer, latency in seconds */
-    FRAME_STATS,     /* front → core: the body is the public listener's struct http_stats */
-    FRAME_RESPONSE,  /* core → front: status, content type; the body */
-};
-
-struct frame_head {
-    uint32_t type;
-    uint32_t id;
-    uint32_t meta_len;
-    uint32_t body_len;
-};
-
-#define FRONT_FD             3
-#define FRAME_MAX_FIELDS     (2 * HTTP_MAX_HEADERS_MAX + 8)
-#define FRAME_MAX_META_BYTES (1024 * 1024)
+#define FRONT_FD 3
 /* The core's answers: /metrics is the largest. */
 #define FRAME_MAX_ANSWER_BYTES (64 * 1024 * 1024)
 #define READY_TIMEOUT_MS       30000
-
-/* ---- frames -------------------------------------------------------------------------------- */
-
-struct field {
-    const char *data;
-    size_t len;
-};
-
-struct frame_out {
-    char *buf;
-    size_t len, cap;
-    bool error;
-};
-
-static void out_put(struct frame_out *o, const void *data, size_t len)
-{
-    if (o->error || len == 0)
-        return;
-    if (o->len + len > o->cap) {
-        size_t cap = o->cap ? o->cap : 256;
-        while (cap < o->len + len)
-            cap *= 2;
-        char *buf = realloc(o->buf, cap);
-        if (!buf) {
-            o->error = true;
-            return;
-        }
-        o->buf = buf;
-        o->cap = cap;
-    }
-    memcpy(o->buf + o->len, data, len);
-    o->len += len;
-}
-
-static void out_field(struct frame_out *o, const char *s, size_t len)
-{
-    uint32_t n = (uint32_t)len;
-    out_put(o, &n, sizeof(n));
-    out_put(o, s, len);
-}
-
-static void out_string(struct frame_out *o, const char *s)
-{
-    out_field(o, s ? s : "", s ? strlen(s) : 0);
-}
-
-/* Starts a frame; its meta fields follow, then frame_end() adds the body. */
-static void frame_begin(struct frame_out *o, enum frame_type type, uint32_t id)
-{
-    struct frame_head head = {.type = type, .id = id};
-    memset(o, 0, sizeof(*o));
-    out_put(o, &head, sizeof(head));
-}
-
-static void frame_end(struct frame_out *o, const void *body, size_t body_len)
-{
-    if (o->error)
-        return;
-    struct frame_head *head = (struct frame_head *)o->buf;
-    head->meta_len = (uint32_t)(o->len - sizeof(*head));
-    head->body_len = (uint32_t)body_len;
-    out_put(o, body, body_len);
-}
-
-struct frame_in {
-    char *buf;
-    size_t len, cap;
-    size_t max_body;
-};
-
-struct frame {
-    struct frame_head head;
-    struct field fields[FRAME_MAX_FIELDS];
-    size_t n_fields;
-    const char *body;
-};
-
-static int in_append(struct frame_in *in, const char *data, size_t len)
-{
-    if (in->len + len > in->cap) {
-        size_t cap = in->cap ? in->cap : 64 * 1024;
-        while (cap < in->len + len)
-            cap *= 2;
-        char *buf = realloc(in->buf, cap);
-        if (!buf)
-            return -ENOMEM;
-        in->buf = buf;
-        in->cap = cap;
-    }
-    memcpy(in->buf + in->len, data, len);
-    in->len += len;
-    return 0;
-}
-
-/* 1 and the frame at the buffer's start (its size in *ret_size), 0 for more bytes, or
- * -EPROTO for a frame out of bounds. */
-static int frame_parse(const struct frame_in *in, struct frame *f, size_t *ret_size)
-{
-    if (in->len < sizeof(f->head))
-        return 0;
-    memcpy(&f->head, in->buf, sizeof(f->head));
-    if (f->head.meta_len > FRAME_MAX_META_BYTES || f->head.body_len > in->max_body)
-        return -EPROTO;
-    size_t size = sizeof(f->head) + (size_t)f->head.meta_len + f->head.body_len;
-    if (in->len < size)
-        return 0;
-    const char *p = in->buf + sizeof(f->head), *end = p + f->head.meta_len;
-    f->n_fields = 0;
-    while (p < end) {
-        uint32_t n;
-        if ((size_t)(end - p) < sizeof(n) || f->n_fields == FRAME_MAX_FIELDS)
-            return -EPROTO;
-        memcpy(&n, p, sizeof(n));
-        p += sizeof(n);
-        if ((size_t)(end - p) < n || memchr(p, 0, n))
-            return -EPROTO;
-        f->fields[f->n_fields++] = (struct field){p, n};
-        p += n;
-    }
-    f->body = end;
-    *ret_size = size;
-    return 1;
-}
-
-static void in_consume(struct frame_in *in, size_t size)
-{
-    memmove(in->buf, in->buf + size, in->len - size);
-    in->len -= size;
-}
-
-static char *field_dup(const struct field *f)
-{
-    char *s = malloc(f->len + 1);
-    if (s) {
-        memcpy(s, f->data, f->len);
-        s[f->len] = 0;
-    }
-    return s;
-}
-
-static bool field_long(const struct field *f, long min, long max, long *ret)
-{
-    char text[32];
-    if (f->len == 0 || f->len >= sizeof(text))
-        return false;
-    memcpy(text, f->data, f->len);
-    text[f->len] = 0;
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return false;
-    *ret = v;
-    return true;
-}
-
-/* A write that completes before it returns: the front's first frame, before any loop. */
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-struct frame_write {
-    uv_write_t req;
-    char *buf;
-};
-
-static void on_frame_written(uv_write_t *req, int status)
-{
-    (void)status; /* a broken pipe shows on the read side as EOF */
-    struct frame_write *w = req->data;
-    free(w->buf);
-    free(w);
-}
-
-/* Queues the frame on `pipe` and takes its buffer. */
-static int frame_send(uv_pipe_t *pipe, struct frame_out *o)
-{
-    if (o->error) {
-        free(o->buf);
-        return -ENOMEM;
-    }
-    struct frame_write *w = malloc(sizeof(*w));
-    if (!w) {
-        free(o->buf);
-        return -ENOMEM;
-    }
-    w->buf = o->buf;
-    w->req.data = w;
-    uv_buf_t b = uv_buf_init(o->buf, (unsigned)o->len);
-    int r = uv_write(&w->req, (uv_stream_t *)pipe, &b, 1, on_frame_written);
-    if (r < 0) {
-        free(w->buf);
-        free(w);
-    }
-    return r;
-}
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 {
@@ -346,13 +118,13 @@ static void forward(struct front_process *fp, struct http_conn *conn, enum front
     char route_text[8];
     snprintf(route_text, sizeof(route_text), "%d", (int)route);
     frame_begin(&o, FRAME_REQUEST, p->id);
-    out_string(&o, route_text);
-    out_string(&o, req->method);
-    out_string(&o, req->url);
-    out_string(&o, http_conn_peer(conn));
+    frame_out_string(&o, route_text);
+    frame_out_string(&o, req->method);
+    frame_out_string(&o, req->url);
+    frame_out_string(&o, http_conn_peer(conn));
     for (size_t i = 0; i < req->n_headers; i++) {
-        out_string(&o, req->headers[i].name);
-        out_string(&o, req->headers[i].value ? req->headers[i].value : "");
+        frame_out_string(&o, req->headers[i].name);
+        frame_out_string(&o, req->headers[i].value ? req->headers[i].value : "");
     }
     frame_end(&o, req->body, req->body_len);
     if (frame_send(&fp->core, &o) < 0) {
@@ -376,10 +148,10 @@ static void reject_webhook(struct front_process *fp, struct http_conn *conn, int
     snprintf(latency, sizeof(latency), "%.9f", (double)(uv_hrtime() - started_ns) / 1e9);
     struct frame_out o;
     frame_begin(&o, FRAME_REJECTED, 0);
-    out_string(&o, status_text);
-    out_string(&o, reason);
-    out_string(&o, http_conn_peer(conn));
-    out_string(&o, latency);
+    frame_out_string(&o, status_text);
+    frame_out_string(&o, reason);
+    frame_out_string(&o, http_conn_peer(conn));
+    frame_out_string(&o, latency);
     frame_end(&o, NULL, 0);
     frame_send(&fp->core, &o);
 }
@@ -445,9 +217,9 @@ static int front_process_frame(struct front_process *fp, const struct frame *f)
     if (!p)
         return -EPROTO;
     long status;
-    if (!field_long(&f->fields[0], 100, 599, &status))
+    if (!frame_field_long(&f->fields[0], 100, 599, &status))
         return -EPROTO;
-    char *content_type = field_dup(&f->fields[1]);
+    char *content_type = frame_field_dup(&f->fields[1]);
     *pp = p->next;
     if (fp->pending_tail == p)
         fp->pending_tail = prev;
@@ -466,7 +238,7 @@ static void on_core_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
         front_process_stop(fp);
         return;
     }
-    if (in_append(&fp->in, buf->base, (size_t)nread) < 0) {
+    if (frame_in_append(&fp->in, buf->base, (size_t)nread) < 0) {
         front_process_stop(fp);
         return;
     }
@@ -481,7 +253,7 @@ static void on_core_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf
             front_process_stop(fp);
             return;
         }
-        in_consume(&fp->in, size);
+        frame_in_consume(&fp->in, size);
     }
 }
 
@@ -489,12 +261,12 @@ static void send_first(int fd, enum frame_type type, const char *a, const char *
 {
     struct frame_out o;
     frame_begin(&o, type, 0);
-    out_string(&o, a);
+    frame_out_string(&o, a);
     if (b)
-        out_string(&o, b);
+        frame_out_string(&o, b);
     frame_end(&o, NULL, 0);
     if (!o.error)
-        write_all(fd, o.buf, o.len);
+        frame_write_all(fd, o.buf, o.len);
     free(o.buf);
 }
 
@@ -549,8 +321,8 @@ __attribute__((noreturn)) static void front_main(const struct config *config,
     char err[512];
     config_listen_parse(config->listen, &addr);
     int r = http_server_start(&fp.http, fp.loop, (struct sockaddr *)&addr, &limits,
-                              config->http.tls_cert_file, config->http.tls_key_file,
-                              on_front_http, &fp, err, sizeof(err));
+                              config->http.tls_cert_file, config->http.tls_key_file, on_front_http,
+                              &fp, err, sizeof(err));
     if (r < 0) {
         fail_first(fd, "listen", err, r);
         _exit(1);
@@ -603,8 +375,7 @@ struct front {
 struct front_call {
     struct front *front;
     uint32_t id;
-    struct http_request req;
-    char *peer;
+    struct frame_request r;
 };
 
 static void front_release(struct front *f)
@@ -663,13 +434,13 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
             if (fr.head.type == FRAME_READY && fr.n_fields == 1) {
                 f->sandboxed = fr.fields[0].len == strlen("sandboxed") &&
                                memcmp(fr.fields[0].data, "sandboxed", fr.fields[0].len) == 0;
-                in_consume(&f->in, size);
+                frame_in_consume(&f->in, size);
                 *ret = f;
                 return 0;
             }
             if (fr.head.type == FRAME_FAILED && fr.n_fields == 2) {
                 snprintf(err, err_size, "%.*s", (int)fr.fields[0].len, fr.fields[0].data);
-                field_long(&fr.fields[1], -4095, -1, &code);
+                frame_field_long(&fr.fields[1], -4095, -1, &code);
                 r = (int)code;
             } else {
                 snprintf(err, err_size, "the front's first frame is not READY");
@@ -693,7 +464,7 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
             r = -EPIPE;
             break;
         }
-        if (in_append(&f->in, buf, (size_t)got) < 0) {
+        if (frame_in_append(&f->in, buf, (size_t)got) < 0) {
             snprintf(err, err_size, "out of memory");
             r = -ENOMEM;
             break;
@@ -719,15 +490,7 @@ static void front_gone(struct front *f, const char *why)
 static void call_free(struct front_call *call)
 {
     struct front *f = call->front;
-    for (size_t i = 0; i < call->req.n_headers; i++) {
-        free(call->req.headers[i].name);
-        free(call->req.headers[i].value);
-    }
-    free(call->req.headers);
-    free((char *)call->req.method);
-    free(call->req.url);
-    free(call->req.body);
-    free(call->peer);
+    frame_request_free(&call->r);
     free(call);
     f->calls_open--;
     front_release(f);
@@ -735,48 +498,28 @@ static void call_free(struct front_call *call)
 
 static int take_request(struct front *f, const struct frame *fr)
 {
-    long route;
-    if (fr->n_fields < 4 || (fr->n_fields - 4) % 2 != 0 ||
-        !field_long(&fr->fields[0], 0, FRONT_ROUTE_MAX - 1, &route))
-        return -EPROTO;
     struct front_call *call = calloc(1, sizeof(*call));
     if (!call)
         return -ENOMEM;
+    int r = frame_request_decode(fr, FRONT_ROUTE_MAX - 1, &call->r);
+    if (r < 0) {
+        free(call);
+        return r;
+    }
     call->front = f;
     call->id = fr->head.id;
     f->calls_open++;
-    size_t n_headers = (fr->n_fields - 4) / 2;
-    call->req.method = field_dup(&fr->fields[1]);
-    call->req.url = field_dup(&fr->fields[2]);
-    call->peer = field_dup(&fr->fields[3]);
-    call->req.headers = calloc(n_headers ? n_headers : 1, sizeof(*call->req.headers));
-    call->req.body = malloc(fr->head.body_len + 1);
-    bool ok = call->req.method && call->req.url && call->peer && call->req.headers &&
-              call->req.body;
-    for (size_t i = 0; ok && i < n_headers; i++) {
-        call->req.headers[i].name = field_dup(&fr->fields[4 + 2 * i]);
-        call->req.headers[i].value = field_dup(&fr->fields[5 + 2 * i]);
-        call->req.n_headers = i + 1;
-        ok = call->req.headers[i].name && call->req.headers[i].value;
-    }
-    if (!ok) {
-        call_free(call);
-        return -ENOMEM;
-    }
-    memcpy(call->req.body, fr->body, fr->head.body_len);
-    call->req.body[fr->head.body_len] = 0;
-    call->req.body_len = fr->head.body_len;
-    f->cb.on_request(f->data, call, (enum front_route)route, &call->req);
+    f->cb.on_request(f->data, call, (enum front_route)call->r.route, &call->r.req);
     return 0;
 }
 
 static int take_rejected(struct front *f, const struct frame *fr)
 {
     long status;
-    if (fr->n_fields != 4 || !field_long(&fr->fields[0], 400, 499, &status))
+    if (fr->n_fields != 4 || !frame_field_long(&fr->fields[0], 400, 499, &status))
         return -EPROTO;
-    char *reason = field_dup(&fr->fields[1]), *peer = field_dup(&fr->fields[2]),
-         *latency = field_dup(&fr->fields[3]);
+    char *reason = frame_field_dup(&fr->fields[1]), *peer = frame_field_dup(&fr->fields[2]),
+         *latency = frame_field_dup(&fr->fields[3]);
     if (reason && peer && latency && f->cb.on_rejected) {
         struct front_rejection rej = {.status = (int)status,
                                       .reason = reason,
@@ -814,7 +557,7 @@ static void on_front_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *bu
         front_gone(f, nread == UV_EOF ? "the HTTP front exited" : uv_strerror((int)nread));
         return;
     }
-    if (in_append(&f->in, buf->base, (size_t)nread) < 0) {
+    if (frame_in_append(&f->in, buf->base, (size_t)nread) < 0) {
         front_gone(f, "out of memory for the HTTP front's frames");
         return;
     }
@@ -831,7 +574,7 @@ static void on_front_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *bu
                                        : "the HTTP front broke the protocol");
             return;
         }
-        in_consume(&f->in, size);
+        frame_in_consume(&f->in, size);
     }
 }
 
@@ -850,8 +593,8 @@ int front_attach(struct front *f, uv_loop_t *loop, const struct front_callbacks 
     return uv_read_start((uv_stream_t *)&f->pipe, on_alloc, on_front_read);
 }
 
-void front_respond(struct front_call *call, int status, const char *content_type,
-                   const char *body, size_t body_len)
+void front_respond(struct front_call *call, int status, const char *content_type, const char *body,
+                   size_t body_len)
 {
     struct front *f = call->front;
     if (!f->closed) {
@@ -859,8 +602,8 @@ void front_respond(struct front_call *call, int status, const char *content_type
         snprintf(status_text, sizeof(status_text), "%d", status);
         struct frame_out o;
         frame_begin(&o, FRAME_RESPONSE, call->id);
-        out_string(&o, status_text);
-        out_string(&o, content_type);
+        frame_out_string(&o, status_text);
+        frame_out_string(&o, content_type);
         frame_end(&o, body, body_len);
         frame_send(&f->pipe, &o);
     }
@@ -869,7 +612,7 @@ void front_respond(struct front_call *call, int status, const char *content_type
 
 const char *front_call_peer(const struct front_call *call)
 {
-    return call->peer;
+    return call->r.peer;
 }
 
 const struct http_stats *front_http_stats(const struct front *f)
@@ -924,13 +667,15 @@ void front_free(struct front *f)
  * socket calls on accepted connections, OpenSSL's getrandom, malloc's mmap and brk, stderr
  * for its log, and exiting. Everything else fails with EPERM; exec and ptrace kill. */
 static const char *const front_syscalls[] = {
-    "read", "write", "readv", "writev", "close", "epoll_wait", "epoll_pwait", "epoll_pwait2",
-    "epoll_ctl", "accept", "accept4", "recvfrom", "sendto", "recvmsg", "sendmsg", "shutdown",
-    "setsockopt", "getsockopt", "getsockname", "getpeername", "fcntl", "ioctl", "fstat",
-    "clock_gettime", "clock_getres", "gettimeofday", "nanosleep", "clock_nanosleep", "futex",
-    "brk", "mmap", "munmap", "mremap", "madvise", "mprotect", "rt_sigreturn", "rt_sigprocmask",
-    "sigaltstack", "getrandom", "getpid", "gettid", "sched_yield", "restart_syscall", "exit",
-    "exit_group",
+    "read",         "write",          "readv",           "writev",        "close",
+    "epoll_wait",   "epoll_pwait",    "epoll_pwait2",    "epoll_ctl",     "accept",
+    "accept4",      "recvfrom",       "sendto",          "recvmsg",       "sendmsg",
+    "shutdown",     "setsockopt",     "getsockopt",      "getsockname",   "getpeername",
+    "fcntl",        "ioctl",          "fstat",           "clock_gettime", "clock_getres",
+    "gettimeofday", "nanosleep",      "clock_nanosleep", "futex",         "brk",
+    "mmap",         "munmap",         "mremap",          "madvise",       "mprotect",
+    "rt_sigreturn", "rt_sigprocmask", "sigaltstack",     "getrandom",     "getpid",
+    "gettid",       "sched_yield",    "restart_syscall", "exit",          "exit_group",
 };
 
 static const char *const front_killing_syscalls[] = {
@@ -944,7 +689,8 @@ int front_sandbox_apply(void)
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
     if (!ctx)
         return -ENOMEM;
-    int r = 0;
+    /* The kernel's own errno from seccomp_load, not libseccomp's -ECANCELED for all. */
+    int r = seccomp_attr_set(ctx, SCMP_FLTATR_API_SYSRAWRC, 1);
     for (size_t i = 0; r == 0 && i < sizeof(front_syscalls) / sizeof(*front_syscalls); i++) {
         int nr = seccomp_syscall_resolve_name(front_syscalls[i]);
         if (nr != __NR_SCMP_ERROR)
@@ -965,11 +711,15 @@ int front_sandbox_apply(void)
     /* abort() signals its own thread only. */
     nr = seccomp_syscall_resolve_name("tgkill");
     if (r == 0 && nr != __NR_SCMP_ERROR)
-        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)getpid()));
+        r = seccomp_rule_add(
+            ctx, SCMP_ACT_ALLOW, nr, 1,
+            (struct scmp_arg_cmp){
+                .arg = 0, .op = SCMP_CMP_EQ, .datum_a = (scmp_datum_t)getpid(), .datum_b = 0});
     if (r == 0) {
         r = seccomp_load(ctx);
-        /* No seccomp filter here (an emulator's kernel interface, or a kernel without it). */
-        if (r == -EINVAL || r == -ENOSYS || r == -EOPNOTSUPP)
+        /* No seccomp filter here: qemu-user has no seccomp() (ENOSYS) and refuses the
+         * prctl (EINVAL), as does a kernel without CONFIG_SECCOMP_FILTER. */
+        if (r == -EINVAL || r == -ENOSYS)
             r = -ENOSYS;
     }
     seccomp_release(ctx);

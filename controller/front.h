@@ -61,8 +61,8 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
 int front_attach(struct front *front, uv_loop_t *loop, const struct front_callbacks *callbacks,
                  void *data);
 /* The answer to a call. The body is copied; after the front is gone it is dropped. */
-void front_respond(struct front_call *call, int status, const char *content_type,
-                   const char *body, size_t body_len);
+void front_respond(struct front_call *call, int status, const char *content_type, const char *body,
+                   size_t body_len);
 const char *front_call_peer(const struct front_call *call);
 /* The public listener's counts, as of the front's last metrics request. */
 const struct http_stats *front_http_stats(const struct front *front);

@@ -240,8 +240,10 @@ static void on_front_gone(void *data, const char *why)
     struct daemon *d = data;
     if (d->stopping)
         return;
-    log_error("daemon.front_gone", "reason=\"%s\" action=\"stopping: the supervisor restarts "
-              "hatcheryd, which adopts the running guests\"", why);
+    log_error("daemon.front_gone",
+              "reason=\"%s\" action=\"stopping: the supervisor restarts "
+              "hatcheryd, which adopts the running guests\"",
+              why);
     d->exit_code = 1;
     daemon_stop(d);
 }

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 const require = createRequire(import.meta.url);
 const [target, dir] = process.argv.slice(2);
 if (!dir) {
-  console.error('usage: make-corpus.mjs webhook|agent_channel|agent_parser|config|admin DIR');
+  console.error('usage: make-corpus.mjs webhook|agent_channel|agent_parser|config|admin|front_frames DIR');
   process.exit(2);
 }
 mkdirSync(dir, { recursive: true });
@@ -66,6 +66,24 @@ if (target === 'webhook') {
   }
   seed('{"cmd":"jobs"');
   seed('not json\n');
+} else if (target === 'front_frames') {
+  // front_frame.h: four little-endian uint32s (type, id, meta length, body length), then
+  // the meta fields (each a uint32 length and its bytes), then the body. The first byte of
+  // a seed is the fuzz target's read size.
+  const u32 = (n) => { const b = Buffer.alloc(4); b.writeUInt32LE(n); return b; };
+  const frame = (type, id, fields, body = '') => {
+    const meta = Buffer.concat(fields.map((f) => Buffer.concat([u32(Buffer.byteLength(f)), Buffer.from(f)])));
+    return Buffer.concat([u32(type), u32(id), u32(meta.length), u32(Buffer.byteLength(body)), meta, Buffer.from(body)]);
+  };
+  const REQUEST = 3, REJECTED = 4, STATS = 5;
+  const webhook = frame(REQUEST, 1, ['0', 'POST', '/webhook', '127.0.0.1:4711', 'Content-Type', 'application/json',
+    'X-GitHub-Event', 'workflow_job', 'X-Hub-Signature-256', 'sha256=' + '0'.repeat(64)], '{"action":"queued"}');
+  const healthz = frame(REQUEST, 2, ['1', 'GET', '/healthz', '[::1]:80']);
+  seed(Buffer.concat([Buffer.from([255]), webhook, healthz]));
+  seed(Buffer.concat([Buffer.from([0]), webhook]));
+  seed(Buffer.concat([Buffer.from([7]), frame(REJECTED, 0, ['401', 'signature does not match', '10.0.0.1:1', '0.000012'])]));
+  seed(Buffer.concat([Buffer.from([63]), frame(STATS, 0, [], 'x'.repeat(64)), frame(REQUEST, 3, ['2', 'HEAD', '/metrics', 'p'])]));
+  seed(Buffer.concat([Buffer.from([31]), frame(REQUEST, 4, ['9', 'GET', '/', 'p', 'lonely-header'])]));
 } else {
   console.error(`unknown target ${target}`);
   process.exit(2);

@@ -2,7 +2,8 @@
 # A short fuzz run as a test: seeds from make-corpus.mjs for the target (GitHub's example
 # payloads for the webhook), then libFuzzer for FUZZ_SECONDS (default 30). Any crash, leak
 # or sanitizer report fails it.
-# usage: smoke.sh FUZZER TARGET   (TARGET: webhook, agent_channel, agent_parser, config, admin)
+# usage: smoke.sh FUZZER TARGET   (TARGET: webhook, agent_channel, agent_parser, config, admin,
+#                                   front_frames)
 # The long run the README describes is the same binary with -max_total_time=600.
 set -euo pipefail
 fuzzer=$(realpath "$1")

@@ -32,8 +32,8 @@ enum probe {
 };
 
 struct report {
-    int sandbox;            /* front_sandbox_apply()'s result */
-    int result[PROBE_MAX];  /* 0 when allowed, or the errno */
+    int sandbox;           /* front_sandbox_apply()'s result */
+    int result[PROBE_MAX]; /* 0 when allowed, or the errno */
 };
 
 static int errno_of(long r)
