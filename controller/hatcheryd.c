@@ -908,7 +908,10 @@ int main(int argc, char **argv)
 
     struct daemon d = {.lock_fd = -1};
     char *load_errors = NULL;
-    if (load(config_path, true, &d.config, &d.webhook_secret, &load_errors) < 0) {
+    /* Running, the App key is first read after the HTTP front is forked (github_open below
+     * fails the start the same way), so that not even a freed copy of it is in the front's
+     * memory; --check-config reads it here. */
+    if (load(config_path, check_only, &d.config, &d.webhook_secret, &load_errors) < 0) {
         fputs(load_errors ? load_errors : "cannot load the config\n", stderr);
         free(load_errors);
         return 1;
@@ -968,6 +971,7 @@ int main(int argc, char **argv)
     r = store_open(d.loop, d.config->state_dir, &d.store, err, sizeof(err));
     if (r < 0) {
         log_error("daemon.store_failed", "error=\"%s\"", err);
+        front_free(d.front);
         return 1;
     }
     struct provisioner_options popts = {.controller_id = d.config->controller_id,
@@ -979,6 +983,7 @@ int main(int argc, char **argv)
     if (r < 0) {
         log_error("daemon.provisioner_failed", "error=\"%s\"", strerror(-r));
         store_close(d.store);
+        front_free(d.front);
         return 1;
     }
     if (config_github_enabled(d.config)) {
@@ -988,6 +993,7 @@ int main(int argc, char **argv)
         if (r < 0) {
             log_error("daemon.github_failed", "error=\"%s\"", err);
             store_close(d.store);
+            front_free(d.front);
             return 1;
         }
     }

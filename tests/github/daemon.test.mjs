@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { chmodSync, readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { Daemon, HATCHERYD, tempDir, writeConfig } from '../integration/lib/daemon.mjs';
+import { createPrivateKey } from 'node:crypto';
+import { Daemon, HATCHERYD, frontPid, memoryHolds, tempDir, writeConfig } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const github = `github:
@@ -51,6 +52,19 @@ describe('hatcheryd with GitHub', () => {
     const { log, violations } = await doubleLog();
     assert.deepEqual(violations, []);
     assert.ok(log.some((e) => e.url === '/repos/pytorch/pytorch/installation'));
+  });
+
+  test('the HTTP front holds no copy of the App key; the core does', () => {
+    // OpenSSL keeps a BIGNUM as little-endian limbs: a prime's low bytes, in that order.
+    const jwk = createPrivateKey(readFileSync(process.env.APP_KEY_FILE)).export({ format: 'jwk' });
+    const prime = Buffer.from(jwk.p, 'base64url').reverse().subarray(0, 32);
+    const pemLine = readFileSync(process.env.APP_KEY_FILE, 'utf8').split('\n')[1];
+    assert.ok(memoryHolds(d.proc.pid, prime).found.length > 0, 'the scan finds the key in the core');
+    const front = frontPid(d.proc.pid);
+    const scan = memoryHolds(front, prime);
+    assert.ok(scan.scanned > 1 << 20, `the front's memory was read (${scan.scanned} bytes)`);
+    assert.deepEqual(scan.found, [], 'the key\'s prime is in the front');
+    assert.deepEqual(memoryHolds(front, pemLine).found, [], 'the key\'s PEM is in the front');
   });
 
   test('hatchery github shows auth, installation, budget and scopes', () => {

@@ -241,6 +241,19 @@ export function workflowJob(action, id, labels, runner = null, { createdAgoMs = 
   return p;
 }
 
+// /proc/PID/status as an object (Name, Seccomp, NoNewPrivs…).
+export function processStatus(pid) {
+  return Object.fromEntries(readFileSync(`/proc/${pid}/status`, 'utf8').trim().split('\n').map((l) => l.split(/:\s*/, 2)));
+}
+
+// The pid of hatcheryd's HTTP front (controller/front.c): its one child named hatcheryd-front.
+export function frontPid(daemonPid) {
+  const children = readFileSync(`/proc/${daemonPid}/task/${daemonPid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number);
+  const fronts = children.filter((p) => processStatus(p).Name === 'hatcheryd-front');
+  if (fronts.length !== 1) throw new Error(`hatcheryd ${daemonPid} has ${fronts.length} fronts among children ${children}`);
+  return fronts[0];
+}
+
 // Where in a live process's writable memory `needle` is: the /proc/PID/maps lines of the
 // regions holding it (empty when nowhere), and how many bytes were read. Regions over
 // 1 GiB are skipped: they are ASan's reserved shadow, not data. Freed blocks count too:
