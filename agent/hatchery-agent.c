@@ -38,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/random.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/reboot.h>
 #include <sys/socket.h>
@@ -670,6 +672,100 @@ static void json_wipe_free(void *p)
     free(p);
 }
 
+static char boot_id[64], machine_id[64];
+
+static void hex_of(const unsigned char *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* hello: who this guest is. Its nonce is drawn now, from the CRNG: two guests that share
+ * one boot's state (a copied disk, a restored memory image) share their RNG too, and the
+ * controller, seeing the same nonce twice, configures neither twin. After a restore
+ * (`restored`), the CRNG has been reseeded with the host's entropy first, and rng_sample
+ * shows its output, so that tests can compare two clones. */
+static int send_hello(double crng_wait, bool restored)
+{
+    struct utsname uts;
+    uname(&uts);
+    json_t *hello = agent_msg_new(AGENT_MSG_HELLO);
+    json_object_set_new(hello, "version", json_string(HATCHERY_VERSION));
+    json_object_set_new(hello, "protocol", json_integer(AGENT_PROTOCOL_VERSION));
+    json_object_set_new(hello, "arch", json_string(uts.machine));
+    json_object_set_new(hello, "boot_id", json_string(boot_id));
+    json_object_set_new(hello, "machine_id", json_string(machine_id));
+    unsigned char nonce[16], sample[32];
+    char nonce_hex[2 * sizeof(nonce) + 1] = "", sample_hex[2 * sizeof(sample) + 1] = "";
+    if (getrandom(nonce, sizeof(nonce), 0) == (ssize_t)sizeof(nonce))
+        hex_of(nonce, sizeof(nonce), nonce_hex);
+    json_object_set_new(hello, "nonce", json_string(nonce_hex));
+    json_object_set_new(hello, "crng_ready", json_boolean(crng_wait >= 0));
+    json_object_set_new(hello, "crng_wait_s", json_real(crng_wait >= 0 ? crng_wait : CRNG_WAIT_S));
+    json_object_set_new(hello, "restore", json_true());
+    if (restored) {
+        json_object_set_new(hello, "restored", json_true());
+        if (getrandom(sample, sizeof(sample), 0) == (ssize_t)sizeof(sample))
+            hex_of(sample, sizeof(sample), sample_hex);
+        json_object_set_new(hello, "rng_sample", json_string(sample_hex));
+    }
+    return send_msg(hello);
+}
+
+/* This guest was restored from a saved memory image that other guests were restored from
+ * too: until now its CRNG state, machine-id and nonce are theirs. The host's seed goes
+ * into the kernel's pool, credited, and the CRNG reseeds from it at once (without the
+ * ioctl it would wait for its next scheduled reseed); then a new machine-id. */
+static int restore_identity(const char *seed_hex)
+{
+    unsigned char seed[AGENT_RESTORE_SEED_BYTES];
+    if (!seed_hex || strlen(seed_hex) != 2 * sizeof(seed))
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof(seed); i++) {
+        unsigned int byte;
+        if (sscanf(seed_hex + 2 * i, "%2x", &byte) != 1)
+            return -EINVAL;
+        seed[i] = (unsigned char)byte;
+    }
+    struct {
+        int entropy_count;
+        int buf_size;
+        unsigned char buf[AGENT_RESTORE_SEED_BYTES];
+    } pool = {.entropy_count = 8 * AGENT_RESTORE_SEED_BYTES, .buf_size = sizeof(seed)};
+    memcpy(pool.buf, seed, sizeof(seed));
+    explicit_bzero(seed, sizeof(seed));
+    int fd = open("/dev/urandom", O_RDWR | O_CLOEXEC);
+    int r = 0;
+    if (fd < 0 || ioctl(fd, RNDADDENTROPY, &pool) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0)
+        r = -errno;
+    explicit_bzero(&pool, sizeof(pool));
+    if (fd >= 0)
+        close(fd);
+    if (r < 0)
+        return r;
+    /* A machine-id only where the image has one (systemd's; the test guests have none). */
+    if (access("/etc/machine-id", F_OK) == 0) {
+        unsigned char id[16];
+        char text[2 * sizeof(id) + 2];
+        if (getrandom(id, sizeof(id), 0) != (ssize_t)sizeof(id))
+            return -errno;
+        /* A v4 UUID's bits, as systemd-id128 makes them. */
+        id[6] = (id[6] & 0x0f) | 0x40;
+        id[8] = (id[8] & 0x3f) | 0x80;
+        hex_of(id, sizeof(id), text);
+        strcat(text, "\n");
+        int mfd = open("/etc/machine-id.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+        if (mfd < 0)
+            return -errno;
+        bool ok = write(mfd, text, strlen(text)) == (ssize_t)strlen(text) && fsync(mfd) == 0;
+        close(mfd);
+        if (!ok || rename("/etc/machine-id.new", "/etc/machine-id") < 0)
+            return -EIO;
+        read_line_file("/etc/machine-id", machine_id, sizeof(machine_id));
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     json_set_alloc_funcs(malloc, json_wipe_free);
@@ -721,9 +817,6 @@ int main(int argc, char **argv)
     double crng_wait = wait_for_crng();
     if (crng_wait < 0)
         say("the kernel's CRNG is not ready after %d s: saying hello anyway", CRNG_WAIT_S);
-    struct utsname uts;
-    uname(&uts);
-    char boot_id[64], machine_id[64];
     read_line_file("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id));
     read_line_file("/etc/machine-id", machine_id, sizeof(machine_id));
     /* hello waits for a controller: the first connection comes after the boot. */
@@ -731,29 +824,12 @@ int main(int argc, char **argv)
         channel_retry();
         usleep(100000);
     }
-    json_t *hello = agent_msg_new(AGENT_MSG_HELLO);
-    json_object_set_new(hello, "version", json_string(HATCHERY_VERSION));
-    json_object_set_new(hello, "protocol", json_integer(AGENT_PROTOCOL_VERSION));
-    json_object_set_new(hello, "arch", json_string(uts.machine));
-    json_object_set_new(hello, "boot_id", json_string(boot_id));
-    json_object_set_new(hello, "machine_id", json_string(machine_id));
-    /* Drawn now, from the CRNG just waited for: two guests that share one boot's state (a
-     * copied disk, a restored memory image) share their RNG too, and the controller,
-     * seeing the same nonce twice, configures neither twin. */
-    unsigned char nonce[16];
-    char nonce_hex[2 * sizeof(nonce) + 1] = "";
-    if (getrandom(nonce, sizeof(nonce), 0) == (ssize_t)sizeof(nonce))
-        for (size_t i = 0; i < sizeof(nonce); i++)
-            snprintf(nonce_hex + 2 * i, 3, "%02x", nonce[i]);
-    json_object_set_new(hello, "nonce", json_string(nonce_hex));
-    json_object_set_new(hello, "crng_ready", json_boolean(crng_wait >= 0));
-    json_object_set_new(hello, "crng_wait_s", json_real(crng_wait >= 0 ? crng_wait : CRNG_WAIT_S));
-    if (send_msg(hello) < 0) {
+    if (send_hello(crng_wait, false) < 0) {
         say("cannot send hello");
         poweroff_now();
         return 1;
     }
-    say("hello sent (arch %s, crng waited %.1f s)", uts.machine, crng_wait);
+    say("hello sent (crng waited %.1f s)", crng_wait);
 
     char *buf = malloc(AGENT_MAX_LINE_BYTES + 1);
     size_t len = 0;
@@ -920,6 +996,27 @@ int main(int argc, char **argv)
                 if (exited_msg)
                     send_msg(json_incref(exited_msg));
                 next_heartbeat = now_s() + AGENT_HEARTBEAT_S;
+            } else if (type == AGENT_MSG_RESTORE && !configured) {
+                const char *seed = json_string_value(json_object_get(msg, "seed"));
+                /* The saved image's clock stopped at the save: TLS and GitHub's tokens
+                 * need today's. */
+                json_t *host_ms = json_object_get(msg, "time_ms");
+                if (json_is_integer(host_ms) && json_integer_value(host_ms) > 0) {
+                    struct timespec ts = {.tv_sec = json_integer_value(host_ms) / 1000,
+                                          .tv_nsec = json_integer_value(host_ms) % 1000 * 1000000};
+                    if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+                        say("cannot set the clock after the restore: %s", strerror(errno));
+                }
+                int rr = restore_identity(seed);
+                if (rr < 0) {
+                    /* A clone that cannot tell itself apart says so, and gets nothing. */
+                    say("cannot take a new identity after the restore: %s", strerror(-rr));
+                    done = true;
+                } else {
+                    send_hello(0, true);
+                    say("restored: reseeded, new machine-id and nonce, hello sent again");
+                    next_heartbeat = now_s() + AGENT_HEARTBEAT_S;
+                }
             } else if (type == AGENT_MSG_ACK && exited_msg) {
                 say("the controller has the exit");
                 done = true;

@@ -32,6 +32,7 @@ struct agent_channel {
     int window_messages;
     bool closed;
     bool reported;
+    bool restoring; /* restore sent: the hello that follows must say restored */
     int writes_pending;
 };
 
@@ -143,7 +144,14 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
         copy_field(hello.boot_id, sizeof(hello.boot_id), json_object_get(msg, "boot_id"));
         copy_field(hello.machine_id, sizeof(hello.machine_id), json_object_get(msg, "machine_id"));
         copy_field(hello.nonce, sizeof(hello.nonce), json_object_get(msg, "nonce"));
+        copy_field(hello.rng_sample, sizeof(hello.rng_sample), json_object_get(msg, "rng_sample"));
         hello.crng_ready = !json_is_false(json_object_get(msg, "crng_ready"));
+        hello.restore_capable = json_is_true(json_object_get(msg, "restore"));
+        hello.restored = json_is_true(json_object_get(msg, "restored"));
+        if (c->restoring && !hello.restored)
+            return fail(c, "a restored guest said hello without taking a new identity");
+        if (!c->restoring && hello.restored)
+            return fail(c, "hello says restored, but no restore was sent");
         json_t *protocol = json_object_get(msg, "protocol");
         c->version = json_is_integer(protocol) && json_integer_value(protocol) >= 2
                          ? AGENT_PROTOCOL_VERSION
@@ -219,6 +227,7 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
     case AGENT_MSG_SHUTDOWN:
     case AGENT_MSG_RESUME:
     case AGENT_MSG_ACK:
+    case AGENT_MSG_RESTORE:
     case AGENT_MSG_TYPE_MAX:
         break;
     }
@@ -352,6 +361,30 @@ int agent_channel_resume(uv_stream_t *stream, const struct agent_channel_events 
     r = send_msg(c, agent_msg_new_v(AGENT_MSG_RESUME, AGENT_PROTOCOL_VERSION));
     if (r < 0)
         log_warn("agent.resume_unsent", "error=%s", uv_err_name(r));
+    *ret_channel = c;
+    return 0;
+}
+
+int agent_channel_restore(uv_stream_t *stream, const struct agent_channel_events *events,
+                          void *data, const unsigned char seed[AGENT_RESTORE_SEED_BYTES],
+                          int64_t now_ms, struct agent_channel **ret_channel)
+{
+    struct agent_channel *c = NULL;
+    int r = agent_channel_open(stream, events, data, &c);
+    if (r < 0)
+        return r;
+    c->restoring = true;
+    char hex[2 * AGENT_RESTORE_SEED_BYTES + 1];
+    for (size_t i = 0; i < AGENT_RESTORE_SEED_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", seed[i]);
+    json_t *msg = agent_msg_new_v(AGENT_MSG_RESTORE, 2);
+    json_object_set_new(msg, "seed", json_string(hex));
+    json_object_set_new(msg, "time_ms", json_integer(now_ms));
+    OPENSSL_cleanse(hex, sizeof(hex));
+    /* Should the write fail, no hello comes, and the boot timeout ends the wait. */
+    r = send_msg(c, msg);
+    if (r < 0)
+        log_warn("agent.restore_unsent", "error=%s", uv_err_name(r));
     *ret_channel = c;
     return 0;
 }

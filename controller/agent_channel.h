@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "hatchery/agent_protocol.h"
 #include "secret.h"
 
 struct agent_channel;
@@ -19,10 +20,13 @@ struct agent_hello {
     char version[32];
     char arch[32];
     char boot_id[64];
-    char machine_id[64]; /* /etc/machine-id: made at each boot, so distinct per guest */
-    char nonce[72];      /* random bytes the agent drew once its CRNG was ready (hex);
-                          * empty from an agent before 0.3.0 */
-    bool crng_ready;     /* the kernel's CRNG was ready before hello */
+    char machine_id[64];  /* /etc/machine-id: made at each boot, so distinct per guest */
+    char nonce[72];       /* random bytes the agent drew once its CRNG was ready (hex);
+                           * empty from an agent before 0.3.0 */
+    bool crng_ready;      /* the kernel's CRNG was ready before hello */
+    bool restore_capable; /* the agent takes `restore` (0.4.0 and later) */
+    bool restored;        /* this hello follows a restore: new seed, machine-id, nonce */
+    char rng_sample[72];  /* after a restore: 32 bytes of its CRNG's output (hex) */
 };
 
 struct agent_exit {
@@ -71,6 +75,12 @@ int agent_channel_open(uv_stream_t *stream, const struct agent_channel_events *e
  * protocol version 1 cannot resume: the channel reports that through on_error. */
 int agent_channel_resume(uv_stream_t *stream, const struct agent_channel_events *events, void *data,
                          struct agent_channel **ret_channel);
+/* The same, for the channel of a guest restored from a saved memory image: sends
+ * `restore` with `seed` (the host's entropy for the guest's CRNG) and the host's clock,
+ * and expects a hello that says `restored`. The seed is wiped from our buffers once sent. */
+int agent_channel_restore(uv_stream_t *stream, const struct agent_channel_events *events,
+                          void *data, const unsigned char seed[AGENT_RESTORE_SEED_BYTES],
+                          int64_t now_ms, struct agent_channel **ret_channel);
 /* Sends `config` once, after hello. The JIT config leaves only here, and the buffers that
  * carried it are wiped once written. */
 int agent_channel_send_config(struct agent_channel *channel, const char *runner_name,

@@ -9,10 +9,13 @@
  * little-endian, s390x big-endian.
  *
  *   agent -> controller  hello      {version, arch, boot_id, machine_id, nonce,
- *                                    crng_ready, crng_wait_s}
+ *                                    crng_ready, crng_wait_s, restore, restored,
+ *                                    rng_sample}
  *                                   nonce: 16 random bytes in hex, drawn after the CRNG
  *                                   wait (0.3.0 and later); a guest whose machine-id (VMs)
- *                                   or nonce another live guest has is failed as a clone
+ *                                   or nonce another live guest has is failed as a clone.
+ *                                   restore: true from an agent that can be restored from
+ *                                   a saved memory image (0.4.0 and later; see below)
  *   controller -> agent  config     {runner_name, jit_config, job_timeout_s, runner_command[]}
  *   agent -> controller  started    {pid, uid}
  *   agent -> controller  heartbeat  {}
@@ -28,6 +31,21 @@
  *                                   then, for "exited", the kept `exited` message again
  *   controller -> agent  ack        {of: "exited"}
  *   agent -> controller  heartbeat  also while it waits for its config
+ *
+ * Restoring (a warm template: a guest saved while it waited for its config, then restored
+ * for each runner; optional fields and a type an older agent ignores, so no new version):
+ *
+ *   controller -> agent  restore    {seed, time_ms}  first, on the channel of a restored
+ *                                   guest: 64 bytes from the host's CSPRNG in hex, and the
+ *                                   host's clock (the saved image's stopped at the save),
+ *                                   which the agent sets
+ *   agent -> controller  hello      again, with restored: true, after it added the seed to
+ *                                   the kernel's pool (RNDADDENTROPY), reseeded the CRNG
+ *                                   (RNDRESEEDCRNG), made a new machine-id (where
+ *                                   /etc/machine-id exists) and drew a new nonce;
+ *                                   rng_sample: 32 bytes from getrandom after the reseed,
+ *                                   in hex, for tests to compare clones. boot_id is the
+ *                                   template's: the kernel sets it once per boot.
  *
  * A version 2 agent keeps its `exited` message until the controller acknowledges it, and
  * powers off only then (or on `shutdown`): an exit while no controller listens is told
@@ -60,6 +78,8 @@
 #define AGENT_MAX_MESSAGES_PER_S 20
 #define AGENT_MAX_COMMAND_ARGS   64
 #define AGENT_MAX_REPORT_BYTES   4096
+/* The host's entropy a restored guest adds to its pool (`restore`'s seed). */
+#define AGENT_RESTORE_SEED_BYTES 64
 /* Inside the container, where the controller's socket appears. */
 #define AGENT_CONTAINER_SOCKET "/run/hatchery/agent.sock"
 
@@ -73,6 +93,7 @@ enum agent_msg_type {
     AGENT_MSG_RESUME,
     AGENT_MSG_RESUMED,
     AGENT_MSG_ACK,
+    AGENT_MSG_RESTORE,
     AGENT_MSG_TYPE_MAX,
 };
 
@@ -81,7 +102,7 @@ static const char *const agent_msg_type_names[AGENT_MSG_TYPE_MAX] = {
     [AGENT_MSG_STARTED] = "started", [AGENT_MSG_HEARTBEAT] = "heartbeat",
     [AGENT_MSG_EXITED] = "exited",   [AGENT_MSG_SHUTDOWN] = "shutdown",
     [AGENT_MSG_RESUME] = "resume",   [AGENT_MSG_RESUMED] = "resumed",
-    [AGENT_MSG_ACK] = "ack",
+    [AGENT_MSG_ACK] = "ack",         [AGENT_MSG_RESTORE] = "restore",
 };
 
 /* Parses one line (without its newline). On success returns 0, the object (a new

@@ -307,3 +307,71 @@ describe('protocol version 2: resuming after the controller went away', () => {
     assert.equal(r.code, 0);
   });
 });
+
+// A restored guest (a warm template): the agent takes the host's seed into the kernel's
+// pool, reseeds the CRNG, makes a new machine-id and says hello again. Run in a mount
+// namespace of its own whose /etc is a scratch directory: the agent rewrites
+// /etc/machine-id, and this machine's must stay. No `time_ms`: the agent would set the
+// clock (the real-guest test covers that).
+describe('restore: a clone takes a new identity before any config', () => {
+  function startRestorableAgent(sock, etc) {
+    const state = join(dir, `state-${Math.random().toString(16).slice(2)}`);
+    const agent = spawn('unshare', ['--mount', '--propagation', 'private', 'sh', '-c',
+      'mount --bind "$1" /etc && exec "$2" --socket "$3" --state-dir "$4"', 'sh', etc, agentBin, sock, state],
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env.PATH } });
+    agent.stderrText = '';
+    agent.stderr.on('data', (d) => { agent.stderrText += d; });
+    agent.exited = new Promise((res) => agent.on('exit', (code) => res(code)));
+    return agent;
+  }
+  const seed = () => Buffer.from(Array.from({ length: 64 }, () => Math.floor(Math.random() * 256))).toString('hex');
+
+  test('hello says it can be restored; after restore, a new nonce, machine-id and RNG sample', async () => {
+    const etc = mkdtempSync(join(tmpdir(), 'hatchery-agent-etc-'));
+    const templateId = '0123456789abcdef0123456789abcdef';
+    writeFileSync(join(etc, 'machine-id'), templateId + '\n');
+    const sock = join(dir, 'restore.sock');
+    const ctl = controllerAt(sock);
+    const agent = startRestorableAgent(sock, etc);
+    const c = await ctl;
+    const first = await c.next('hello');
+    assert.equal(first.restore, true);
+    assert.equal(first.restored, undefined);
+    assert.equal(first.machine_id, templateId);
+    c.send({ type: 'restore', seed: seed() });
+    const second = await c.next('hello');
+    assert.equal(second.restored, true, agent.stderrText);
+    assert.match(second.nonce, /^[0-9a-f]{32}$/);
+    assert.notEqual(second.nonce, first.nonce);
+    assert.match(second.rng_sample, /^[0-9a-f]{64}$/);
+    assert.match(second.machine_id, /^[0-9a-f]{12}4[0-9a-f]{3}[89ab][0-9a-f]{15}$/, 'a v4 id, as systemd makes');
+    assert.notEqual(second.machine_id, templateId);
+    assert.equal(readFileSync(join(etc, 'machine-id'), 'utf8'), second.machine_id + '\n');
+    assert.equal(second.boot_id, first.boot_id, "the kernel's boot id cannot change");
+    // A second restore of the same image would say another sample again.
+    c.send({ type: 'restore', seed: seed() });
+    const third = await c.next('hello');
+    assert.notEqual(third.rng_sample, second.rng_sample);
+    assert.notEqual(third.machine_id, second.machine_id);
+    c.send({ type: 'shutdown', reason: 'test over' });
+    assert.equal(await agent.exited, 1, agent.stderrText);
+    assert.ok(!agent.stderrText.includes(second.rng_sample), 'the sample is not logged');
+    c.server.close();
+    rmSync(etc, { recursive: true, force: true });
+  });
+
+  test('a seed that is not 64 bytes of hex: the clone says so and ends, with no hello', async () => {
+    const etc = mkdtempSync(join(tmpdir(), 'hatchery-agent-etc-'));
+    const sock = join(dir, 'restore-bad.sock');
+    const ctl = controllerAt(sock);
+    const agent = startRestorableAgent(sock, etc);
+    const c = await ctl;
+    await c.next('hello');
+    c.send({ type: 'restore', seed: 'zz'.repeat(64) });
+    await agent.exited;
+    assert.match(agent.stderrText, /cannot take a new identity after the restore/);
+    assert.equal(c.messages.filter((m) => m.type === 'hello').length, 0, 'no second hello');
+    c.server.close();
+    rmSync(etc, { recursive: true, force: true });
+  });
+});
