@@ -1008,6 +1008,12 @@ int main(int argc, char **argv)
                         say("cannot set the clock after the restore: %s", strerror(errno));
                 }
                 int rr = restore_identity(seed);
+                /* A clone whose timers did not survive the restore (pseries under TCG
+                 * before QEMU 8.2 loses its decrementer) would stall at its first
+                 * sleep, mid-job: it stalls here instead, before hello, and the
+                 * controller boots a runner cold. */
+                if (rr == 0 && usleep(10000) < 0)
+                    rr = -errno;
                 if (rr < 0) {
                     /* A clone that cannot tell itself apart says so, and gets nothing. */
                     say("cannot take a new identity after the restore: %s", strerror(-rr));

@@ -3,7 +3,12 @@
 
 #include <errno.h>
 #include <libvirt/virterror.h>
+#include <libxml/parser.h>
 #include <libxml/xmlwriter.h>
+#include <libxml/xpath.h>
+#include <libxml/xpathInternals.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,10 +21,13 @@
 #include "hatchery/limits.h"
 #include "stream_bridge.h"
 #include "log.h"
+#include "wall_clock.h"
 
 #define RECONNECT_MIN_MS      500
 #define RECONNECT_MAX_MS      30000
 #define CHANNEL_CONNECT_TRIES 50 /* 100 ms apart */
+/* A restored guest's agent answers `restore` within a second here (under TCG). */
+#define RESTORE_HELLO_TIMEOUT_MS 20000
 
 const char *const guest_state_names[GUEST_STATE_MAX] = {
     [GUEST_CREATING] = "creating", [GUEST_ADOPTING] = "adopting", [GUEST_BOOTING] = "booting",
@@ -77,7 +85,8 @@ struct host {
 struct guest {
     struct provisioner *prov;
     struct host *host;
-    char *name;
+    char *name;       /* the runner's */
+    char domain[256]; /* the libvirt domain's: the runner's, or a template slot's */
     int64_t runner_id;
     const struct config_pool *pool;
     enum guest_state state;
@@ -95,6 +104,14 @@ struct guest {
     bool teardown_queued;
     bool busy;     /* a worker owns this guest's libvirt calls */
     bool adopting; /* an earlier hatcheryd's: the channel reopens with resume */
+    /* Templates (provisioner_template_build, provisioner_guest_restore). */
+    bool restore;  /* restored from the template `domain`: the channel opens with restore */
+    bool template; /* a template being built: saved on hello, its volume kept */
+    bool saving;   /* the save runs: the domain's stop and the channel's end are expected */
+    bool saved;
+    char save_file[PATH_MAX];
+    provisioner_template_cb template_cb;
+    void *template_data;
     int connect_tries;
     uv_work_t work;
     uv_timer_t timer; /* boot timeout, channel connect retries */
@@ -375,7 +392,7 @@ static void host_reinventory(struct host *h)
             continue;
         if (h->inventory_failed) {
             guest_fail(g, "host %s came back, but its domains could not be listed", h->cfg.name);
-        } else if (host_runs(h, g->name)) {
+        } else if (host_runs(h, g->domain)) {
             kept++;
         } else {
             stopped++;
@@ -722,6 +739,138 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
     virDomainFree(dom);
 }
 
+/* -- templates: a guest saved while its agent waits, restored for each runner -- */
+
+/* Sets `attr` on every element `xpath` selects; returns how many there were. */
+static int xml_set_attr(xmlXPathContextPtr ctx, const char *xpath, const char *attr,
+                        const char *value)
+{
+    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST xpath, ctx);
+    int n = o && o->nodesetval ? o->nodesetval->nodeNr : 0;
+    for (int i = 0; i < n; i++)
+        xmlSetProp(o->nodesetval->nodeTab[i], BAD_CAST attr, BAD_CAST value);
+    xmlXPathFreeObject(o);
+    return n;
+}
+
+/* Removes every node `xpath` selects. */
+static void xml_remove(xmlXPathContextPtr ctx, const char *xpath)
+{
+    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST xpath, ctx);
+    for (int i = 0; o && o->nodesetval && i < o->nodesetval->nodeNr; i++) {
+        xmlNodePtr node = o->nodesetval->nodeTab[i];
+        if (node->type == XML_ATTRIBUTE_NODE) {
+            xmlRemoveProp((xmlAttrPtr)node);
+        } else {
+            xmlUnlinkNode(node);
+            xmlFreeNode(node);
+        }
+        o->nodesetval->nodeTab[i] = NULL;
+    }
+    xmlXPathFreeObject(o);
+}
+
+/* The XML a runner's guest is restored with: the saved domain's (its name and UUID stay
+ * the template's: libvirt 9.0 refuses others on a restore), with the runner's own overlay
+ * volume, channel socket, console log and metadata. The disk's backing chain is left for
+ * libvirt to read from the new overlay (runner → template → image), not taken from the
+ * template's. */
+static char *restore_xml(const struct guest *g, const char *saved, char *err, size_t err_size)
+{
+    xmlDocPtr doc = xmlReadMemory(saved, (int)strlen(saved), "saved.xml", NULL, XML_PARSE_NONET);
+    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
+    char *out = NULL;
+    if (!ctx || xmlXPathRegisterNs(ctx, BAD_CAST "h", BAD_CAST DOMAIN_METADATA_NS) != 0) {
+        snprintf(err, err_size, "the saved domain XML does not parse");
+        goto done;
+    }
+    if (xml_set_attr(ctx, "/domain/devices/disk[@device='disk']/source", "volume", g->volume) !=
+        1) {
+        snprintf(err, err_size, "the saved domain has not one overlay volume");
+        goto done;
+    }
+    xml_remove(ctx, "/domain/devices/disk[@device='disk']/backingStore");
+    xml_remove(ctx, "/domain/devices/disk[@device='disk']/source/@index");
+    if (!g->host->streams) {
+        xml_set_attr(ctx, "/domain/devices/channel[@type='unix']/source", "path", g->channel_path);
+        xml_set_attr(ctx, "/domain/devices/console[@type='file']/source", "path", g->console_log);
+        xml_set_attr(ctx, "/domain/devices/serial[@type='file']/source", "path", g->console_log);
+    }
+    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST "/domain/metadata/h:runner", ctx);
+    xmlNodePtr runner =
+        o && o->nodesetval && o->nodesetval->nodeNr == 1 ? o->nodesetval->nodeTab[0] : NULL;
+    xmlXPathFreeObject(o);
+    if (!runner) {
+        snprintf(err, err_size, "the saved domain has no runner metadata");
+        goto done;
+    }
+    char id[32];
+    snprintf(id, sizeof(id), "%lld", (long long)g->runner_id);
+    for (xmlNodePtr c = runner->children; c; c = c->next)
+        if (c->type == XML_ELEMENT_NODE && xmlStrcmp(c->name, BAD_CAST "runner-id") == 0)
+            xmlNodeSetContent(c, BAD_CAST id);
+    xmlNewTextChild(runner, runner->ns, BAD_CAST "runner-name", BAD_CAST g->name);
+    xmlChar *text = NULL;
+    int len = 0;
+    xmlDocDumpMemory(doc, &text, &len);
+    out = text ? strndup((const char *)text, (size_t)len) : NULL;
+    xmlFree(text);
+    if (!out)
+        snprintf(err, err_size, "out of memory");
+done:
+    xmlXPathFreeContext(ctx);
+    xmlFreeDoc(doc);
+    return out;
+}
+
+/* A runner's guest from a template, on a worker: its overlay on the template's disk, then
+ * the restore of the template's memory into it. */
+static int capacity_for(const struct host *h, const struct config_pool *pool);
+
+static void restore_on(struct guest *g, virConnectPtr conn)
+{
+    struct host *h = g->host;
+    char err[256] = "";
+    virStoragePoolPtr sp = storage_pool(h, conn, err, sizeof(err));
+    if (!sp) {
+        snprintf(g->error, sizeof(g->error), "%s", err);
+        return;
+    }
+    char template_volume[300];
+    snprintf(template_volume, sizeof(template_volume), "%s.qcow2", g->domain);
+    virStorageVolPtr tv = virStorageVolLookupByName(sp, template_volume);
+    char *backing = tv ? virStorageVolGetPath(tv) : NULL;
+    if (tv)
+        virStorageVolFree(tv);
+    char *vxml = backing ? volume_xml(g->volume, backing, g->pool->disk_mib) : NULL;
+    virStorageVolPtr vol = vxml ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
+    free(vxml);
+    virStoragePoolFree(sp);
+    if (!vol) {
+        snprintf(g->error, sizeof(g->error), "overlay volume on template %s: %s", g->domain,
+                 backing ? virt_error() : "the template's volume is gone");
+        free(backing);
+        return;
+    }
+    free(backing);
+    virStorageVolFree(vol);
+    char *saved =
+        virDomainSaveImageGetXMLDesc(conn, g->save_file, VIR_DOMAIN_SAVE_IMAGE_XML_SECURE);
+    if (!saved) {
+        snprintf(g->error, sizeof(g->error), "template %.100s: %.300s", g->domain, virt_error());
+        return;
+    }
+    g->xml = restore_xml(g, saved, err, sizeof(err));
+    free(saved);
+    if (!g->xml) {
+        snprintf(g->error, sizeof(g->error), "template %.100s: %.300s", g->domain, err);
+        return;
+    }
+    if (virDomainRestoreFlags(conn, g->save_file, g->xml, 0) < 0)
+        snprintf(g->error, sizeof(g->error), "restore from template %.100s: %.300s", g->domain,
+                 virt_error());
+}
+
 static void create_work(uv_work_t *w)
 {
     struct guest *g = w->data;
@@ -732,7 +881,10 @@ static void create_work(uv_work_t *w)
         snprintf(g->error, sizeof(g->error), "host %s is not connected", g->host->cfg.name);
         return;
     }
-    create_on(g, conn, kvm);
+    if (g->restore)
+        restore_on(g, conn);
+    else
+        create_on(g, conn, kvm);
     virConnectClose(conn);
 }
 
@@ -921,8 +1073,8 @@ static void ch_error(void *data, const char *reason)
     if (g->prov->closing)
         return;
     g->channel = NULL; /* the channel closed itself */
-    if (g->state == GUEST_EXITED || g->state >= GUEST_DELETING)
-        return; /* the guest powered off after reporting: expected */
+    if (g->state == GUEST_EXITED || g->state >= GUEST_DELETING || g->saving)
+        return; /* the guest powered off after reporting, or was saved: expected */
     guest_fail(g, "agent channel: %s", reason);
 }
 
@@ -949,6 +1101,16 @@ static void on_adopt_timeout(uv_timer_t *t)
  * resume for an adopted one. */
 static int channel_start(struct guest *g, uv_stream_t *stream)
 {
+    if (g->restore) {
+        /* The host's entropy for the clone's CRNG, as fresh as it can be. */
+        unsigned char seed[AGENT_RESTORE_SEED_BYTES];
+        if (RAND_bytes(seed, sizeof(seed)) != 1)
+            return -EIO;
+        int r =
+            agent_channel_restore(stream, &channel_events, g, seed, wall_clock_ms(), &g->channel);
+        OPENSSL_cleanse(seed, sizeof(seed));
+        return r;
+    }
     if (!g->adopting)
         return agent_channel_open(stream, &channel_events, g, &g->channel);
     uv_timer_start(&g->timer, on_adopt_timeout, (uint64_t)g->prov->adopt_grace_ms, 0);
@@ -958,8 +1120,20 @@ static int channel_start(struct guest *g, uv_stream_t *stream)
 static void on_boot_timeout(uv_timer_t *t)
 {
     struct guest *g = t->data;
-    if (g->state == GUEST_BOOTING)
+    if (g->state == GUEST_BOOTING && g->restore)
+        guest_fail(g,
+                   "no hello from the restored agent within %d s (a guest whose timers do not "
+                   "survive a restore, as pseries under TCG before QEMU 8.2)",
+                   RESTORE_HELLO_TIMEOUT_MS / 1000);
+    else if (g->state == GUEST_BOOTING)
         guest_fail(g, "no hello from the agent within %lld s", (long long)g->pool->boot_timeout_s);
+}
+
+/* How long a guest has to say hello: a restored one is up at once. */
+static uint64_t hello_timeout_ms(const struct guest *g)
+{
+    uint64_t boot_ms = (uint64_t)g->pool->boot_timeout_s * 1000;
+    return g->restore && boot_ms > RESTORE_HELLO_TIMEOUT_MS ? RESTORE_HELLO_TIMEOUT_MS : boot_ms;
 }
 
 static void channel_connect(struct guest *g);
@@ -968,7 +1142,7 @@ static void on_retry_connect(uv_timer_t *t)
 {
     struct guest *g = t->data;
     if (!g->adopting)
-        uv_timer_start(&g->timer, on_boot_timeout, (uint64_t)g->pool->boot_timeout_s * 1000, 0);
+        uv_timer_start(&g->timer, on_boot_timeout, hello_timeout_ms(g), 0);
     channel_connect(g);
 }
 
@@ -1080,7 +1254,7 @@ static void streams_release(struct guest *g)
 
 static void streams_on(struct guest *g, virConnectPtr conn)
 {
-    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->name) : NULL;
+    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
     if (!dom) {
         snprintf(g->error, sizeof(g->error), "the domain is gone: %s", virt_error());
         return;
@@ -1223,7 +1397,7 @@ static void create_done(uv_work_t *w, int status)
         g->events->on_booting(g->data, g);
     if (g->state != GUEST_BOOTING || g->failed)
         return;
-    uv_timer_start(&g->timer, on_boot_timeout, (uint64_t)g->pool->boot_timeout_s * 1000, 0);
+    uv_timer_start(&g->timer, on_boot_timeout, hello_timeout_ms(g), 0);
     /* The test driver runs nothing, so no agent will ever answer: such a guest waits
      * for its boot timeout like a silent one, without knocking on a socket that no
      * QEMU will create. */
@@ -1248,6 +1422,7 @@ static struct guest *guest_new(struct provisioner *p, struct host *h, const stru
         free(g);
         return NULL;
     }
+    snprintf(g->domain, sizeof(g->domain), "%s", spec->name);
     g->runner_id = spec->runner_id;
     g->pool = spec->pool;
     g->events = events;
@@ -1285,14 +1460,14 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
     if (!h->up)
         return -ENODEV;
     const struct config_pool *pool = spec->pool;
-    if (h->used.guests + 1 > h->cfg.max_guests || h->used.vcpus + pool->vcpus > h->cfg.vcpus ||
-        h->used.memory_mib + pool->memory_mib > h->cfg.memory_mib)
-        return -ENOSPC;
+    int r = capacity_for(h, pool);
+    if (r < 0)
+        return r;
     struct guest *g = guest_new(p, h, spec, events, data);
     if (!g)
         return -ENOMEM;
     if (pool->backend == BACKEND_CONTAINER) {
-        int r = container_listen(g);
+        r = container_listen(g);
         if (r < 0) {
             uv_close((uv_handle_t *)&g->timer, on_guest_timer_closed);
             return r;
@@ -1312,7 +1487,7 @@ static void adopt_work(uv_work_t *w)
     virSetErrorFunc(NULL, quiet_libvirt);
     g->error[0] = 0;
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
-    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->name) : NULL;
+    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
     if (!dom)
         snprintf(g->error, sizeof(g->error), "its domain is gone");
     else if (virDomainIsActive(dom) != 1)
@@ -1378,6 +1553,146 @@ int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
     return 0;
 }
 
+/* -- templates: building one, restoring runners from it -- */
+
+static void save_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    g->error[0] = 0;
+    virConnectPtr conn = host_conn_ref(g->host, false, NULL);
+    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
+    if (!dom)
+        snprintf(g->error, sizeof(g->error), "its domain is gone");
+    else if (virDomainSaveFlags(dom, g->save_file, NULL, VIR_DOMAIN_SAVE_RUNNING) < 0)
+        snprintf(g->error, sizeof(g->error), "save: %.300s", virt_error());
+    if (dom)
+        virDomainFree(dom);
+    if (conn)
+        virConnectClose(conn);
+}
+
+static void save_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    if (work_done_closing(g->prov))
+        return;
+    g->busy = false;
+    if (g->error[0] || g->teardown_queued) {
+        char reason[sizeof(g->error)];
+        snprintf(reason, sizeof(reason), "%s", g->error[0] ? g->error : "torn down while saved");
+        g->saving = false;
+        if (!g->host->streams)
+            unlink(g->save_file);
+        guest_fail(g, "template: %s", reason);
+        return;
+    }
+    g->saved = true;
+    struct stat st;
+    log_info("template.saved", "template=%s host=%s pool=%s file=%s bytes=%lld", g->name,
+             g->host->cfg.name, g->pool->name, g->save_file,
+             !g->host->streams && stat(g->save_file, &st) == 0 ? (long long)st.st_size : -1LL);
+    guest_teardown(g, "saved as a template");
+}
+
+static void template_on_hello(void *data, struct guest *g, const struct agent_hello *hello)
+{
+    (void)data;
+    if (!hello->restore_capable) {
+        guest_fail(g,
+                   "template: its agent %s cannot be restored (0.4.0 or later can): rebuild "
+                   "the image",
+                   hello->version);
+        return;
+    }
+    /* Saved now, while it waits for a config it never gets: no runner's secret exists in
+     * it, and every clone starts from here. */
+    g->saving = true;
+    guest_work_start(g, save_work, save_done, "the save");
+}
+
+static void template_on_gone(void *data, struct guest *g)
+{
+    (void)data;
+    struct stat st;
+    int64_t bytes =
+        g->saved && !g->host->streams && stat(g->save_file, &st) == 0 ? (int64_t)st.st_size : -1;
+    if (g->template_cb)
+        g->template_cb(g->template_data, g->saved ? 0 : -EIO, g->saved ? NULL : g->error, bytes);
+}
+
+static const struct guest_events template_events = {
+    .on_hello = template_on_hello,
+    .on_gone = template_on_gone,
+};
+
+static void save_file_of(const struct host *h, const char *name, char *out, size_t size)
+{
+    snprintf(out, size, "%s/%s.save", h->cfg.storage_dir, name);
+}
+
+static int capacity_for(const struct host *h, const struct config_pool *pool)
+{
+    if (!h->up)
+        return -ENODEV;
+    if (h->used.guests + 1 > h->cfg.max_guests || h->used.vcpus + pool->vcpus > h->cfg.vcpus ||
+        h->used.memory_mib + pool->memory_mib > h->cfg.memory_mib)
+        return -ENOSPC;
+    return 0;
+}
+
+int provisioner_template_build(struct provisioner *p, const char *host_name,
+                               const struct config_pool *pool, const char *name,
+                               provisioner_template_cb cb, void *data)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h || !name || !pool || pool->backend != BACKEND_VM)
+        return -EINVAL;
+    int r = capacity_for(h, pool);
+    if (r < 0)
+        return r;
+    struct guest_spec spec = {.name = name, .runner_id = 0, .pool = pool};
+    struct guest *g = guest_new(p, h, &spec, &template_events, NULL);
+    if (!g)
+        return -ENOMEM;
+    g->data = g;
+    g->template = true;
+    g->template_cb = cb;
+    g->template_data = data;
+    save_file_of(h, name, g->save_file, sizeof(g->save_file));
+    guest_attach(g);
+    log_info("template.building", "template=%s host=%s pool=%s", name, h->cfg.name, pool->name);
+    guest_work_start(g, create_work, create_done, "the template's creation");
+    return 0;
+}
+
+int provisioner_guest_restore(struct provisioner *p, const char *host_name,
+                              const struct guest_spec *spec, const char *template_name,
+                              const struct guest_events *events, void *data,
+                              struct guest **ret_guest)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h || !spec->name || !spec->pool || !template_name || spec->pool->backend != BACKEND_VM)
+        return -EINVAL;
+    int r = capacity_for(h, spec->pool);
+    if (r < 0)
+        return r;
+    for (struct guest *o = h->guests; o; o = o->next)
+        if (strcmp(o->domain, template_name) == 0 && o->state < GUEST_GONE)
+            return -EBUSY; /* one guest per template at a time: it has one name */
+    struct guest *g = guest_new(p, h, spec, events, data);
+    if (!g)
+        return -ENOMEM;
+    g->restore = true;
+    snprintf(g->domain, sizeof(g->domain), "%s", template_name);
+    save_file_of(h, template_name, g->save_file, sizeof(g->save_file));
+    guest_attach(g);
+    guest_work_start(g, create_work, create_done, "the restore");
+    *ret_guest = g;
+    return 0;
+}
+
 static const struct guest_events no_events; /* every event ignored */
 
 void guest_disown(struct guest *g)
@@ -1431,9 +1746,10 @@ static void teardown_work(uv_work_t *w)
     virConnectPtr conn = host_conn_ref(h, false, NULL);
     if (!conn)
         return; /* the host is down: the reconciler finishes this when it returns */
-    if (domain_remove(conn, g->name) < 0)
+    if (domain_remove(conn, g->domain) < 0)
         snprintf(g->error, sizeof(g->error), "destroy: %s", virt_error());
-    if (g->pool->backend == BACKEND_VM) {
+    /* A template's volume is its disk, saved with its memory: kept. */
+    if (g->pool->backend == BACKEND_VM && !g->saved) {
         virStoragePoolPtr sp = storage_pool_lookup(h, conn);
         if (!sp)
             snprintf(g->error, sizeof(g->error),
@@ -1535,6 +1851,11 @@ const char *guest_name(const struct guest *g)
     return g->name;
 }
 
+const char *guest_domain(const struct guest *g)
+{
+    return g->domain;
+}
+
 const char *guest_console_log(const struct guest *g)
 {
     return g->console_log;
@@ -1542,10 +1863,10 @@ const char *guest_console_log(const struct guest *g)
 
 /* ---- lifecycle events and inventory ----------------------------------------------------- */
 
-static struct guest *guest_by_name(struct host *h, const char *name)
+static struct guest *guest_by_domain(struct host *h, const char *domain)
 {
     for (struct guest *g = h->guests; g; g = g->next)
-        if (name && strcmp(g->name, name) == 0)
+        if (domain && strcmp(g->domain, domain) == 0)
             return g;
     return NULL;
 }
@@ -1557,8 +1878,8 @@ static int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int det
     struct host *h = opaque;
     if (event != VIR_DOMAIN_EVENT_STOPPED)
         return 0;
-    struct guest *g = h->prov->closing ? NULL : guest_by_name(h, virDomainGetName(dom));
-    if (!g || g->state >= GUEST_DELETING)
+    struct guest *g = h->prov->closing ? NULL : guest_by_domain(h, virDomainGetName(dom));
+    if (!g || g->state >= GUEST_DELETING || g->saving)
         return 0;
     g->domain_stopped = true;
     if (g->busy)

@@ -105,6 +105,30 @@ int provisioner_guest_create(struct provisioner *prov, const char *host,
 int provisioner_guest_adopt(struct provisioner *prov, const char *host,
                             const struct guest_spec *spec, const struct guest_events *events,
                             void *data, struct guest **ret_guest);
+/* Warm templates. A template is a guest booted from its pool's image and saved, memory
+ * and all, while its agent waited for a config (so no runner's secret is in it), under a
+ * name of its own: the overlay volume `<name>.qcow2` is its disk, `<storage_dir>/<name>.save`
+ * its memory. libvirt 9.0 restores a saved domain only under the name and UUID it had, so
+ * one template serves one runner at a time: a pool needs one per runner it runs at once on
+ * a host. A runner's guest restored from it gets its own overlay on the template's disk,
+ * its own channel, console log and metadata, and the domain name of the template; its
+ * agent is told `restore` (a seed from the host and the host's clock) and must say hello
+ * again with a new identity before it gets a config.
+ *
+ * `cb` gets 0 and the save file's size (-1 where it cannot be seen: a remote host), or a
+ * negative errno and the reason. The template counts against the host while it boots. */
+typedef void (*provisioner_template_cb)(void *data, int err, const char *reason,
+                                        int64_t file_bytes);
+int provisioner_template_build(struct provisioner *prov, const char *host,
+                               const struct config_pool *pool, const char *name,
+                               provisioner_template_cb cb, void *data);
+/* Like provisioner_guest_create, from the template `template_name` (-EBUSY while another
+ * guest has it). A template that cannot be restored (gone, corrupt, made by another QEMU)
+ * fails the guest with the reason: the caller then boots one cold. */
+int provisioner_guest_restore(struct provisioner *prov, const char *host,
+                              const struct guest_spec *spec, const char *template_name,
+                              const struct guest_events *events, void *data,
+                              struct guest **ret_guest);
 /* The owner gives the guest up: its teardown goes on, and no event reaches the owner. */
 void guest_disown(struct guest *guest);
 /* After on_hello. */
@@ -116,6 +140,8 @@ void guest_ack_exit(struct guest *guest);
 void guest_teardown(struct guest *guest, const char *reason);
 enum guest_state guest_state_get(const struct guest *guest);
 const char *guest_name(const struct guest *guest);
+/* Its libvirt domain's name: the runner's, or the template's it was restored from. */
+const char *guest_domain(const struct guest *guest);
 /* The per-runner console log, kept after teardown. */
 const char *guest_console_log(const struct guest *guest);
 

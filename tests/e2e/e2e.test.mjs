@@ -121,6 +121,11 @@ describe('end to end on real guests', () => {
   });
   after(async () => {
     const { code } = await d.stop();
+    // Guests outlive hatcheryd by design (the next one adopts them): the warm pool's idle
+    // runner is still up. Ours go with the test.
+    const left = spawnSync('virsh', ['-c', 'qemu:///system', 'list', '--name'], { encoding: 'utf8' }).stdout
+      .split('\n').filter((n) => n.startsWith('hatchery-it-'));
+    for (const name of left) spawnSync('virsh', ['-c', 'qemu:///system', 'destroy', name]);
     spawnSync('virsh', ['-c', 'qemu:///system', 'pool-destroy', `hatchery-e2e-${process.pid}`]);
     d.cleanup();
     rmSync(badDir, { recursive: true, force: true });
