@@ -51,6 +51,11 @@ const char *const pool_firmware_names[FIRMWARE_MAX] = {
     [FIRMWARE_VOF] = "vof",
 };
 
+const char *const pool_start_names[START_MAX] = {
+    [START_COLD] = "cold",
+    [START_TEMPLATE] = "template",
+};
+
 static const char *const log_level_names[] = {"debug", "info", "warn", "error"};
 
 enum key_type {
@@ -153,6 +158,7 @@ static const struct key pool_keys[] = {
     STRING_KEY(struct config_pool, initrd, false, NULL),
     STRING_KEY(struct config_pool, cmdline, false, NULL),
     ENUM_KEY(struct config_pool, firmware, pool_firmware_names, false, FIRMWARE_DEFAULT),
+    ENUM_KEY(struct config_pool, start, pool_start_names, false, START_COLD),
     STRING_KEY(struct config_pool, network, false, "user"),
     INT_KEY(struct config_pool, disk_mib, 64, INT64_C(1) << 24, 20480),
     INT_KEY(struct config_pool, boot_timeout_s, 5, 3600, 300),
@@ -728,6 +734,10 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
                      "pool's hosts",
                      p->name ? p->name : "?", c->hosts[j].name);
         }
+        if (p->backend == BACKEND_CONTAINER && p->start == START_TEMPLATE)
+            fail(l, line_node(p->line, &at), "pools[].start",
+                 "container pool '%s' cannot start from a template (VM pools only)",
+                 p->name ? p->name : "?");
         /* A container shares the host's kernel, and its agent (PID 1) runs as root with
          * the host's network: no place for a pull request's code (README: Security
          * model). The config must say that only trusted code goes there. */

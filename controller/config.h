@@ -58,6 +58,14 @@ enum pool_firmware {
 
 extern const char *const pool_firmware_names[FIRMWARE_MAX];
 
+enum pool_start {
+    START_COLD,     /* every runner boots its guest */
+    START_TEMPLATE, /* runners are restored from warm templates, cold when none is ready */
+    START_MAX,
+};
+
+extern const char *const pool_start_names[START_MAX];
+
 struct config_pool {
     char *name;
     char **labels;
@@ -75,6 +83,7 @@ struct config_pool {
     char *initrd;
     char *cmdline;
     int64_t firmware; /* enum pool_firmware */
+    int64_t start;    /* enum pool_start */
     char *network;    /* "user", "none" or a libvirt network */
     int64_t disk_mib;
     int64_t boot_timeout_s;

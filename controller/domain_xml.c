@@ -214,6 +214,8 @@ char *domain_xml_build(const struct domain_spec *s, char *err, size_t err_size)
     W(element(w, DOMAIN_METADATA_KEY ":runner-id", num));
     if (s->pool)
         W(element(w, DOMAIN_METADATA_KEY ":pool", s->pool));
+    if (s->template_key)
+        W(element(w, DOMAIN_METADATA_KEY ":template-key", s->template_key));
     W(end(w));
     W(end(w)); /* metadata */
 

@@ -44,7 +44,7 @@ static void usage(FILE *out)
         "  pools                          configured pools\n"
         "  capacity                       per pool: runners, jobs by status, why jobs wait\n"
         "  hosts                          libvirt hosts: state (and why), drained, transport,\n"
-        "                                 vCPUs, memory and guests used\n"
+        "                                 vCPUs, memory and guests used; warm templates\n"
         "  runners [--all] [--pool P] [--host H]\n"
         "                                 live runners (--all: ended ones too, with reasons),\n"
         "                                 of one pool or host\n"
@@ -407,6 +407,41 @@ static void print_hosts(json_t *answer)
         free_cells(cells, 8);
     }
     table_print(&t);
+    /* Warm templates, where any are kept. */
+    struct table tt = {
+        .n_columns = 7,
+        .headers = {"TEMPLATE", "HOST", "POOL", "STATE", "FILE_MB", "RESTORES", "REASON"}};
+    json_array_foreach(json_object_get(answer, "hosts"), i, h)
+    {
+        size_t k;
+        json_t *tp;
+        json_array_foreach(json_object_get(h, "templates"), k, tp)
+        {
+            json_t *bytes = json_object_get(tp, "file_bytes");
+            char mb[32] = "-";
+            if (json_is_integer(bytes))
+                snprintf(mb, sizeof(mb), "%.1f", (double)json_integer_value(bytes) / 1e6);
+            char restores[64];
+            snprintf(restores, sizeof(restores), "%lld (%lld cold)",
+                     (long long)json_integer_value(json_object_get(tp, "restores")),
+                     (long long)json_integer_value(json_object_get(tp, "fallbacks")));
+            char *cells[7] = {
+                fmt_value(json_object_get(tp, "name")),
+                fmt_value(json_object_get(h, "name")),
+                fmt_value(json_object_get(tp, "pool")),
+                fmt_value(json_object_get(tp, "state")),
+                strdup(mb),
+                strdup(restores),
+                fmt_value(json_object_get(tp, "reason")),
+            };
+            table_add_row(&tt, cells);
+            free_cells(cells, 7);
+        }
+    }
+    if (tt.n_rows) {
+        printf("\n");
+        table_print(&tt);
+    }
 }
 
 static void print_runners(json_t *answer)

@@ -537,6 +537,22 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
                 (json_int_t)h->memory_mib, "guests", (json_int_t)st.used.guests, "max_guests",
                 (json_int_t)h->max_guests, "reconnects", (json_int_t)st.reconnects, "drained",
                 d->scheduler && scheduler_host_drained(d->scheduler, h->name));
+            /* Its warm templates: their files, state and use. */
+            struct template_status ts[64];
+            size_t n_ts = 0;
+            json_t *templates = json_array();
+            provisioner_templates(d->provisioner, h->name, ts, 64, &n_ts);
+            for (size_t k = 0; k < n_ts; k++)
+                json_array_append_new(
+                    templates,
+                    json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:I, s:I}", "name", ts[k].name,
+                              "pool", ts[k].pool, "state", ts[k].state, "reason",
+                              ts[k].reason[0] ? json_string(ts[k].reason) : json_null(),
+                              "file_bytes",
+                              ts[k].file_bytes >= 0 ? json_integer(ts[k].file_bytes) : json_null(),
+                              "in_use", ts[k].in_use, "restores", (json_int_t)ts[k].restores,
+                              "fallbacks", (json_int_t)ts[k].fallbacks));
+            json_object_set_new(row, "templates", templates);
             json_array_append_new(hosts, row);
         }
         return json_pack("{s:b, s:o}", "ok", 1, "hosts", hosts);

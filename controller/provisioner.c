@@ -9,6 +9,7 @@
 #include <libxml/xpathInternals.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,9 @@
 #include "hatchery/agent_protocol.h"
 #include "hatchery/limits.h"
 #include "stream_bridge.h"
+#include "hatchery/version.h"
 #include "log.h"
+#include "textbuf.h"
 #include "wall_clock.h"
 
 #define RECONNECT_MIN_MS      500
@@ -44,6 +47,7 @@ struct host_found {
     char **active; /* on a reconnect: the domains running */
     size_t n_active;
     bool inventory_failed;
+    unsigned long hypervisor_version, libvirt_version; /* a template is tied to both */
 };
 
 /* Threads: a host is the loop's. Workers read its config, and reach its connection only
@@ -79,7 +83,45 @@ struct host {
     char error[256];
     struct host_usage used;
     struct guest *guests;
+    unsigned long hypervisor_version, libvirt_version;
+    struct template_slot *slots; /* warm templates kept here */
+    bool slot_work;              /* a template is checked or built: one at a time */
     struct host *next;
+};
+
+enum slot_state {
+    SLOT_UNKNOWN,  /* not looked at yet: a valid save file from before may be there */
+    SLOT_CHECKING, /* its files are being looked at (or removed) */
+    SLOT_BUILDING,
+    SLOT_READY,
+    SLOT_BROKEN,   /* its last build or restore failed: rebuilt after a delay */
+    SLOT_DISABLED, /* restores keep failing on this host: cold boots only */
+    SLOT_STATE_MAX,
+};
+
+static const char *const slot_state_names[SLOT_STATE_MAX] = {
+    [SLOT_UNKNOWN] = "unknown", [SLOT_CHECKING] = "checking", [SLOT_BUILDING] = "building",
+    [SLOT_READY] = "ready",     [SLOT_BROKEN] = "broken",     [SLOT_DISABLED] = "disabled",
+};
+
+/* One warm template of a pool on a host: `name` is its domain's, its volume's and its
+ * save file's. */
+struct template_slot {
+    struct host *host;
+    char pool[CONFIG_MAX_NAME_BYTES + 1];
+    char name[256];
+    char key[65];      /* what it was built from (template_key): stale when it changes */
+    char want_key[65]; /* what it should be built from now */
+    enum slot_state state;
+    bool rebuild; /* its files go before the next build: a corrupt or stale save */
+    int failures; /* restores in a row that gave no hello */
+    int64_t retry_at_ms;
+    int64_t file_bytes;
+    int64_t restores, fallbacks;
+    char reason[256];
+    const struct config_pool *pool_cfg; /* as of the last want */
+    uv_work_t work;
+    struct template_slot *next;
 };
 
 struct guest {
@@ -110,6 +152,10 @@ struct guest {
     bool saving;   /* the save runs: the domain's stop and the channel's end are expected */
     bool saved;
     char save_file[PATH_MAX];
+    struct template_slot *slot; /* the template it was restored from */
+    char fallback[300];         /* why its template could not be restored: booted cold */
+    char template_key[65];      /* a template being built: its key, in its metadata */
+    char found_domain[256];     /* adopt_work's answer: the domain serving this runner */
     provisioner_template_cb template_cb;
     void *template_data;
     int connect_tries;
@@ -137,6 +183,11 @@ struct provisioner {
 
 static void guest_fail(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void teardown_start(struct guest *g);
+static void save_file_of(const struct host *h, const char *name, char *out, size_t size);
+static struct template_slot *slot_for(struct host *h, const struct config_pool *pool);
+static void slot_broken(struct template_slot *slot, const char *reason);
+static void slot_restore_failed(struct template_slot *slot, const char *reason);
+static virDomainPtr runner_domain(virConnectPtr conn, const char *name);
 
 static const char *virt_error(void)
 {
@@ -347,6 +398,8 @@ static void connect_work(uv_work_t *w)
         f->inventory_failed = f->inventory_failed || (n > 0 && !f->active);
     }
     char *caps = virConnectGetCapabilities(f->conn);
+    virConnectGetVersion(f->conn, &f->hypervisor_version);
+    virConnectGetLibVersion(f->conn, &f->libvirt_version);
     if (caps) {
         /* KVM is there when the capabilities offer a kvm domain for the guest's arch. */
         for (int a = 0; a < ARCH_MAX; a++) {
@@ -436,6 +489,8 @@ static void connect_done(uv_work_t *w, int status)
     h->conn = f->conn;
     h->dropped = false;
     memcpy(h->kvm, f->kvm, sizeof(h->kvm));
+    h->hypervisor_version = f->hypervisor_version;
+    h->libvirt_version = f->libvirt_version;
     uv_mutex_unlock(&h->lock);
     host_active_free(h);
     h->active = f->active;
@@ -566,6 +621,11 @@ static void on_host_closed(uv_handle_t *handle)
     struct host *h = handle->data;
     if (--h->open_handles == 0) {
         host_active_free(h);
+        while (h->slots) {
+            struct template_slot *next = h->slots->next;
+            free(h->slots);
+            h->slots = next;
+        }
         uv_mutex_destroy(&h->lock);
         free(h);
     }
@@ -689,6 +749,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         .name = g->name,
         .controller_id = g->prov->controller_id,
         .runner_id = g->runner_id,
+        .template_key = g->template ? g->template_key : NULL,
         .pool = pool->name,
         .arch = (enum pool_arch)pool->arch,
         .backend = (enum pool_backend)pool->backend,
@@ -789,6 +850,7 @@ static char *restore_xml(const struct guest *g, const char *saved, char *err, si
         snprintf(err, err_size, "the saved domain has not one overlay volume");
         goto done;
     }
+    xml_remove(ctx, "/domain/metadata/h:runner/h:template-key");
     xml_remove(ctx, "/domain/devices/disk[@device='disk']/backingStore");
     xml_remove(ctx, "/domain/devices/disk[@device='disk']/source/@index");
     if (!g->host->streams) {
@@ -826,6 +888,7 @@ done:
 /* A runner's guest from a template, on a worker: its overlay on the template's disk, then
  * the restore of the template's memory into it. */
 static int capacity_for(const struct host *h, const struct config_pool *pool);
+static virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn);
 
 static void restore_on(struct guest *g, virConnectPtr conn)
 {
@@ -881,10 +944,30 @@ static void create_work(uv_work_t *w)
         snprintf(g->error, sizeof(g->error), "host %s is not connected", g->host->cfg.name);
         return;
     }
-    if (g->restore)
+    if (g->restore) {
         restore_on(g, conn);
-    else
+        if (g->error[0] && g->slot) {
+            /* The template did not restore (corrupt, gone, another QEMU's): this runner
+             * boots cold, under its own name, and the template is rebuilt. */
+            snprintf(g->fallback, sizeof(g->fallback), "%.290s", g->error);
+            g->error[0] = 0;
+            virStoragePoolPtr sp = storage_pool_lookup(g->host, conn);
+            virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
+            if (vol) {
+                virStorageVolDelete(vol, 0);
+                virStorageVolFree(vol);
+            }
+            if (sp)
+                virStoragePoolFree(sp);
+            free(g->xml);
+            g->xml = NULL;
+            g->restore = false;
+            snprintf(g->domain, sizeof(g->domain), "%s", g->name);
+            create_on(g, conn, kvm);
+        }
+    } else {
         create_on(g, conn, kvm);
+    }
     virConnectClose(conn);
 }
 
@@ -984,6 +1067,8 @@ static void ch_hello(void *data, const struct agent_hello *hello)
     }
     snprintf(g->machine_id, sizeof(g->machine_id), "%s", hello->machine_id);
     snprintf(g->nonce, sizeof(g->nonce), "%s", hello->nonce);
+    if (g->slot && hello->restored)
+        g->slot->failures = 0;
     uv_timer_stop(&g->timer);
     g->state = GUEST_READY;
     log_info("guest.hello",
@@ -1120,6 +1205,8 @@ static int channel_start(struct guest *g, uv_stream_t *stream)
 static void on_boot_timeout(uv_timer_t *t)
 {
     struct guest *g = t->data;
+    if (g->state == GUEST_BOOTING && g->restore && g->slot)
+        slot_restore_failed(g->slot, "a restored guest gave no hello");
     if (g->state == GUEST_BOOTING && g->restore)
         guest_fail(g,
                    "no hello from the restored agent within %d s (a guest whose timers do not "
@@ -1383,6 +1470,16 @@ static void create_done(uv_work_t *w, int status)
     }
     log_info("guest.created", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
              g->pool->name);
+    if (g->slot && g->fallback[0]) {
+        g->slot->fallbacks++;
+        log_warn("template.fallback", "guest=%s template=%s reason=\"%s\" action=\"booted cold\"",
+                 g->name, g->slot->name, g->fallback);
+        slot_broken(g->slot, g->fallback);
+        g->slot = NULL;
+    } else if (g->slot) {
+        g->slot->restores++;
+        log_info("template.restored", "guest=%s template=%s", g->name, g->slot->name);
+    }
     /* A container's agent can connect, say hello and even finish before this callback
      * runs: only a guest not heard from yet is booting. */
     if (g->state != GUEST_CREATING) {
@@ -1466,6 +1563,14 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
     struct guest *g = guest_new(p, h, spec, events, data);
     if (!g)
         return -ENOMEM;
+    struct template_slot *slot =
+        pool->start == START_TEMPLATE && pool->backend == BACKEND_VM ? slot_for(h, pool) : NULL;
+    if (slot) {
+        g->restore = true;
+        g->slot = slot;
+        snprintf(g->domain, sizeof(g->domain), "%s", slot->name);
+        save_file_of(h, slot->name, g->save_file, sizeof(g->save_file));
+    }
     if (pool->backend == BACKEND_CONTAINER) {
         r = container_listen(g);
         if (r < 0) {
@@ -1487,7 +1592,9 @@ static void adopt_work(uv_work_t *w)
     virSetErrorFunc(NULL, quiet_libvirt);
     g->error[0] = 0;
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
-    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
+    virDomainPtr dom = conn ? runner_domain(conn, g->name) : NULL;
+    if (dom) /* restored from a template: the template's name; taken on the loop */
+        snprintf(g->found_domain, sizeof(g->found_domain), "%s", virDomainGetName(dom));
     if (!dom)
         snprintf(g->error, sizeof(g->error), "its domain is gone");
     else if (virDomainIsActive(dom) != 1)
@@ -1505,6 +1612,8 @@ static void adopt_done(uv_work_t *w, int status)
     if (work_done_closing(g->prov))
         return;
     g->busy = false;
+    if (g->found_domain[0])
+        snprintf(g->domain, sizeof(g->domain), "%s", g->found_domain);
     if (g->teardown_queued) {
         teardown_start(g);
         return;
@@ -1554,6 +1663,11 @@ int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
 }
 
 /* -- templates: building one, restoring runners from it -- */
+
+static int provisioner_template_build_keyed(struct provisioner *p, const char *host_name,
+                                            const struct config_pool *pool, const char *name,
+                                            const char *key, provisioner_template_cb cb,
+                                            void *data);
 
 static void save_work(uv_work_t *w)
 {
@@ -1627,6 +1741,17 @@ static const struct guest_events template_events = {
     .on_gone = template_on_gone,
 };
 
+/* Why guests of `pool` cannot be restored on `h`, or NULL. pseries under TCG before QEMU
+ * 8.2 does not migrate its decrementer ("target/ppc: Migrate DECR SPR"): a restored
+ * guest's timers stop, sometimes at once, sometimes mid-job (docs/LIBVIRT-HERE.md). */
+static const char *restore_unsupported(const struct host *h, const struct config_pool *pool)
+{
+    if (pool->arch == ARCH_PPC64LE && !h->kvm[ARCH_PPC64LE] && h->hypervisor_version < 8002000)
+        return "pseries under TCG loses its timers on a restore before QEMU 8.2: cold boots "
+               "only";
+    return NULL;
+}
+
 static void save_file_of(const struct host *h, const char *name, char *out, size_t size)
 {
     snprintf(out, size, "%s/%s.save", h->cfg.storage_dir, name);
@@ -1646,6 +1771,13 @@ int provisioner_template_build(struct provisioner *p, const char *host_name,
                                const struct config_pool *pool, const char *name,
                                provisioner_template_cb cb, void *data)
 {
+    return provisioner_template_build_keyed(p, host_name, pool, name, "-", cb, data);
+}
+
+static int provisioner_template_build_keyed(struct provisioner *p, const char *host_name,
+                                            const struct config_pool *pool, const char *name,
+                                            const char *key, provisioner_template_cb cb, void *data)
+{
     struct host *h = host_find(p, host_name);
     if (!h || !name || !pool || pool->backend != BACKEND_VM)
         return -EINVAL;
@@ -1658,6 +1790,7 @@ int provisioner_template_build(struct provisioner *p, const char *host_name,
         return -ENOMEM;
     g->data = g;
     g->template = true;
+    snprintf(g->template_key, sizeof(g->template_key), "%s", key);
     g->template_cb = cb;
     g->template_data = data;
     save_file_of(h, name, g->save_file, sizeof(g->save_file));
@@ -1675,6 +1808,8 @@ int provisioner_guest_restore(struct provisioner *p, const char *host_name,
     struct host *h = host_find(p, host_name);
     if (!h || !spec->name || !spec->pool || !template_name || spec->pool->backend != BACKEND_VM)
         return -EINVAL;
+    if (restore_unsupported(h, spec->pool))
+        return -ENOTSUP;
     int r = capacity_for(h, spec->pool);
     if (r < 0)
         return r;
@@ -1693,6 +1828,280 @@ int provisioner_guest_restore(struct provisioner *p, const char *host_name,
     return 0;
 }
 
+/* -- warm templates kept per pool and host (provisioner_templates_want) -- */
+
+#define SLOT_RETRY_MS       60000
+#define SLOT_FAILURES_LIMIT 2 /* restores in a row without a hello: templates off here */
+
+/* What a template is built from, hashed: a save image holds the guest's memory and
+ * device state as this QEMU, libvirt and image made them; any change makes it stale. */
+static void template_key(const struct host *h, const struct config_pool *p, char out[65])
+{
+    struct textbuf b;
+    textbuf_init(&b, 8192);
+    const char *files[] = {p->image, p->kernel, p->initrd};
+    for (size_t i = 0; i < sizeof(files) / sizeof(*files); i++) {
+        struct stat st;
+        /* A remote host's files are not ours to stat: their paths count. */
+        bool seen = files[i] && !h->streams && stat(files[i], &st) == 0;
+        textbuf_printf(&b, "file=%s size=%lld mtime=%lld.%09ld\n", files[i] ? files[i] : "-",
+                       seen ? (long long)st.st_size : -1LL,
+                       seen ? (long long)st.st_mtim.tv_sec : 0LL, seen ? st.st_mtim.tv_nsec : 0L);
+    }
+    textbuf_printf(&b,
+                   "cmdline=%s arch=%s firmware=%s vcpus=%lld memory=%lld network=%s disk=%lld "
+                   "qemu=%lu libvirt=%lu hatchery=%s controller=%s\n",
+                   p->cmdline ? p->cmdline : "-", pool_arch_names[p->arch],
+                   pool_firmware_names[p->firmware], (long long)p->vcpus, (long long)p->memory_mib,
+                   p->network ? p->network : "-", (long long)p->disk_mib, h->hypervisor_version,
+                   h->libvirt_version, HATCHERY_VERSION, h->prov->controller_id);
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)b.data, b.len, md);
+    textbuf_free(&b);
+    for (size_t i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+}
+
+static bool slot_in_use(const struct template_slot *slot)
+{
+    for (const struct guest *g = slot->host->guests; g; g = g->next)
+        if (strcmp(g->domain, slot->name) == 0 && g->state < GUEST_GONE)
+            return true;
+    return false;
+}
+
+static void slot_broken(struct template_slot *slot, const char *reason)
+{
+    slot->state = SLOT_BROKEN;
+    slot->rebuild = true;
+    slot->retry_at_ms = wall_clock_ms() + SLOT_RETRY_MS;
+    snprintf(slot->reason, sizeof(slot->reason), "%s", reason);
+    log_warn("template.broken", "template=%s host=%s pool=%s reason=\"%s\"", slot->name,
+             slot->host->cfg.name, slot->pool, reason);
+}
+
+/* A restored guest that never said hello. Twice in a row: restores do not work on this
+ * host for this pool (pseries under TCG before QEMU 8.2), so its runners boot cold. */
+static void slot_restore_failed(struct template_slot *slot, const char *reason)
+{
+    if (++slot->failures < SLOT_FAILURES_LIMIT) {
+        slot_broken(slot, reason);
+        return;
+    }
+    slot->state = SLOT_DISABLED;
+    snprintf(slot->reason, sizeof(slot->reason), "%d restores in a row gave no hello: %s",
+             slot->failures, reason);
+    log_warn("template.disabled", "template=%s host=%s pool=%s reason=\"%s\"", slot->name,
+             slot->host->cfg.name, slot->pool, slot->reason);
+}
+
+static void on_slot_built(void *data, int err, const char *reason, int64_t bytes)
+{
+    struct template_slot *slot = data;
+    slot->host->slot_work = false;
+    if (err) {
+        slot_broken(slot, reason ? reason : "the build failed");
+        return;
+    }
+    slot->state = SLOT_READY;
+    slot->rebuild = false;
+    slot->reason[0] = 0;
+    slot->file_bytes = bytes;
+    snprintf(slot->key, sizeof(slot->key), "%s", slot->want_key);
+}
+
+/* On a worker: is the slot's save file there, built from what it should be? If not, its
+ * files go (and a leftover build's domain, from a hatcheryd that died mid-build). */
+static void slot_check_work(uv_work_t *w)
+{
+    struct template_slot *slot = w->data;
+    struct host *h = slot->host;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    virConnectPtr conn = host_conn_ref(h, false, NULL);
+    if (!conn) {
+        snprintf(slot->reason, sizeof(slot->reason), "host not connected");
+        return;
+    }
+    char file[PATH_MAX];
+    snprintf(file, sizeof(file), "%s/%s.save", h->cfg.storage_dir, slot->name);
+    slot->reason[0] = 0;
+    slot->key[0] = 0;
+    virDomainPtr dom = virDomainLookupByName(conn, slot->name);
+    if (dom) {
+        char *md = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
+        if (md && strstr(md, "template-key>"))
+            virDomainDestroy(dom); /* a build nobody finishes */
+        else
+            snprintf(slot->reason, sizeof(slot->reason), "in use by a runner");
+        free(md);
+        virDomainFree(dom);
+    }
+    if (!slot->reason[0] && !slot->rebuild) {
+        char *xml = virDomainSaveImageGetXMLDesc(conn, file, 0);
+        char needle[96];
+        snprintf(needle, sizeof(needle), "template-key>%s<", slot->want_key);
+        if (xml && strstr(xml, needle)) {
+            snprintf(slot->key, sizeof(slot->key), "%s", slot->want_key);
+            struct stat st;
+            slot->file_bytes = !h->streams && stat(file, &st) == 0 ? (int64_t)st.st_size : -1;
+        }
+        free(xml);
+    }
+    if (!slot->reason[0] && !slot->key[0]) {
+        virStoragePoolPtr sp = storage_pool_lookup(h, conn);
+        if (sp)
+            virStoragePoolRefresh(sp, 0);
+        char vol_name[300];
+        const char *suffixes[] = {".qcow2", ".save"};
+        for (size_t i = 0; sp && i < 2; i++) {
+            snprintf(vol_name, sizeof(vol_name), "%s%s", slot->name, suffixes[i]);
+            virStorageVolPtr vol = virStorageVolLookupByName(sp, vol_name);
+            if (vol) {
+                virStorageVolDelete(vol, 0);
+                virStorageVolFree(vol);
+            }
+        }
+        if (sp)
+            virStoragePoolFree(sp);
+    }
+    virConnectClose(conn);
+}
+
+static void slot_check_done(uv_work_t *w, int status)
+{
+    struct template_slot *slot = w->data;
+    struct host *h = slot->host;
+    (void)status;
+    if (work_done_closing(h->prov))
+        return;
+    h->slot_work = false;
+    if (slot->reason[0]) { /* in use, or the host went away: looked at again later */
+        slot->state = SLOT_UNKNOWN;
+        return;
+    }
+    if (slot->key[0]) {
+        slot->state = SLOT_READY;
+        slot->rebuild = false;
+        log_info("template.found", "template=%s host=%s pool=%s bytes=%lld", slot->name,
+                 h->cfg.name, slot->pool, (long long)slot->file_bytes);
+        return;
+    }
+    slot->rebuild = false;
+    int r = provisioner_template_build_keyed(h->prov, h->cfg.name, slot->pool_cfg, slot->name,
+                                             slot->want_key, on_slot_built, slot);
+    if (r == -ENOSPC || r == -ENODEV) {
+        slot->state = SLOT_UNKNOWN; /* no room now: the next want tries again */
+        return;
+    }
+    if (r < 0) {
+        slot_broken(slot, strerror(-r));
+        return;
+    }
+    slot->state = SLOT_BUILDING;
+    h->slot_work = true;
+}
+
+void provisioner_templates_want(struct provisioner *p, const char *host_name,
+                                const struct config_pool *pool, int n)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h || !h->up || p->closing || !pool || pool->backend != BACKEND_VM)
+        return;
+    char key[65];
+    template_key(h, pool, key);
+    for (int k = 0; k < n; k++) {
+        char name[256];
+        snprintf(name, sizeof(name), "hatchery-tpl-%s-%s-%d", p->controller_id, pool->name, k);
+        struct template_slot *slot = h->slots;
+        while (slot && strcmp(slot->name, name) != 0)
+            slot = slot->next;
+        if (!slot) {
+            slot = calloc(1, sizeof(*slot));
+            if (!slot)
+                return;
+            slot->host = h;
+            snprintf(slot->pool, sizeof(slot->pool), "%s", pool->name);
+            snprintf(slot->name, sizeof(slot->name), "%s", name);
+            slot->next = h->slots;
+            h->slots = slot;
+        }
+        slot->pool_cfg = pool;
+        const char *unsupported = restore_unsupported(h, pool);
+        if (unsupported) {
+            if (slot->state != SLOT_DISABLED)
+                log_warn("template.disabled", "template=%s host=%s pool=%s reason=\"%s\"",
+                         slot->name, h->cfg.name, slot->pool, unsupported);
+            slot->state = SLOT_DISABLED;
+            snprintf(slot->reason, sizeof(slot->reason), "%s", unsupported);
+            continue;
+        }
+        if (strcmp(slot->want_key, key) != 0) {
+            snprintf(slot->want_key, sizeof(slot->want_key), "%s", key);
+            if (slot->state == SLOT_READY || slot->state == SLOT_BROKEN ||
+                slot->state == SLOT_DISABLED) {
+                /* The image, the guest's size or the host's QEMU changed. */
+                log_info("template.stale", "template=%s host=%s pool=%s", slot->name, h->cfg.name,
+                         slot->pool);
+                slot->state = SLOT_UNKNOWN;
+                slot->rebuild = true;
+                slot->failures = 0;
+            }
+        }
+    }
+    if (h->slot_work)
+        return;
+    int64_t now = wall_clock_ms();
+    for (struct template_slot *slot = h->slots; slot; slot = slot->next) {
+        if (strcmp(slot->pool, pool->name) != 0 || slot_in_use(slot))
+            continue;
+        if (slot->state == SLOT_BROKEN && now >= slot->retry_at_ms)
+            slot->state = SLOT_UNKNOWN;
+        if (slot->state != SLOT_UNKNOWN)
+            continue;
+        slot->state = SLOT_CHECKING;
+        h->slot_work = true;
+        slot->work.data = slot;
+        if (queue_work(p, &slot->work, slot_check_work, slot_check_done) < 0) {
+            slot->state = SLOT_UNKNOWN;
+            h->slot_work = false;
+        }
+        return;
+    }
+}
+
+/* A ready template of `pool` on `h` that no guest has, or NULL. */
+static struct template_slot *slot_for(struct host *h, const struct config_pool *pool)
+{
+    for (struct template_slot *slot = h->slots; slot; slot = slot->next)
+        if (slot->state == SLOT_READY && strcmp(slot->pool, pool->name) == 0 &&
+            strcmp(slot->key, slot->want_key) == 0 && !slot_in_use(slot))
+            return slot;
+    return NULL;
+}
+
+int provisioner_templates(struct provisioner *p, const char *host_name, struct template_status *out,
+                          size_t max, size_t *ret_n)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h)
+        return -ENOENT;
+    size_t n = 0;
+    for (struct template_slot *slot = h->slots; slot && n < max; slot = slot->next) {
+        struct template_status *t = &out[n++];
+        memset(t, 0, sizeof(*t));
+        snprintf(t->name, sizeof(t->name), "%s", slot->name);
+        snprintf(t->pool, sizeof(t->pool), "%s", slot->pool);
+        t->state = slot_state_names[slot->state];
+        snprintf(t->reason, sizeof(t->reason), "%s", slot->reason);
+        t->file_bytes = slot->state == SLOT_READY ? slot->file_bytes : -1;
+        t->restores = slot->restores;
+        t->fallbacks = slot->fallbacks;
+        t->in_use = slot_in_use(slot);
+    }
+    *ret_n = n;
+    return 0;
+}
+
 static const struct guest_events no_events; /* every event ignored */
 
 void guest_disown(struct guest *g)
@@ -1707,11 +2116,23 @@ void guest_disown(struct guest *g)
  * not exist (libvirt drops transient domains when they stop), but libvirt's LXC driver
  * leaves one behind when a container died while libvirtd was away: destroying it is
  * refused ("not running") yet drops the stale object. */
+static int domain_remove_found(virDomainPtr dom);
+
 static int domain_remove(virConnectPtr conn, const char *name)
 {
     virDomainPtr dom = virDomainLookupByName(conn, name);
-    if (!dom)
-        return 0;
+    return dom ? domain_remove_found(dom) : 0;
+}
+
+/* The same for the domain that serves runner `name` (its own, or a template's). */
+static int runner_domain_remove(virConnectPtr conn, const char *name)
+{
+    virDomainPtr dom = runner_domain(conn, name);
+    return dom ? domain_remove_found(dom) : 0;
+}
+
+static int domain_remove_found(virDomainPtr dom)
+{
     int persistent = virDomainIsPersistent(dom);
     int r = 0;
     if ((virDomainIsActive(dom) == 1 || persistent == 0) && virDomainDestroy(dom) < 0 &&
@@ -1897,6 +2318,20 @@ static void guest_stopped(struct guest *g, const char *why)
         guest_fail(g, "the guest stopped (%s) before its runner reported an exit", why);
 }
 
+/* The runner a domain serves, from its metadata: a guest restored from a template runs
+ * under the template's name, and says its runner's in <runner-name>. Into `out`, or empty. */
+static void metadata_runner_name(const char *md, char *out, size_t size)
+{
+    const char *at = md ? strstr(md, "runner-name>") : NULL;
+    out[0] = 0;
+    if (!at)
+        return;
+    at += strlen("runner-name>");
+    size_t n = strcspn(at, "<");
+    if (n < size)
+        snprintf(out, size, "%.*s", (int)n, at);
+}
+
 int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***ret_names,
                                size_t *ret_n)
 {
@@ -1924,8 +2359,13 @@ int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***
         if (!md && name && strncmp(name, prefix, strlen(prefix)) == 0 &&
             virDomainIsActive(doms[i]) == 0 && virDomainIsPersistent(doms[i]) == 0)
             ours = true;
+        /* A template being built is no runner: its builder (or the next one) owns it. */
+        if (ours && md && strstr(md, "template-key>"))
+            ours = false;
+        char runner[256];
+        metadata_runner_name(md, runner, sizeof(runner));
         if (ours && names && name)
-            names[found++] = strdup(name);
+            names[found++] = strdup(runner[0] ? runner : name);
         free(md);
         virDomainFree(doms[i]);
     }
@@ -1936,6 +2376,30 @@ int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***
 }
 
 /* ---- work by name, off the loop --------------------------------------------------------- */
+
+/* The domain that serves runner `name`: its own, or a template's restored for it (its
+ * metadata says so). On a worker; NULL when there is none. */
+static virDomainPtr runner_domain(virConnectPtr conn, const char *name)
+{
+    virDomainPtr dom = virDomainLookupByName(conn, name);
+    if (dom)
+        return dom;
+    virDomainPtr *doms = NULL;
+    int n = virConnectListAllDomains(conn, &doms, 0);
+    for (int i = 0; i < n; i++) {
+        char *md =
+            virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
+        char runner[256];
+        metadata_runner_name(md, runner, sizeof(runner));
+        free(md);
+        if (!dom && runner[0] && strcmp(runner, name) == 0)
+            dom = doms[i];
+        else
+            virDomainFree(doms[i]);
+    }
+    free(doms);
+    return dom;
+}
 
 struct name_work {
     uv_work_t work;
@@ -1979,22 +2443,58 @@ static int orphan_volumes(struct provisioner *p, struct host *h, char ***ret_nam
     size_t found = 0;
     char prefix[128];
     snprintf(prefix, sizeof(prefix), "hatchery-%s-", p->controller_id);
+    /* The runners that guests restored from templates serve: their domains have the
+     * templates' names, their volumes the runners'. */
+    char **serving = NULL;
+    size_t n_serving = 0;
+    virDomainPtr *doms = NULL;
+    int n_doms = virConnectListAllDomains(conn, &doms, 0);
+    serving = n_doms > 0 ? calloc((size_t)n_doms, sizeof(char *)) : NULL;
+    for (int i = 0; i < n_doms; i++) {
+        char *md =
+            virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
+        char runner[256];
+        metadata_runner_name(md, runner, sizeof(runner));
+        if (runner[0] && serving)
+            serving[n_serving++] = strdup(runner);
+        free(md);
+        virDomainFree(doms[i]);
+    }
+    free(doms);
+    if (n_doms < 0) { /* no list, no verdict: nothing is an orphan this time */
+        for (int i = 0; i < n; i++)
+            virStorageVolFree(vols[i]);
+        free(vols);
+        free(names);
+        virConnectClose(conn);
+        return -EIO;
+    }
     for (int i = 0; i < n; i++) {
         const char *vname = virStorageVolGetName(vols[i]);
         size_t len = vname ? strlen(vname) : 0;
-        if (names && len > strlen(prefix) + 6 && strncmp(vname, prefix, strlen(prefix)) == 0 &&
-            strcmp(vname + len - 6, ".qcow2") == 0) {
+        /* A runner's overlay is the prefix and its id: a template's is not. */
+        bool runner_volume =
+            len > strlen(prefix) + 6 && strncmp(vname, prefix, strlen(prefix)) == 0 &&
+            strcmp(vname + len - 6, ".qcow2") == 0 &&
+            strspn(vname + strlen(prefix), "0123456789") == len - 6 - strlen(prefix);
+        if (names && runner_volume) {
             char name[256];
             snprintf(name, sizeof(name), "%.*s", (int)(len - 6), vname);
-            virDomainPtr dom = virDomainLookupByName(conn, name);
+            bool served = false;
+            for (size_t k = 0; k < n_serving && !served; k++)
+                served = serving[k] && strcmp(serving[k], name) == 0;
+            virDomainPtr dom = served ? NULL : virDomainLookupByName(conn, name);
             if (dom)
                 virDomainFree(dom);
-            else
+            else if (!served)
                 names[found++] = strdup(name);
         }
         virStorageVolFree(vols[i]);
     }
     free(vols);
+    for (size_t k = 0; k < n_serving; k++)
+        free(serving[k]);
+    free(serving);
     virConnectClose(conn);
     *ret_names = names;
     *ret_n = found;
@@ -2070,7 +2570,7 @@ static void remove_work(uv_work_t *w)
         nw->err = -ENODEV;
         return;
     }
-    if (domain_remove(conn, nw->name) < 0)
+    if (runner_domain_remove(conn, nw->name) < 0)
         nw->err = -EIO;
     char vol_name[300];
     snprintf(vol_name, sizeof(vol_name), "%s.qcow2", nw->name);

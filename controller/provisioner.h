@@ -21,6 +21,7 @@
 
 #include "agent_channel.h"
 #include "config.h"
+#include "hatchery/limits.h"
 
 struct provisioner;
 struct guest;
@@ -129,6 +130,27 @@ int provisioner_guest_restore(struct provisioner *prov, const char *host,
                               const struct guest_spec *spec, const char *template_name,
                               const struct guest_events *events, void *data,
                               struct guest **ret_guest);
+/* Keeps `n` warm templates of `pool` (start: template) on `host`: looks for valid ones
+ * left from before, builds missing or stale ones (the image, the guest's size, the host's
+ * QEMU or libvirt changed) one at a time while the host has room, rebuilds broken ones
+ * after a minute. Cheap: call it on every scheduler tick. provisioner_guest_create then
+ * restores a runner of such a pool from a ready template it finds free on the host, and
+ * boots it cold when there is none or the restore fails. */
+void provisioner_templates_want(struct provisioner *prov, const char *host,
+                                const struct config_pool *pool, int n);
+
+struct template_status {
+    char name[256];
+    char pool[CONFIG_MAX_NAME_BYTES + 1];
+    const char *state;  /* unknown, checking, building, ready, broken, disabled */
+    char reason[256];   /* why broken or disabled */
+    int64_t file_bytes; /* the save file's size; -1 unknown */
+    int64_t restores, fallbacks;
+    bool in_use;
+};
+int provisioner_templates(struct provisioner *prov, const char *host, struct template_status *out,
+                          size_t max, size_t *ret_n);
+
 /* The owner gives the guest up: its teardown goes on, and no event reaches the owner. */
 void guest_disown(struct guest *guest);
 /* After on_hello. */

@@ -961,6 +961,28 @@ static void retire_removed(struct scheduler *s)
 
 static void verify_late_jobs(struct scheduler *s);
 
+/* Warm templates (start: template): one per runner a pool may run at once on each of its
+ * hosts that is not drained. The provisioner builds what is missing, one at a time. */
+static void keep_templates(struct scheduler *s)
+{
+    const struct config *c = cfg(s);
+    for (size_t p = 0; p < c->n_pools; p++) {
+        const struct config_pool *pool = &c->pools[p];
+        if (pool->start != START_TEMPLATE || pool->backend != BACKEND_VM)
+            continue;
+        for (size_t i = 0; i < c->n_hosts; i++) {
+            const struct config_host *h = &c->hosts[i];
+            bool allowed = pool->n_hosts == 0;
+            for (size_t k = 0; k < pool->n_hosts && !allowed; k++)
+                allowed = strcmp(pool->hosts[k], h->name) == 0;
+            if (!allowed || s->drained[i])
+                continue;
+            int64_t n = pool->max_runners < h->max_guests ? pool->max_runners : h->max_guests;
+            provisioner_templates_want(prov(s), h->name, pool, (int)n);
+        }
+    }
+}
+
 static void tick(struct scheduler *s)
 {
     const struct config *c = cfg(s);
@@ -1055,6 +1077,7 @@ static void tick(struct scheduler *s)
         }
     }
     json_decref(rows);
+    keep_templates(s);
 }
 
 static void on_tick(uv_timer_t *t)

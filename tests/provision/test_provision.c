@@ -846,21 +846,15 @@ static void template_cycle(const char *arch)
 
     if (!restore_keeps_timers(arch)) {
         /* pseries under TCG before QEMU 8.2 does not migrate its decrementer: a restored
-         * guest's timers stop. The agent sleeps once before its hello, so that such a
-         * clone fails at once, before any config, and its runner is booted cold. */
+         * guest's timers stop, sometimes before its hello, sometimes mid-job (seen both
+         * ways here). Such a restore is refused, and its runners boot cold. */
         struct run r = {.jit = "exit=0"};
         struct guest *g = NULL;
-        snprintf(name, sizeof(name), "hatchery-ptest-%s-from-tpl-stalls", arch);
+        snprintf(name, sizeof(name), "hatchery-ptest-%s-from-tpl-refused", arch);
         struct guest_spec spec = {.name = name, .runner_id = 9, .pool = &pool};
         assert_int_equal(provisioner_guest_restore(prov, guest_host, &spec, tpl, &events, &r, &g),
-                         0);
-        wait_for(&r.gone, 60);
-        assert_true(r.failed);
-        assert_false(r.hello);
-        if (!strstr(r.reason, "no hello from the restored agent within 20 s"))
-            fail_msg("a stalled clone failed with '%s'", r.reason);
+                         -ENOTSUP);
         assert_false(domain_exists(name));
-        assert_false(domain_running(tpl));
         unlink(file);
         char vol[PATH_MAX];
         snprintf(vol, sizeof(vol), "%s/volumes/%s.qcow2", state_dir, tpl);

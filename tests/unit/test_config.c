@@ -170,6 +170,14 @@ static void test_missing_and_cross_references(void **state)
     snprintf(text, sizeof(text), "%s    backend: container\n", variant(NULL, ""));
     expect_error(text, "pools[].trusted: container pool 'linux.ppc64le' is not isolated enough "
                        "for untrusted jobs");
+    /* Warm templates are for VM pools; `start` takes cold or template. */
+    snprintf(text, sizeof(text),
+             "%s    backend: container\n    trusted: true\n    start: template\n",
+             variant(NULL, ""));
+    expect_error(text,
+                 "pools[].start: container pool 'linux.ppc64le' cannot start from a template");
+    snprintf(text, sizeof(text), "%s    start: warm\n", variant(NULL, ""));
+    expect_error(text, "'warm' is not one of");
     expect_error(variant("    max_guests: 8", "    max_guests: 8\n    agent_transport: ssh"),
                  "hosts[0].agent_transport: 'ssh' is not one of");
     /* Secrets never cross the network in clear. */

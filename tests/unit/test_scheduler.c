@@ -138,6 +138,18 @@ int provisioner_orphan_volumes_async(struct provisioner *prov, const char *host,
     return 0;
 }
 
+/* Warm templates: the scheduler asks for them on its tick; the fake keeps none. */
+static int templates_wanted;
+void provisioner_templates_want(struct provisioner *prov, const char *host,
+                                const struct config_pool *pool, int n)
+{
+    (void)prov;
+    (void)host;
+    (void)pool;
+    (void)n;
+    templates_wanted++;
+}
+
 int provisioner_domain_remove(struct provisioner *prov, const char *host, const char *name,
                               provisioner_done_cb cb, void *data)
 {
