@@ -254,7 +254,7 @@ static void each_key(const struct key *table, const char *path,
         fn(path, k->name, data);
         if (!k->sub)
             continue;
-        char sub_path[128];
+        char sub_path[256];
         snprintf(sub_path, sizeof(sub_path), "%s%s%s%s", path, *path ? "." : "", k->name,
                  k->type == KEY_SEQUENCE ? "[]" : "");
         each_key(k->sub, sub_path, fn, data);

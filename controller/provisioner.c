@@ -1013,6 +1013,9 @@ static void guest_fail(struct guest *g, const char *fmt, ...)
     va_end(ap);
     log_warn("guest.failed", "guest=%s host=%s state=%s reason=\"%s\"", g->name, g->host->cfg.name,
              guest_state_names[g->state], g->error);
+    /* A clone that failed before its hello: the template's fault until shown otherwise. */
+    if (g->slot && g->restore && g->state == GUEST_BOOTING)
+        slot_restore_failed(g->slot, g->error);
     if (g->events->on_failed)
         g->events->on_failed(g->data, g, g->error);
     teardown_start(g);
@@ -1205,8 +1208,6 @@ static int channel_start(struct guest *g, uv_stream_t *stream)
 static void on_boot_timeout(uv_timer_t *t)
 {
     struct guest *g = t->data;
-    if (g->state == GUEST_BOOTING && g->restore && g->slot)
-        slot_restore_failed(g->slot, "a restored guest gave no hello");
     if (g->state == GUEST_BOOTING && g->restore)
         guest_fail(g,
                    "no hello from the restored agent within %d s (a guest whose timers do not "
@@ -1875,7 +1876,7 @@ static void slot_broken(struct template_slot *slot, const char *reason)
     slot->state = SLOT_BROKEN;
     slot->rebuild = true;
     slot->retry_at_ms = wall_clock_ms() + SLOT_RETRY_MS;
-    snprintf(slot->reason, sizeof(slot->reason), "%s", reason);
+    snprintf(slot->reason, sizeof(slot->reason), "%.250s", reason);
     log_warn("template.broken", "template=%s host=%s pool=%s reason=\"%s\"", slot->name,
              slot->host->cfg.name, slot->pool, reason);
 }
@@ -1889,7 +1890,7 @@ static void slot_restore_failed(struct template_slot *slot, const char *reason)
         return;
     }
     slot->state = SLOT_DISABLED;
-    snprintf(slot->reason, sizeof(slot->reason), "%d restores in a row gave no hello: %s",
+    snprintf(slot->reason, sizeof(slot->reason), "%d restores in a row gave no hello: %.200s",
              slot->failures, reason);
     log_warn("template.disabled", "template=%s host=%s pool=%s reason=\"%s\"", slot->name,
              slot->host->cfg.name, slot->pool, slot->reason);

@@ -20,9 +20,9 @@ const testGuest = process.env.GUEST_ppc64le;
 const JIT = 'jit-production-e2e-91c4d2f7a3b54e6f8a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d';
 const storagePool = `hatchery-prod-${process.pid}`;
 
-function pool(arch, { max = 2 } = {}) {
-  return `  - name: prod-${arch}
-    labels: [linux.${arch}.prod]
+function pool(arch, { max = 2, template = false } = {}) {
+  return `  - name: prod-${arch}${template ? '-tpl' : ''}
+    labels: [linux.${arch}.prod${template ? '.tpl' : ''}]${template ? '\n    start: template' : ''}
     arch: ${arch}
     image: ${image[arch]}
     network: user
@@ -45,7 +45,8 @@ const d = new Daemon({
     storage_pool: ${storagePool}
     storage_dir: /tmp/${storagePool}
 `,
-  pools: 'pools:\n' + pool('ppc64le') + pool('s390x', { max: 1 }) + `  - name: test-ppc64le
+  pools: 'pools:\n' + pool('ppc64le') + pool('s390x', { max: 1 }) + pool('s390x', { max: 1, template: true }) +
+    `  - name: test-ppc64le
     labels: [linux.ppc64le.test]
     arch: ppc64le
     image: ${testGuest}/base.qcow2
@@ -226,17 +227,44 @@ describe('the production runner image, booted and serving jobs', () => {
     assert.deepEqual([...hostArgvLeaks], []);
   });
 
+  test('an s390x job from a warm template of the production image: restored, reseeded, its job built with podman', { timeout: 3000000 }, async () => {
+    const tpl = 'hatchery-tpl-it-prod-s390x-tpl-0';
+    const ready = await until('the production s390x template', () =>
+      d.cliJson('hosts').hosts[0].templates.find((t) => t.name === tpl && t.state === 'ready'));
+    console.log(`production s390x template: ${(ready.file_bytes / 1e6).toFixed(0)} MB`);
+    await setJit(JIT);
+    const name = await serve('s390x', null, taken, { label: 'linux.s390x.prod.tpl', poolName: 'prod-s390x-tpl' });
+    assert.match(d.logs, new RegExp(`event=template\\.restored guest=${name} template=${tpl}`));
+    const r = runners().find((x) => x.name === name);
+    assert.equal(r.exit_code, 0, `${name}: ${r.reason}`);
+    const rep = report(name);
+    assert.ok(rep, `${name}: a job report in its log\n${d.cli('logs', name).stdout.slice(-3000)}`);
+    assert.equal(rep.result, 'succeeded', JSON.stringify(rep));
+    assert.equal(rep.uid, 1000);
+    assert.equal(rep.output, 'hatchery-hello: built in a container on s390x (big-endian)');
+    // The clone took an identity of its own: not the template's machine-id.
+    const built = new RegExp(`event=guest\\.hello guest=${tpl} .*machine_id=(\\S+)`).exec(d.logs);
+    assert.ok(built, 'the template said hello when it was built');
+    assert.notEqual(hello(name).machine, built[1]);
+    assert.match(d.cli('logs', name).stdout, /restored: reseeded, new machine-id and nonce, hello sent again/);
+    assert.ok(!volumes().includes(name), 'overlay deleted');
+    assert.deepEqual([...hostArgvLeaks], []);
+    served.s390xTemplate = name;
+  });
+
   test('create to hello: the production image beside the busybox test guest, in this run', { timeout: 600000 }, async () => {
     const t = await serve('ppc64le', 'sleep=1 exit=0', taken, { label: 'linux.ppc64le.test', poolName: 'test-ppc64le' });
     const rows = [
       ['production ppc64le (Debian, systemd, SLOF)', createToHello(served.ppc64le)],
       ['production s390x (Debian, systemd)', createToHello(served.s390x)],
       ['test guest ppc64le (busybox initramfs, SLOF)', createToHello(t)],
+      ...(served.s390xTemplate ? [['production s390x from its warm template (restore)', createToHello(served.s390xTemplate)]] : []),
     ];
     for (const [what, s] of rows) {
       assert.ok(Number.isFinite(s) && s > 0, `${what}: ${s}`);
       console.log(`create to hello: ${what}: ${s.toFixed(1)} s`);
     }
     console.log(`ratio production/test (ppc64le): ${(rows[0][1] / rows[2][1]).toFixed(1)}`);
+    if (rows[3]) console.log(`ratio production s390x, template/cold: ${(rows[3][1] / rows[1][1]).toFixed(3)} (goal <= 0.2)`);
   });
 });
