@@ -1009,9 +1009,9 @@ int main(int argc, char **argv)
                 }
                 int rr = restore_identity(seed);
                 /* A clone whose timers did not survive the restore (pseries under TCG
-                 * before QEMU 8.2 loses its decrementer) would stall at its first
-                 * sleep, mid-job: it stalls here instead, before hello, and the
-                 * controller boots a runner cold. */
+                 * before QEMU 8.2 loses its decrementer; the controller refuses those)
+                 * may stall in this sleep, before its hello and any config, rather than
+                 * mid-job: a cheap early probe, not a proof. */
                 if (rr == 0 && usleep(10000) < 0)
                     rr = -errno;
                 if (rr < 0) {

@@ -312,18 +312,19 @@ static char *image_cell(json_t *p)
 
 static void print_pools(json_t *answer)
 {
-    struct table t = {.n_columns = 10,
-                      .headers = {"POOL", "ARCH", "BACKEND", "LABELS", "VCPUS", "MEMORY_MIB",
-                                  "MIN_IDLE", "MAX", "HOSTS", "IMAGE"}};
+    struct table t = {.n_columns = 11,
+                      .headers = {"POOL", "ARCH", "BACKEND", "START", "LABELS", "VCPUS",
+                                  "MEMORY_MIB", "MIN_IDLE", "MAX", "HOSTS", "IMAGE"}};
     size_t i;
     json_t *p;
     json_array_foreach(json_object_get(answer, "pools"), i, p)
     {
         json_t *hosts = json_object_get(p, "hosts");
-        char *cells[10] = {
+        char *cells[11] = {
             fmt_value(json_object_get(p, "name")),
             fmt_value(json_object_get(p, "arch")),
             fmt_value(json_object_get(p, "backend")),
+            fmt_value(json_object_get(p, "start")),
             fmt_value(json_object_get(p, "labels")),
             fmt_value(json_object_get(p, "vcpus")),
             fmt_value(json_object_get(p, "memory_mib")),
@@ -333,7 +334,7 @@ static void print_pools(json_t *answer)
             image_cell(p),
         };
         table_add_row(&t, cells);
-        free_cells(cells, 10);
+        free_cells(cells, 11);
     }
     table_print(&t);
 }

@@ -288,6 +288,7 @@ static json_t *pool_json(const struct config_pool *p)
                   pool_backend_names[p->backend], "image", p->image, "vcpus", (json_int_t)p->vcpus,
                   "memory_mib", (json_int_t)p->memory_mib, "min_idle", (json_int_t)p->min_idle,
                   "max_runners", (json_int_t)p->max_runners, "hosts", hosts);
+    json_object_set_new(out, "start", json_string(pool_start_names[p->start]));
     if (p->backend == BACKEND_VM) {
         /* Read now: an image rebuilt since the start shows as it is. */
         struct image_manifest m;

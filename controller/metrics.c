@@ -128,61 +128,61 @@ static void process_metrics(struct textbuf *b, const struct daemon *d)
 
 /* Warm templates (pools with start: template), by host and pool: how many in each state,
  * their files' bytes, and the runners restored from them or booted cold instead. */
+#define TEMPLATES_PER_HOST 64
 static void template_metrics(struct textbuf *b, struct daemon *d)
 {
+    size_t n_hosts = d->config->n_hosts;
+    struct template_status *ts = calloc(n_hosts * TEMPLATES_PER_HOST, sizeof(*ts));
+    size_t *n = calloc(n_hosts, sizeof(*n));
+    for (size_t i = 0; ts && n && i < n_hosts; i++)
+        provisioner_templates(d->provisioner, d->config->hosts[i].name, &ts[i * TEMPLATES_PER_HOST],
+                              TEMPLATES_PER_HOST, &n[i]);
     static const char *const states[] = {"unknown", "checking", "building",
                                          "ready",   "broken",   "disabled"};
-    header(b, "hatchery_templates", "gauge", "Warm templates, by host, pool and state.");
-    struct template_status ts[64];
-    for (size_t i = 0; i < d->config->n_hosts; i++) {
-        const char *host = d->config->hosts[i].name;
-        size_t n = 0;
-        provisioner_templates(d->provisioner, host, ts, 64, &n);
-        for (size_t p = 0; p < d->config->n_pools; p++) {
-            const char *pool = d->config->pools[p].name;
-            for (size_t k = 0; k < sizeof(states) / sizeof(*states); k++) {
-                long long count = 0;
-                for (size_t t = 0; t < n; t++)
-                    count += strcmp(ts[t].pool, pool) == 0 && strcmp(ts[t].state, states[k]) == 0;
-                if (count)
-                    textbuf_printf(
-                        b, "hatchery_templates{host=\"%s\",pool=\"%s\",state=\"%s\"} %lld\n", host,
-                        pool, states[k], count);
-            }
-        }
-    }
     static const struct {
         const char *name, *type, *help;
     } families[] = {
+        {"hatchery_templates", "gauge", "Warm templates, by host, pool and state."},
         {"hatchery_template_file_bytes", "gauge", "Bytes of the ready templates' save files."},
         {"hatchery_template_restores_total", "counter", "Runners restored from a template."},
         {"hatchery_template_fallbacks_total", "counter",
          "Runners that booted cold because their template did not restore."},
     };
-    for (size_t f = 0; f < sizeof(families) / sizeof(*families); f++) {
+    for (size_t f = 0; ts && n && f < sizeof(families) / sizeof(*families); f++) {
         header(b, families[f].name, families[f].type, families[f].help);
-        for (size_t i = 0; i < d->config->n_hosts; i++) {
+        for (size_t i = 0; i < n_hosts; i++) {
             const char *host = d->config->hosts[i].name;
-            size_t n = 0;
-            provisioner_templates(d->provisioner, host, ts, 64, &n);
+            const struct template_status *h = &ts[i * TEMPLATES_PER_HOST];
             for (size_t p = 0; p < d->config->n_pools; p++) {
                 const char *pool = d->config->pools[p].name;
-                long long v = 0;
-                bool any = false;
-                for (size_t t = 0; t < n; t++) {
-                    if (strcmp(ts[t].pool, pool) != 0)
+                /* The first family by state; the others one line per host and pool. */
+                for (size_t k = 0; k < (f == 0 ? sizeof(states) / sizeof(*states) : 1); k++) {
+                    long long v = 0;
+                    size_t seen = 0;
+                    for (size_t t = 0; t < n[i]; t++) {
+                        if (strcmp(h[t].pool, pool) != 0 ||
+                            (f == 0 && strcmp(h[t].state, states[k]) != 0))
+                            continue;
+                        seen++;
+                        v += f == 0   ? 1
+                             : f == 1 ? (h[t].file_bytes > 0 ? h[t].file_bytes : 0)
+                             : f == 2 ? h[t].restores
+                                      : h[t].fallbacks;
+                    }
+                    if (!seen)
                         continue;
-                    any = true;
-                    v += f == 0   ? (ts[t].file_bytes > 0 ? ts[t].file_bytes : 0)
-                         : f == 1 ? ts[t].restores
-                                  : ts[t].fallbacks;
+                    if (f == 0)
+                        textbuf_printf(b, "%s{host=\"%s\",pool=\"%s\",state=\"%s\"} %lld\n",
+                                       families[f].name, host, pool, states[k], v);
+                    else
+                        textbuf_printf(b, "%s{host=\"%s\",pool=\"%s\"} %lld\n", families[f].name,
+                                       host, pool, v);
                 }
-                if (any)
-                    textbuf_printf(b, "%s{host=\"%s\",pool=\"%s\"} %lld\n", families[f].name, host,
-                                   pool, v);
             }
         }
     }
+    free(ts);
+    free(n);
 }
 
 char *metrics_render(struct daemon *d, size_t *ret_len)

@@ -86,6 +86,8 @@ struct host {
     unsigned long hypervisor_version, libvirt_version;
     struct template_slot *slots; /* warm templates kept here */
     bool slot_work;              /* a template is checked or built: one at a time */
+    uint64_t slot_generation;    /* provisioner_templates_sweep's count */
+    bool slots_scanned;          /* templates left on disk by an earlier hatcheryd listed */
     struct host *next;
 };
 
@@ -120,6 +122,8 @@ struct template_slot {
     int64_t restores, fallbacks;
     char reason[256];
     const struct config_pool *pool_cfg; /* as of the last want */
+    uint64_t wanted;                    /* the host's sweep generation it was last wanted in */
+    bool removing;                      /* unwanted: its files are being deleted */
     uv_work_t work;
     struct template_slot *next;
 };
@@ -1911,6 +1915,28 @@ static void on_slot_built(void *data, int err, const char *reason, int64_t bytes
     snprintf(slot->key, sizeof(slot->key), "%s", slot->want_key);
 }
 
+/* On a worker: deletes a template's overlay and save file through the storage API (so on a
+ * remote host too; the pool is refreshed first, for it to list the save file libvirtd
+ * wrote beside the volumes). */
+static void template_files_delete(struct host *h, virConnectPtr conn, const char *name)
+{
+    virStoragePoolPtr sp = storage_pool_lookup(h, conn);
+    if (!sp)
+        return;
+    virStoragePoolRefresh(sp, 0);
+    const char *suffixes[] = {".qcow2", ".save"};
+    for (size_t i = 0; i < sizeof(suffixes) / sizeof(*suffixes); i++) {
+        char vol_name[300];
+        snprintf(vol_name, sizeof(vol_name), "%s%s", name, suffixes[i]);
+        virStorageVolPtr vol = virStorageVolLookupByName(sp, vol_name);
+        if (vol) {
+            virStorageVolDelete(vol, 0);
+            virStorageVolFree(vol);
+        }
+    }
+    virStoragePoolFree(sp);
+}
+
 /* On a worker: is the slot's save file there, built from what it should be? If not, its
  * files go (and a leftover build's domain, from a hatcheryd that died mid-build). */
 static void slot_check_work(uv_work_t *w)
@@ -1948,23 +1974,8 @@ static void slot_check_work(uv_work_t *w)
         }
         free(xml);
     }
-    if (!slot->reason[0] && !slot->key[0]) {
-        virStoragePoolPtr sp = storage_pool_lookup(h, conn);
-        if (sp)
-            virStoragePoolRefresh(sp, 0);
-        char vol_name[300];
-        const char *suffixes[] = {".qcow2", ".save"};
-        for (size_t i = 0; sp && i < 2; i++) {
-            snprintf(vol_name, sizeof(vol_name), "%s%s", slot->name, suffixes[i]);
-            virStorageVolPtr vol = virStorageVolLookupByName(sp, vol_name);
-            if (vol) {
-                virStorageVolDelete(vol, 0);
-                virStorageVolFree(vol);
-            }
-        }
-        if (sp)
-            virStoragePoolFree(sp);
-    }
+    if (!slot->reason[0] && !slot->key[0])
+        template_files_delete(h, conn, slot->name);
     virConnectClose(conn);
 }
 
@@ -2014,8 +2025,10 @@ void provisioner_templates_want(struct provisioner *p, const char *host_name,
         char name[256];
         snprintf(name, sizeof(name), "hatchery-tpl-%s-%s-%d", p->controller_id, pool->name, k);
         struct template_slot *slot = h->slots;
-        while (slot && strcmp(slot->name, name) != 0)
+        while (slot && (strcmp(slot->name, name) != 0 || slot->removing))
             slot = slot->next;
+        if (slot && slot->pool[0] == '(') /* found on disk: this pool's after all */
+            snprintf(slot->pool, sizeof(slot->pool), "%s", pool->name);
         if (!slot) {
             slot = calloc(1, sizeof(*slot));
             if (!slot)
@@ -2027,6 +2040,7 @@ void provisioner_templates_want(struct provisioner *p, const char *host_name,
             h->slots = slot;
         }
         slot->pool_cfg = pool;
+        slot->wanted = h->slot_generation;
         const char *unsupported = restore_unsupported(h, pool);
         if (unsupported) {
             if (slot->state != SLOT_DISABLED)
@@ -2053,7 +2067,7 @@ void provisioner_templates_want(struct provisioner *p, const char *host_name,
         return;
     int64_t now = wall_clock_ms();
     for (struct template_slot *slot = h->slots; slot; slot = slot->next) {
-        if (strcmp(slot->pool, pool->name) != 0 || slot_in_use(slot))
+        if (strcmp(slot->pool, pool->name) != 0 || slot_in_use(slot) || slot->removing)
             continue;
         if (slot->state == SLOT_BROKEN && now >= slot->retry_at_ms)
             slot->state = SLOT_UNKNOWN;
@@ -2070,11 +2084,149 @@ void provisioner_templates_want(struct provisioner *p, const char *host_name,
     }
 }
 
+/* On a worker: an unwanted template's files go. */
+static void slot_remove_work(uv_work_t *w)
+{
+    struct template_slot *slot = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    virConnectPtr conn = host_conn_ref(slot->host, false, NULL);
+    if (!conn)
+        return;
+    template_files_delete(slot->host, conn, slot->name);
+    virConnectClose(conn);
+}
+
+static void slot_remove_done(uv_work_t *w, int status)
+{
+    struct template_slot *slot = w->data;
+    struct host *h = slot->host;
+    (void)status;
+    if (work_done_closing(h->prov))
+        return;
+    h->slot_work = false;
+    log_info("template.removed", "template=%s host=%s pool=%s", slot->name, h->cfg.name,
+             slot->pool);
+    for (struct template_slot **pp = &h->slots; *pp; pp = &(*pp)->next)
+        if (*pp == slot) {
+            *pp = slot->next;
+            break;
+        }
+    free(slot);
+}
+
+/* On a worker: the template volumes of ours in the storage pool, as slots (unwanted until
+ * a want names them): templates a pool no longer has, left by an earlier hatcheryd. */
+struct slot_scan {
+    uv_work_t work;
+    struct host *host;
+    char **names;
+    size_t n;
+};
+
+static void slot_scan_work(uv_work_t *w)
+{
+    struct slot_scan *sc = w->data;
+    struct host *h = sc->host;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    virConnectPtr conn = host_conn_ref(h, false, NULL);
+    virStoragePoolPtr sp = conn ? storage_pool_lookup(h, conn) : NULL;
+    virStorageVolPtr *vols = NULL;
+    int n = sp ? virStoragePoolListAllVolumes(sp, &vols, 0) : -1;
+    char prefix[128];
+    snprintf(prefix, sizeof(prefix), "hatchery-tpl-%s-", h->prov->controller_id);
+    sc->names = n > 0 ? calloc((size_t)n, sizeof(char *)) : NULL;
+    for (int i = 0; i < n; i++) {
+        const char *vname = virStorageVolGetName(vols[i]);
+        size_t len = vname ? strlen(vname) : 0;
+        if (sc->names && len > strlen(prefix) + 6 && strncmp(vname, prefix, strlen(prefix)) == 0 &&
+            strcmp(vname + len - 6, ".qcow2") == 0)
+            sc->names[sc->n++] = strndup(vname, len - 6);
+        virStorageVolFree(vols[i]);
+    }
+    free(vols);
+    if (sp)
+        virStoragePoolFree(sp);
+    if (conn)
+        virConnectClose(conn);
+}
+
+static void slot_scan_done(uv_work_t *w, int status)
+{
+    struct slot_scan *sc = w->data;
+    struct host *h = sc->host;
+    (void)status;
+    if (!work_done_closing(h->prov)) {
+        h->slot_work = false;
+        for (size_t i = 0; i < sc->n; i++) {
+            struct template_slot *slot = h->slots;
+            while (slot && strcmp(slot->name, sc->names[i]) != 0)
+                slot = slot->next;
+            if (slot || !sc->names[i])
+                continue;
+            slot = calloc(1, sizeof(*slot));
+            if (!slot)
+                break;
+            slot->host = h;
+            snprintf(slot->name, sizeof(slot->name), "%s", sc->names[i]);
+            snprintf(slot->pool, sizeof(slot->pool), "(no pool)");
+            slot->state = SLOT_UNKNOWN;
+            slot->wanted = UINT64_MAX; /* a sweep decides, after this generation's wants */
+            slot->next = h->slots;
+            h->slots = slot;
+        }
+    }
+    for (size_t i = 0; i < sc->n; i++)
+        free(sc->names[i]);
+    free(sc->names);
+    free(sc);
+}
+
+void provisioner_templates_sweep(struct provisioner *p, const char *host_name)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h || !h->up || p->closing || h->lxc)
+        return;
+    uint64_t generation = h->slot_generation++;
+    if (h->slot_work)
+        return;
+    if (!h->slots_scanned) {
+        struct slot_scan *sc = calloc(1, sizeof(*sc));
+        if (!sc)
+            return;
+        sc->host = h;
+        sc->work.data = sc;
+        h->slots_scanned = true;
+        h->slot_work = true;
+        if (queue_work(p, &sc->work, slot_scan_work, slot_scan_done) < 0) {
+            h->slot_work = false;
+            free(sc);
+        }
+        return;
+    }
+    for (struct template_slot *slot = h->slots; slot; slot = slot->next) {
+        if (slot->wanted == UINT64_MAX) { /* found on disk: wanted from the next round on */
+            slot->wanted = generation;
+            continue;
+        }
+        if (slot->wanted == generation || slot_in_use(slot) || slot->removing ||
+            slot->state == SLOT_BUILDING || slot->state == SLOT_CHECKING)
+            continue;
+        slot->removing = true;
+        h->slot_work = true;
+        slot->work.data = slot;
+        if (queue_work(p, &slot->work, slot_remove_work, slot_remove_done) < 0) {
+            slot->removing = false;
+            h->slot_work = false;
+        }
+        return;
+    }
+}
+
 /* A ready template of `pool` on `h` that no guest has, or NULL. */
 static struct template_slot *slot_for(struct host *h, const struct config_pool *pool)
 {
     for (struct template_slot *slot = h->slots; slot; slot = slot->next)
-        if (slot->state == SLOT_READY && strcmp(slot->pool, pool->name) == 0 &&
+        if (slot->state == SLOT_READY && !slot->removing && strcmp(slot->pool, pool->name) == 0 &&
             strcmp(slot->key, slot->want_key) == 0 && !slot_in_use(slot))
             return slot;
     return NULL;

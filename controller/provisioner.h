@@ -139,6 +139,11 @@ int provisioner_guest_restore(struct provisioner *prov, const char *host,
 void provisioner_templates_want(struct provisioner *prov, const char *host,
                                 const struct config_pool *pool, int n);
 
+/* After the tick's wants for `host`: a template no want named this time (its pool was
+ * removed, or runs fewer runners at once now), or left on disk by an earlier hatcheryd for
+ * no pool, has its files deleted, one at a time, once no guest uses it. */
+void provisioner_templates_sweep(struct provisioner *prov, const char *host);
+
 struct template_status {
     char name[256];
     char pool[CONFIG_MAX_NAME_BYTES + 1];

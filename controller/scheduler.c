@@ -981,6 +981,8 @@ static void keep_templates(struct scheduler *s)
             provisioner_templates_want(prov(s), h->name, pool, (int)n);
         }
     }
+    for (size_t i = 0; i < c->n_hosts; i++)
+        provisioner_templates_sweep(prov(s), c->hosts[i].name);
 }
 
 static void tick(struct scheduler *s)

@@ -192,6 +192,19 @@ static int overhead(int n)
     return 0;
 }
 
+/* The transient storage pool goes with the run; then the provisioner. */
+static void finish(struct provisioner *p, const char *pool_name)
+{
+    virConnectPtr c = virConnectOpen("qemu:///system");
+    virStoragePoolPtr sp = virStoragePoolLookupByName(c, pool_name);
+    if (sp) {
+        virStoragePoolDestroy(sp);
+        virStoragePoolFree(sp);
+    }
+    virConnectClose(c);
+    provisioner_free(p);
+}
+
 static int boot(const char *arch_name, const char *dir)
 {
     bool ppc = strcmp(arch_name, "ppc64le") == 0;
@@ -295,14 +308,7 @@ static int boot(const char *arch_name, const char *dir)
     printf("  hatchery create to the guest's first own line      %6.2f s\n", ours_up / rounds);
     printf("  hatchery create to the agent's hello               %6.2f s\n", ours / rounds);
     printf("  ratio %.3f (goal <= 1.1)\n", ours / raw);
-    virConnectPtr c = virConnectOpen("qemu:///system");
-    virStoragePoolPtr sp = virStoragePoolLookupByName(c, pool_name);
-    if (sp) {
-        virStoragePoolDestroy(sp);
-        virStoragePoolFree(sp);
-    }
-    virConnectClose(c);
-    provisioner_free(p);
+    finish(p, pool_name);
     return 0;
 }
 
@@ -409,14 +415,7 @@ static int template(const char *arch_name, const char *dir)
     unlink(path);
     snprintf(path, sizeof(path), "%s/volumes/%s.qcow2", state_dir, tpl);
     unlink(path);
-    virConnectPtr c = virConnectOpen("qemu:///system");
-    virStoragePoolPtr sp = virStoragePoolLookupByName(c, pool_name);
-    if (sp) {
-        virStoragePoolDestroy(sp);
-        virStoragePoolFree(sp);
-    }
-    virConnectClose(c);
-    provisioner_free(p);
+    finish(p, pool_name);
     return 0;
 }
 

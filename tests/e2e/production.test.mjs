@@ -230,7 +230,7 @@ describe('the production runner image, booted and serving jobs', () => {
   test('an s390x job from a warm template of the production image: restored, reseeded, its job built with podman', { timeout: 3000000 }, async () => {
     const tpl = 'hatchery-tpl-it-prod-s390x-tpl-0';
     const ready = await until('the production s390x template', () =>
-      d.cliJson('hosts').hosts[0].templates.find((t) => t.name === tpl && t.state === 'ready'));
+      d.cliJson('hosts').hosts.find((h) => h.name === 'local').templates.find((t) => t.name === tpl && t.state === 'ready'));
     console.log(`production s390x template: ${(ready.file_bytes / 1e6).toFixed(0)} MB`);
     await setJit(JIT);
     const name = await serve('s390x', null, taken, { label: 'linux.s390x.prod.tpl', poolName: 'prod-s390x-tpl' });

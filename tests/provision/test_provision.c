@@ -826,8 +826,10 @@ static bool restore_keeps_timers(const char *arch)
 
 static void template_cycle(const char *arch)
 {
-    if (!provisioner_host_up(prov, "local")) /* run alone, through PROVISION_TEST_FILTER */
+    struct host_status local;
+    if (provisioner_host_status(prov, "local", &local) < 0) /* run alone: PROVISION_TEST_FILTER */
         add_host("local", "qemu:///system", 4);
+    wait_host_up("local", 600); /* back from the libvirtd restarts of the tests before */
     struct config_pool pool = real_pool(arch);
     char tpl[64], file[PATH_MAX], name[64];
     snprintf(tpl, sizeof(tpl), "hatchery-ptest-tpl-%s", arch);

@@ -139,7 +139,6 @@ int provisioner_orphan_volumes_async(struct provisioner *prov, const char *host,
 }
 
 /* Warm templates: the scheduler asks for them on its tick; the fake keeps none. */
-static int templates_wanted;
 void provisioner_templates_want(struct provisioner *prov, const char *host,
                                 const struct config_pool *pool, int n)
 {
@@ -147,7 +146,12 @@ void provisioner_templates_want(struct provisioner *prov, const char *host,
     (void)host;
     (void)pool;
     (void)n;
-    templates_wanted++;
+}
+
+void provisioner_templates_sweep(struct provisioner *prov, const char *host)
+{
+    (void)prov;
+    (void)host;
 }
 
 int provisioner_domain_remove(struct provisioner *prov, const char *host, const char *name,
