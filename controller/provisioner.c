@@ -1937,65 +1937,89 @@ static void template_files_delete(struct host *h, virConnectPtr conn, const char
     virStoragePoolFree(sp);
 }
 
+/* A slot's check, with what the worker reads and writes: the loop may change the slot
+ * meanwhile. */
+struct slot_check {
+    uv_work_t work;
+    struct template_slot *slot;
+    struct host *host;
+    char name[256], want_key[65];
+    bool rebuild;
+    bool valid;      /* out: its save file is there, built from want_key */
+    char reason[64]; /* out: why it could not be looked at (in use, host away) */
+    int64_t bytes;   /* out */
+};
+
 /* On a worker: is the slot's save file there, built from what it should be? If not, its
  * files go (and a leftover build's domain, from a hatcheryd that died mid-build). */
 static void slot_check_work(uv_work_t *w)
 {
-    struct template_slot *slot = w->data;
-    struct host *h = slot->host;
+    struct slot_check *c = w->data;
+    struct host *h = c->host;
     virSetErrorFunc(NULL, quiet_libvirt);
     virConnectPtr conn = host_conn_ref(h, false, NULL);
     if (!conn) {
-        snprintf(slot->reason, sizeof(slot->reason), "host not connected");
+        snprintf(c->reason, sizeof(c->reason), "host not connected");
         return;
     }
     char file[PATH_MAX];
-    snprintf(file, sizeof(file), "%s/%s.save", h->cfg.storage_dir, slot->name);
-    slot->reason[0] = 0;
-    slot->key[0] = 0;
-    virDomainPtr dom = virDomainLookupByName(conn, slot->name);
+    snprintf(file, sizeof(file), "%s/%s.save", h->cfg.storage_dir, c->name);
+    virDomainPtr dom = virDomainLookupByName(conn, c->name);
     if (dom) {
         char *md = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
         if (md && strstr(md, "template-key>"))
             virDomainDestroy(dom); /* a build nobody finishes */
         else
-            snprintf(slot->reason, sizeof(slot->reason), "in use by a runner");
+            snprintf(c->reason, sizeof(c->reason), "in use by a runner");
         free(md);
         virDomainFree(dom);
     }
-    if (!slot->reason[0] && !slot->rebuild) {
+    if (!c->reason[0] && !c->rebuild) {
         char *xml = virDomainSaveImageGetXMLDesc(conn, file, 0);
         char needle[96];
-        snprintf(needle, sizeof(needle), "template-key>%s<", slot->want_key);
+        snprintf(needle, sizeof(needle), "template-key>%s<", c->want_key);
         if (xml && strstr(xml, needle)) {
-            snprintf(slot->key, sizeof(slot->key), "%s", slot->want_key);
+            c->valid = true;
             struct stat st;
-            slot->file_bytes = !h->streams && stat(file, &st) == 0 ? (int64_t)st.st_size : -1;
+            c->bytes = !h->streams && stat(file, &st) == 0 ? (int64_t)st.st_size : -1;
         }
         free(xml);
     }
-    if (!slot->reason[0] && !slot->key[0])
-        template_files_delete(h, conn, slot->name);
+    if (!c->reason[0] && !c->valid)
+        template_files_delete(h, conn, c->name);
     virConnectClose(conn);
 }
 
 static void slot_check_done(uv_work_t *w, int status)
 {
-    struct template_slot *slot = w->data;
-    struct host *h = slot->host;
+    struct slot_check *c = w->data;
+    struct template_slot *slot = c->slot;
+    struct host *h = c->host;
     (void)status;
-    if (work_done_closing(h->prov))
+    bool closing = work_done_closing(h->prov);
+    bool in_use = c->reason[0] != 0, valid = c->valid;
+    char key[65];
+    snprintf(key, sizeof(key), "%s", c->want_key);
+    slot->file_bytes = c->bytes;
+    free(c);
+    if (closing)
         return;
     h->slot_work = false;
-    if (slot->reason[0]) { /* in use, or the host went away: looked at again later */
+    if (in_use) { /* in use, or the host went away: looked at again later */
         slot->state = SLOT_UNKNOWN;
         return;
     }
-    if (slot->key[0]) {
+    if (valid && strcmp(key, slot->want_key) == 0) {
         slot->state = SLOT_READY;
         slot->rebuild = false;
+        slot->reason[0] = 0;
+        snprintf(slot->key, sizeof(slot->key), "%s", key);
         log_info("template.found", "template=%s host=%s pool=%s bytes=%lld", slot->name,
                  h->cfg.name, slot->pool, (long long)slot->file_bytes);
+        return;
+    }
+    if (valid) { /* the want changed while it was looked at: again */
+        slot->state = SLOT_UNKNOWN;
         return;
     }
     slot->rebuild = false;
@@ -2073,10 +2097,19 @@ void provisioner_templates_want(struct provisioner *p, const char *host_name,
             slot->state = SLOT_UNKNOWN;
         if (slot->state != SLOT_UNKNOWN)
             continue;
+        struct slot_check *c = calloc(1, sizeof(*c));
+        if (!c)
+            return;
+        c->slot = slot;
+        c->host = h;
+        snprintf(c->name, sizeof(c->name), "%s", slot->name);
+        snprintf(c->want_key, sizeof(c->want_key), "%s", slot->want_key);
+        c->rebuild = slot->rebuild;
+        c->work.data = c;
         slot->state = SLOT_CHECKING;
         h->slot_work = true;
-        slot->work.data = slot;
-        if (queue_work(p, &slot->work, slot_check_work, slot_check_done) < 0) {
+        if (queue_work(p, &c->work, slot_check_work, slot_check_done) < 0) {
+            free(c);
             slot->state = SLOT_UNKNOWN;
             h->slot_work = false;
         }
