@@ -29,8 +29,9 @@
 #define RECONNECT_MIN_MS      500
 #define RECONNECT_MAX_MS      30000
 #define CHANNEL_CONNECT_TRIES 50 /* 100 ms apart */
-/* A restored guest's agent answers `restore` within a second here (under TCG). */
-#define RESTORE_HELLO_TIMEOUT_MS 20000
+/* A restored guest's agent answers `restore` within a second here, a production guest
+ * under TCG within seconds: a minute is a clone that is stuck. */
+#define RESTORE_HELLO_TIMEOUT_MS 60000
 
 const char *const guest_state_names[GUEST_STATE_MAX] = {
     [GUEST_CREATING] = "creating", [GUEST_ADOPTING] = "adopting", [GUEST_BOOTING] = "booting",

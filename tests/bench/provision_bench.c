@@ -12,7 +12,8 @@
  *                                  before it runs the agent; with `quiet` the kernel prints
  *                                  nothing before, but firmware may). DIR is the test guest
  *                                  (images/test-guest/build.sh ARCH).
- *   provision_bench template ARCH DIR  a warm template of the same guest: its build time
+ *   provision_bench template ARCH DIR|IMAGE.qcow2  a warm template of the same guest, or of
+ *                                  a production image (e2e.production_image's): its build time
  *                                  and file size, then create to hello cold beside
  *                                  restore to hello from the template, alternating, as a
  *                                  ratio (goal <= 0.2). */
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include "domain_xml.h"
+#include "image_manifest.h"
 #include "libvirt_loop.h"
 #include "log.h"
 #include "provisioner.h"
@@ -352,10 +354,28 @@ static double to_hello(struct provisioner *p, struct config_pool *pool, const ch
 static int template(const char *arch_name, const char *dir)
 {
     bool ppc = strcmp(arch_name, "ppc64le") == 0;
-    char kernel[512], initrd[512], image[512], pool_name[64], tpl[64], name[64];
+    /* DIR is the test guest's directory, or a production image (IMAGE.qcow2, booted from
+     * the kernel, initrd and command line its manifest names, as hatcheryd does). */
+    size_t dir_len = strlen(dir);
+    bool production = dir_len > 6 && strcmp(dir + dir_len - 6, ".qcow2") == 0;
+    char kernel[PATH_MAX], initrd[PATH_MAX], image[PATH_MAX], pool_name[64], tpl[64], name[64];
+    char cmdline[512];
     snprintf(kernel, sizeof(kernel), "%s/kernel", dir);
     snprintf(initrd, sizeof(initrd), "%s/initrd", dir);
     snprintf(image, sizeof(image), "%s/base.qcow2", dir);
+    snprintf(cmdline, sizeof(cmdline), "%s", ppc ? "console=hvc0 quiet" : "console=ttysclp0 quiet");
+    if (production) {
+        struct image_manifest m;
+        char err[512];
+        if (image_manifest_read(dir, &m, err, sizeof(err)) < 0) {
+            fprintf(stderr, "%s\n", err);
+            return 1;
+        }
+        snprintf(image, sizeof(image), "%s", dir);
+        snprintf(kernel, sizeof(kernel), "%s", m.kernel);
+        snprintf(initrd, sizeof(initrd), "%s", m.initrd);
+        snprintf(cmdline, sizeof(cmdline), "%s", m.cmdline);
+    }
     snprintf(pool_name, sizeof(pool_name), "hatchery-bench-%d", (int)getpid());
     snprintf(tpl, sizeof(tpl), "hatchery-bench-tpl-%s", arch_name);
     struct provisioner *p = start("local", "qemu:///system", pool_name);
@@ -365,21 +385,22 @@ static int template(const char *arch_name, const char *dir)
                                .image = image,
                                .kernel = kernel,
                                .initrd = initrd,
-                               .cmdline =
-                                   (char *)(ppc ? "console=hvc0 quiet" : "console=ttysclp0 quiet"),
-                               .firmware = ppc ? FIRMWARE_VOF : FIRMWARE_DEFAULT,
+                               .cmdline = cmdline,
+                               .firmware = ppc && !production ? FIRMWARE_VOF : FIRMWARE_DEFAULT,
                                .vcpus = 1,
-                               .memory_mib = 512,
+                               .memory_mib = production ? 1536 : 512,
                                .network = (char *)"none",
-                               .disk_mib = 64,
-                               .boot_timeout_s = 120};
+                               .disk_mib = production ? 8192 : 64,
+                               .boot_timeout_s = production ? 900 : 120};
     struct built b = {0};
     double t0 = now_s();
     provisioner_template_build(p, "local", &pool, tpl, on_built, &b);
     while (!b.done)
         uv_run(&loop, UV_RUN_ONCE);
     double build_s = now_s() - t0;
-    printf("%s warm template (TCG, the test guest: 512 MiB, one vCPU)\n", arch_name);
+    printf("%s warm template (TCG, %s)\n", arch_name,
+           production ? "the production image: 1536 MiB, one vCPU, systemd"
+                      : "the test guest: 512 MiB, one vCPU");
     if (b.err) {
         printf("  not built\n");
         provisioner_free(p);
@@ -387,6 +408,18 @@ static int template(const char *arch_name, const char *dir)
     }
     printf("  built (boot, hello, save) in %.2f s; its file %.1f MB\n", build_s,
            (double)b.bytes / 1e6);
+    /* A template ages before it serves (TEMPLATE_AGE_S): its clones' clocks jump by that. */
+    const char *age_text = getenv("TEMPLATE_AGE_S");
+    long age = age_text ? strtol(age_text, NULL, 10) : 0;
+    if (age > 0) {
+        printf("  aging the template %ld s\n", age);
+        fflush(stdout);
+        /* On the loop: libvirt's keepalive must go on meanwhile. */
+        for (double until = now_s() + (double)age; now_s() < until;) {
+            uv_run(&loop, UV_RUN_NOWAIT);
+            usleep(100000);
+        }
+    }
     const int rounds = 3;
     double cold = 0, warm = 0;
     int warm_ok = 0;

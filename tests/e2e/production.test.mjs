@@ -160,6 +160,35 @@ describe('the production runner image, booted and serving jobs', () => {
     }
   });
 
+  // First, while the template is fresh: a clone restored 5 minutes after its template was
+  // saved once gave no hello within 20 s in a full run here (not understood yet; see
+  // docs/LIBVIRT-HERE.md), and its job was served by a cold runner instead.
+  test('an s390x job from a warm template of the production image: restored, reseeded, its job built with podman', { timeout: 3000000 }, async () => {
+    const tpl = 'hatchery-tpl-it-prod-s390x-tpl-0';
+    const ready = await until('the production s390x template', () =>
+      d.cliJson('hosts').hosts.find((h) => h.name === 'local').templates.find((t) => t.name === tpl && t.state === 'ready'));
+    console.log(`production s390x template: ${(ready.file_bytes / 1e6).toFixed(0)} MB`);
+    await setJit(JIT);
+    const name = await serve('s390x', null, taken, { label: 'linux.s390x.prod.tpl', poolName: 'prod-s390x-tpl' });
+    assert.ok(new RegExp(`event=template\\.restored guest=${name} template=${tpl}`).test(d.logs),
+      d.logs.split('\n').filter((l) => l.includes(name) || l.includes('template')).join('\n'));
+    const r = runners().find((x) => x.name === name);
+    assert.equal(r.exit_code, 0, `${name}: ${r.reason}`);
+    const rep = report(name);
+    assert.ok(rep, `${name}: a job report in its log\n${d.cli('logs', name).stdout.slice(-3000)}`);
+    assert.equal(rep.result, 'succeeded', JSON.stringify(rep));
+    assert.equal(rep.uid, 1000);
+    assert.equal(rep.output, 'hatchery-hello: built in a container on s390x (big-endian)');
+    // The clone took an identity of its own: not the template's machine-id.
+    const built = new RegExp(`event=guest\\.hello guest=${tpl} .*machine_id=(\\S+)`).exec(d.logs);
+    assert.ok(built, 'the template said hello when it was built');
+    assert.notEqual(hello(name).machine, built[1]);
+    assert.match(d.cli('logs', name).stdout, /restored: reseeded, new machine-id and nonce, hello sent again/);
+    assert.ok(!volumes().includes(name), 'overlay deleted');
+    assert.deepEqual([...hostArgvLeaks], []);
+    served.s390xTemplate = name;
+  });
+
   test('a ppc64le and an s390x job, each built with podman inside its guest', { timeout: 3000000 }, async () => {
     const t0 = Date.now();
     await setJit(JIT);
@@ -225,31 +254,6 @@ describe('the production runner image, booted and serving jobs', () => {
     assert.notEqual(a.machine, b.machine);
     assert.notEqual(a.boot, b.boot);
     assert.deepEqual([...hostArgvLeaks], []);
-  });
-
-  test('an s390x job from a warm template of the production image: restored, reseeded, its job built with podman', { timeout: 3000000 }, async () => {
-    const tpl = 'hatchery-tpl-it-prod-s390x-tpl-0';
-    const ready = await until('the production s390x template', () =>
-      d.cliJson('hosts').hosts.find((h) => h.name === 'local').templates.find((t) => t.name === tpl && t.state === 'ready'));
-    console.log(`production s390x template: ${(ready.file_bytes / 1e6).toFixed(0)} MB`);
-    await setJit(JIT);
-    const name = await serve('s390x', null, taken, { label: 'linux.s390x.prod.tpl', poolName: 'prod-s390x-tpl' });
-    assert.match(d.logs, new RegExp(`event=template\\.restored guest=${name} template=${tpl}`));
-    const r = runners().find((x) => x.name === name);
-    assert.equal(r.exit_code, 0, `${name}: ${r.reason}`);
-    const rep = report(name);
-    assert.ok(rep, `${name}: a job report in its log\n${d.cli('logs', name).stdout.slice(-3000)}`);
-    assert.equal(rep.result, 'succeeded', JSON.stringify(rep));
-    assert.equal(rep.uid, 1000);
-    assert.equal(rep.output, 'hatchery-hello: built in a container on s390x (big-endian)');
-    // The clone took an identity of its own: not the template's machine-id.
-    const built = new RegExp(`event=guest\\.hello guest=${tpl} .*machine_id=(\\S+)`).exec(d.logs);
-    assert.ok(built, 'the template said hello when it was built');
-    assert.notEqual(hello(name).machine, built[1]);
-    assert.match(d.cli('logs', name).stdout, /restored: reseeded, new machine-id and nonce, hello sent again/);
-    assert.ok(!volumes().includes(name), 'overlay deleted');
-    assert.deepEqual([...hostArgvLeaks], []);
-    served.s390xTemplate = name;
   });
 
   test('create to hello: the production image beside the busybox test guest, in this run', { timeout: 600000 }, async () => {
