@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <linux/seccomp.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -682,15 +684,29 @@ static const char *const front_killing_syscalls[] = {
     "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev",
 };
 
+/* Whether this kernel (or emulator) has seccomp filters at all: qemu-user answers the
+ * seccomp() syscall with ENOSYS (and refuses the prctl with EINVAL), as a kernel without
+ * CONFIG_SECCOMP does; libseccomp would then fail in ways of its own. A kernel before 4.14
+ * answers EINVAL (no GET_ACTION_AVAIL): the load tries. */
+static bool seccomp_filters_available(void)
+{
+    uint32_t action = SECCOMP_RET_KILL_PROCESS;
+    return syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) == 0 || errno != ENOSYS;
+}
+
 int front_sandbox_apply(void)
 {
+    if (!seccomp_filters_available())
+        return -ENOSYS;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         return -errno;
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
     if (!ctx)
         return -ENOMEM;
-    /* The kernel's own errno from seccomp_load, not libseccomp's -ECANCELED for all. */
-    int r = seccomp_attr_set(ctx, SCMP_FLTATR_API_SYSRAWRC, 1);
+    /* The kernel's own errno from seccomp_load, not libseccomp's -ECANCELED for all (where
+     * this libseccomp can: the attribute only sharpens the error). */
+    seccomp_attr_set(ctx, SCMP_FLTATR_API_SYSRAWRC, 1);
+    int r = 0;
     for (size_t i = 0; r == 0 && i < sizeof(front_syscalls) / sizeof(*front_syscalls); i++) {
         int nr = seccomp_syscall_resolve_name(front_syscalls[i]);
         if (nr != __NR_SCMP_ERROR)
