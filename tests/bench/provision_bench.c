@@ -207,30 +207,63 @@ static void finish(struct provisioner *p, const char *pool_name)
     provisioner_free(p);
 }
 
+/* The guest a benchmark boots: DIR is the test guest's directory, or a production image
+ * (IMAGE.qcow2, booted from the kernel, initrd and command line its manifest names, as
+ * hatcheryd does). The pool points into `f`. */
+struct guest_files {
+    char kernel[PATH_MAX], initrd[PATH_MAX], image[PATH_MAX], cmdline[512];
+};
+
+static int bench_pool(const char *arch_name, const char *dir, struct guest_files *f,
+                      struct config_pool *ret)
+{
+    bool ppc = strcmp(arch_name, "ppc64le") == 0;
+    size_t dir_len = strlen(dir);
+    bool production = dir_len > 6 && strcmp(dir + dir_len - 6, ".qcow2") == 0;
+    snprintf(f->kernel, sizeof(f->kernel), "%s/kernel", dir);
+    snprintf(f->initrd, sizeof(f->initrd), "%s/initrd", dir);
+    snprintf(f->image, sizeof(f->image), "%s/base.qcow2", dir);
+    snprintf(f->cmdline, sizeof(f->cmdline), "%s",
+             ppc ? "console=hvc0 quiet" : "console=ttysclp0 quiet");
+    if (production) {
+        struct image_manifest m;
+        char err[512];
+        if (image_manifest_read(dir, &m, err, sizeof(err)) < 0) {
+            fprintf(stderr, "%s\n", err);
+            return -1;
+        }
+        snprintf(f->image, sizeof(f->image), "%s", dir);
+        snprintf(f->kernel, sizeof(f->kernel), "%s", m.kernel);
+        snprintf(f->initrd, sizeof(f->initrd), "%s", m.initrd);
+        snprintf(f->cmdline, sizeof(f->cmdline), "%s", m.cmdline);
+    }
+    *ret = (struct config_pool){.name = (char *)arch_name,
+                                .arch = ppc ? ARCH_PPC64LE : ARCH_S390X,
+                                .backend = BACKEND_VM,
+                                .image = f->image,
+                                .kernel = f->kernel,
+                                .initrd = f->initrd,
+                                .cmdline = f->cmdline,
+                                .firmware = ppc && !production ? FIRMWARE_VOF : FIRMWARE_DEFAULT,
+                                .vcpus = 1,
+                                .memory_mib = production ? 1536 : 512,
+                                .network = (char *)"none",
+                                .disk_mib = production ? 8192 : 64,
+                                .boot_timeout_s = production ? 900 : 120};
+    return production;
+}
+
 static int boot(const char *arch_name, const char *dir)
 {
     bool ppc = strcmp(arch_name, "ppc64le") == 0;
-    char kernel[512], initrd[512], image[512];
-    snprintf(kernel, sizeof(kernel), "%s/kernel", dir);
-    snprintf(initrd, sizeof(initrd), "%s/initrd", dir);
-    snprintf(image, sizeof(image), "%s/base.qcow2", dir);
-    const char *cmdline = ppc ? "console=hvc0 quiet" : "console=ttysclp0 quiet";
+    struct guest_files f;
+    struct config_pool pool;
+    if (bench_pool(arch_name, dir, &f, &pool) < 0)
+        return 1;
+    const char *kernel = f.kernel, *initrd = f.initrd, *image = f.image, *cmdline = f.cmdline;
     char pool_name[64];
     snprintf(pool_name, sizeof(pool_name), "hatchery-bench-%d", (int)getpid());
     struct provisioner *p = start("local", "qemu:///system", pool_name);
-    struct config_pool pool = {.name = (char *)arch_name,
-                               .arch = ppc ? ARCH_PPC64LE : ARCH_S390X,
-                               .backend = BACKEND_VM,
-                               .image = image,
-                               .kernel = kernel,
-                               .initrd = initrd,
-                               .cmdline = (char *)cmdline,
-                               .firmware = ppc ? FIRMWARE_VOF : FIRMWARE_DEFAULT,
-                               .vcpus = 1,
-                               .memory_mib = 512,
-                               .network = (char *)"none",
-                               .disk_mib = 64,
-                               .boot_timeout_s = 120};
     const int rounds = 3;
     double ours = 0, raw = 0, ours_up = 0;
     for (int i = 0; i < rounds; i++) {
@@ -279,7 +312,7 @@ static int boot(const char *arch_name, const char *dir)
                                    .console_log = log_path};
         virConnectPtr c = virConnectOpen("qemu:///system");
         virStoragePoolPtr sp = virStoragePoolLookupByName(c, pool_name);
-        char vxml[1024];
+        char vxml[PATH_MAX + 512];
         snprintf(vxml, sizeof(vxml),
                  "<volume><name>%s</name><capacity unit='MiB'>64</capacity><target><format "
                  "type='qcow2'/></target><backingStore><path>%s</path><format type='qcow2'/>"
@@ -353,45 +386,15 @@ static double to_hello(struct provisioner *p, struct config_pool *pool, const ch
 
 static int template(const char *arch_name, const char *dir)
 {
-    bool ppc = strcmp(arch_name, "ppc64le") == 0;
-    /* DIR is the test guest's directory, or a production image (IMAGE.qcow2, booted from
-     * the kernel, initrd and command line its manifest names, as hatcheryd does). */
-    size_t dir_len = strlen(dir);
-    bool production = dir_len > 6 && strcmp(dir + dir_len - 6, ".qcow2") == 0;
-    char kernel[PATH_MAX], initrd[PATH_MAX], image[PATH_MAX], pool_name[64], tpl[64], name[64];
-    char cmdline[512];
-    snprintf(kernel, sizeof(kernel), "%s/kernel", dir);
-    snprintf(initrd, sizeof(initrd), "%s/initrd", dir);
-    snprintf(image, sizeof(image), "%s/base.qcow2", dir);
-    snprintf(cmdline, sizeof(cmdline), "%s", ppc ? "console=hvc0 quiet" : "console=ttysclp0 quiet");
-    if (production) {
-        struct image_manifest m;
-        char err[512];
-        if (image_manifest_read(dir, &m, err, sizeof(err)) < 0) {
-            fprintf(stderr, "%s\n", err);
-            return 1;
-        }
-        snprintf(image, sizeof(image), "%s", dir);
-        snprintf(kernel, sizeof(kernel), "%s", m.kernel);
-        snprintf(initrd, sizeof(initrd), "%s", m.initrd);
-        snprintf(cmdline, sizeof(cmdline), "%s", m.cmdline);
-    }
+    struct guest_files f;
+    struct config_pool pool;
+    int production = bench_pool(arch_name, dir, &f, &pool);
+    if (production < 0)
+        return 1;
+    char pool_name[64], tpl[64], name[64];
     snprintf(pool_name, sizeof(pool_name), "hatchery-bench-%d", (int)getpid());
     snprintf(tpl, sizeof(tpl), "hatchery-bench-tpl-%s", arch_name);
     struct provisioner *p = start("local", "qemu:///system", pool_name);
-    struct config_pool pool = {.name = (char *)arch_name,
-                               .arch = ppc ? ARCH_PPC64LE : ARCH_S390X,
-                               .backend = BACKEND_VM,
-                               .image = image,
-                               .kernel = kernel,
-                               .initrd = initrd,
-                               .cmdline = cmdline,
-                               .firmware = ppc && !production ? FIRMWARE_VOF : FIRMWARE_DEFAULT,
-                               .vcpus = 1,
-                               .memory_mib = production ? 1536 : 512,
-                               .network = (char *)"none",
-                               .disk_mib = production ? 8192 : 64,
-                               .boot_timeout_s = production ? 900 : 120};
     struct built b = {0};
     double t0 = now_s();
     provisioner_template_build(p, "local", &pool, tpl, on_built, &b);
