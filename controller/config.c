@@ -174,7 +174,7 @@ static const struct key pool_keys[] = {
 static const struct key scope_keys[] = {
     STRING_KEY(struct config_scope, repo, false, NULL),
     STRING_KEY(struct config_scope, org, false, NULL),
-    INT_KEY(struct config_scope, runner_group_id, 1, INT64_MAX, 1),
+    INT_KEY(struct config_scope, runner_group_id, 1, INT64_MAX, CONFIG_DEFAULT_RUNNER_GROUP),
     {.name = NULL},
 };
 
@@ -637,6 +637,58 @@ static void check_github(struct loader *l, struct config *c, yaml_node_t *root)
     }
 }
 
+/* The scope a pool's runners register in: the one it names, or the only one there is.
+ * NULL when it names none of them, or none while there are several. */
+const struct config_scope *config_pool_scope(const struct config *c, const struct config_pool *p)
+{
+    const struct config_github *g = &c->github;
+    for (size_t i = 0; p->github_scope && i < g->n_runner_scopes; i++) {
+        const struct config_scope *s = &g->runner_scopes[i];
+        if ((s->repo && strcmp(s->repo, p->github_scope) == 0) ||
+            (s->org && strcmp(s->org, p->github_scope) == 0))
+            return s;
+    }
+    return !p->github_scope && g->n_runner_scopes == 1 ? &g->runner_scopes[0] : NULL;
+}
+
+/* Which runner group a pool's runners join decides which workflows may reach them: no pool
+ * falls into a scope it did not name, and a trusted pool never into the default group,
+ * which every workflow of the repository (a pull request's among them) may use. */
+static void check_pool_scope(struct loader *l, const struct config *c, const struct config_pool *p)
+{
+    if (!config_github_enabled(c) || c->github.n_runner_scopes == 0)
+        return;
+    yaml_node_t at;
+    const char *name = p->name ? p->name : "?";
+    const struct config_scope *s = config_pool_scope(c, p);
+    if (!s && p->github_scope) {
+        fail(l, line_node(p->line, &at), "pools[].github_scope",
+             "pool '%s' names scope '%s', which is none of github.runner_scopes", name,
+             p->github_scope);
+        return;
+    }
+    if (!s) {
+        fail(l, line_node(p->line, &at), "pools[].github_scope",
+             "pool '%s' names no github_scope, and github.runner_scopes has %zu: say which one "
+             "its runners register in (its runner group decides which workflows reach them)",
+             name, c->github.n_runner_scopes);
+        return;
+    }
+    if (!p->trusted)
+        return;
+    if (!p->github_scope)
+        fail(l, line_node(p->line, &at), "pools[].github_scope",
+             "trusted pool '%s' must name its github_scope, one whose runner group is "
+             "restricted to trusted workflows",
+             name);
+    else if (s->runner_group_id == CONFIG_DEFAULT_RUNNER_GROUP)
+        fail(l, line_node(p->line, &at), "pools[].trusted",
+             "trusted pool '%s' registers in scope '%s', whose runner_group_id %d is the default "
+             "group, which every workflow (a pull request's too) may use: give the scope a "
+             "runner group restricted to trusted workflows",
+             name, p->github_scope, CONFIG_DEFAULT_RUNNER_GROUP);
+}
+
 static void check_semantics(struct loader *l, struct config *c, yaml_node_t *root)
 {
     yaml_node_t at;
@@ -750,6 +802,7 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
             fail(l, line_node(p->line, &at), "pools[].vcpus",
                  "pool '%s' (%lld vCPUs, %lld MiB) fits on none of its hosts",
                  p->name ? p->name : "?", (long long)p->vcpus, (long long)p->memory_mib);
+        check_pool_scope(l, c, p);
         pool_image_manifest(l, &at, p);
     }
 }

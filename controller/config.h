@@ -117,6 +117,10 @@ struct config_http {
     char *tls_key_file;
 };
 
+/* GitHub's default runner group: every repository of the scope, and every workflow, may use
+ * it. */
+#define CONFIG_DEFAULT_RUNNER_GROUP 1
+
 struct config_scope {
     char *repo; /* owner/name */
     char *org;
@@ -185,6 +189,10 @@ void config_each_key(void (*fn)(const char *path, const char *key, void *data), 
 
 /* Whether the config has a `github` section with credentials. */
 bool config_github_enabled(const struct config *config);
+/* The runner scope a pool's runners register in: the one it names, or the only one. NULL
+ * when there is none (a loaded config has one for every pool while GitHub is enabled). */
+const struct config_scope *config_pool_scope(const struct config *config,
+                                             const struct config_pool *pool);
 
 /* Parses "HOST:PORT" or "[V6]:PORT" without resolving names. */
 int config_listen_parse(const char *listen, struct sockaddr_storage *ret_addr);

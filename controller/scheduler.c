@@ -795,7 +795,8 @@ static const struct github_scope *scope_for(const struct scheduler *s, const str
             (sc->org && strcmp(sc->org, p->github_scope) == 0))
             return sc;
     }
-    return s->deps.n_scopes ? &s->deps.scopes[0] : NULL;
+    /* Only the one scope there is: the config refuses a pool that names none of several. */
+    return !p->github_scope && s->deps.n_scopes == 1 ? &s->deps.scopes[0] : NULL;
 }
 
 static void runner_create(struct scheduler *s, const struct config_pool *pool, const char *host)

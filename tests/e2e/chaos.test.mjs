@@ -42,6 +42,7 @@ const d = new Daemon({
     arch: x86_64
     backend: container
     trusted: true
+    github_scope: pytorch/pytorch
     image: ${process.env.ROOTFS}
     vcpus: 1
     memory_mib: 256
@@ -50,7 +51,7 @@ const d = new Daemon({
     runner_command: [/usr/bin/fake-runner]
     hosts: [lxc]
 `,
-  extra: githubConfig({ reconcileIntervalS: 2 }),
+  extra: githubConfig({ reconcileIntervalS: 2, runnerGroupId: 3 }),
 });
 
 const payload = (action, id, runner = null) => workflowJob(action, id, ['chaos'], runner);

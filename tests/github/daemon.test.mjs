@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { createPrivateKey } from 'node:crypto';
-import { Daemon, HATCHERYD, frontPid, memoryHolds, tempDir, writeConfig } from '../integration/lib/daemon.mjs';
+import { DEFAULT_POOLS, Daemon, HATCHERYD, frontPid, memoryHolds, tempDir, writeConfig } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const github = `github:
@@ -22,12 +22,15 @@ const github = `github:
       runner_group_id: 7
 `;
 
+// Two scopes: each pool names the one its runners register in.
+const pools = DEFAULT_POOLS.replace(/(max_runners: \d+)/g, '$1\n    github_scope: pytorch/pytorch');
+
 async function doubleLog() {
   return (await fetch(`${api}/__double/log`)).json();
 }
 
 describe('hatcheryd with GitHub', () => {
-  const d = new Daemon({ extra: github });
+  const d = new Daemon({ extra: github, pools });
   before(async () => {
     await fetch(`${api}/__double/log`, { method: 'DELETE' });
     await fetch(`${api}/__double/faults`, {
@@ -105,7 +108,7 @@ describe('hatcheryd with GitHub', () => {
 describe('GitHub config checks', () => {
   test('a group-readable App key fails --check-config', () => {
     const dir = tempDir();
-    const file = writeConfig(dir, { port: 1, extra: github });
+    const file = writeConfig(dir, { port: 1, extra: github, pools });
     chmodSync(process.env.APP_KEY_FILE, 0o640);
     const r = spawnSync(HATCHERYD, ['--check-config', file], { encoding: 'utf8' });
     chmodSync(process.env.APP_KEY_FILE, 0o600);
@@ -118,11 +121,20 @@ describe('GitHub config checks', () => {
     const dir = tempDir();
     const bad = github.replace('  timeout_ms: 3000\n', '  timeout_ms: 3000\n  token_file: /etc/passwd\n')
       .replace('    - org: pytorch\n', '    - org: pytorch\n      repo: a/b\n');
-    const file = writeConfig(dir, { port: 1, extra: bad });
+    const file = writeConfig(dir, { port: 1, extra: bad, pools });
     const r = spawnSync(HATCHERYD, ['--check-config', file], { encoding: 'utf8' });
     spawnSync('rm', ['-rf', dir]);
     assert.equal(r.status, 1);
     assert.match(r.stderr, /github: give either app_id with app_private_key_file .* or token_file, not both/);
     assert.match(r.stderr, /:\d+: github\.runner_scopes\[\]: each scope names exactly one of repo/);
+  });
+
+  test('with two scopes, a pool that names none is refused at its line', () => {
+    const dir = tempDir();
+    const file = writeConfig(dir, { port: 1, extra: github });
+    const r = spawnSync(HATCHERYD, ['--check-config', file], { encoding: 'utf8' });
+    spawnSync('rm', ['-rf', dir]);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /:\d+: pools\[\]\.github_scope: pool 'linux\.ppc64le' names no github_scope, and github\.runner_scopes has 2/);
   });
 });

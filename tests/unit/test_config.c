@@ -186,6 +186,75 @@ static void test_missing_and_cross_references(void **state)
                  "qemu+tcp://p10-a/system is not encrypted");
 }
 
+/* Which runner group a pool joins decides which workflows reach it: no pool falls into a
+ * scope it did not name, and a trusted pool never into the default group. */
+static void test_pool_scopes(void **state)
+{
+    (void)state;
+    static const char two_scopes[] = "github:\n"
+                                     "  token_file: /etc/hatchery/token\n"
+                                     "  runner_scopes:\n"
+                                     "    - repo: pytorch/pytorch\n"
+                                     "      runner_group_id: 1\n"
+                                     "    - org: pytorch\n"
+                                     "      runner_group_id: 42\n";
+    char text[8192];
+    /* Two scopes, and the pool names neither: refused at the pool's line. */
+    snprintf(text, sizeof(text), "%s%s", variant(NULL, ""), two_scopes);
+    expect_error(text, ":13: pools[].github_scope: pool 'linux.ppc64le' names no github_scope, "
+                       "and github.runner_scopes has 2");
+    /* A scope that is not there. */
+    snprintf(text, sizeof(text), "%s    github_scope: pytorch/vision\n%s", variant(NULL, ""),
+             two_scopes);
+    expect_error(text, "pools[].github_scope: pool 'linux.ppc64le' names scope 'pytorch/vision', "
+                       "which is none of github.runner_scopes");
+    /* A trusted pool in the default group, named or implied: refused. */
+    snprintf(text, sizeof(text), "%s    backend: container\n    trusted: true\n"
+                                 "    github_scope: pytorch/pytorch\n%s",
+             variant(NULL, ""), two_scopes);
+    expect_error(text, ":13: pools[].trusted: trusted pool 'linux.ppc64le' registers in scope "
+                       "'pytorch/pytorch', whose runner_group_id 1 is the default group");
+    snprintf(text, sizeof(text),
+             "%s    backend: container\n    trusted: true\ngithub:\n  token_file: /t\n"
+             "  runner_scopes:\n    - org: pytorch\n      runner_group_id: 42\n",
+             variant(NULL, ""));
+    expect_error(text, "pools[].github_scope: trusted pool 'linux.ppc64le' must name its "
+                       "github_scope");
+    snprintf(text, sizeof(text),
+             "%s    backend: container\n    trusted: true\n    github_scope: pytorch\n"
+             "github:\n  token_file: /t\n  runner_scopes:\n    - org: pytorch\n",
+             variant(NULL, ""));
+    expect_error(text, "whose runner_group_id 1 is the default group");
+
+    /* Named scopes load, and each pool gets the one it named; one scope needs no name. */
+    snprintf(text, sizeof(text),
+             "%s    github_scope: pytorch/pytorch\n"
+             "  - {name: small, labels: [small], arch: ppc64le, backend: container, "
+             "trusted: true, image: /r, max_runners: 1, hosts: [p10-a], github_scope: pytorch}\n"
+             "%s",
+             variant(NULL, ""), two_scopes);
+    char *path = write_temp(text);
+    struct config *c = NULL;
+    char *errors = NULL;
+    if (config_load(path, &c, &errors) < 0)
+        fail_msg("%s", errors);
+    assert_string_equal(config_pool_scope(c, &c->pools[0])->repo, "pytorch/pytorch");
+    assert_int_equal(config_pool_scope(c, &c->pools[1])->runner_group_id, 42);
+    config_free(c);
+    unlink(path);
+    free(path);
+    snprintf(text, sizeof(text), "%sgithub:\n  token_file: /t\n  runner_scopes:\n"
+                                 "    - repo: pytorch/pytorch\n",
+             variant(NULL, ""));
+    path = write_temp(text);
+    if (config_load(path, &c, &errors) < 0)
+        fail_msg("%s", errors);
+    assert_string_equal(config_pool_scope(c, &c->pools[0])->repo, "pytorch/pytorch");
+    config_free(c);
+    unlink(path);
+    free(path);
+}
+
 static void test_host_transport(void **state)
 {
     (void)state;
@@ -411,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_missing_and_cross_references),
+        cmocka_unit_test(test_pool_scopes),
         cmocka_unit_test(test_host_transport),
         cmocka_unit_test(test_yaml_syntax_error),
         cmocka_unit_test(test_listen_parse),
