@@ -2,33 +2,66 @@
 # The one test command: installs what is missing, builds (ASan+UBSan, -Werror), builds the
 # fuzz targets with clang, and runs every unit, integration and fuzz-smoke test with ctest.
 # Also builds with ThreadSanitizer and runs the integration and GitHub tests on that build
-# (tsan.integration_github). Ends with ctest's summary; exits non-zero on any failure.
+# (tsan.integration_github). Ends with ctest's summary and a timing summary by phase;
+# exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
 
+# Per-phase timing, printed at the end whatever the outcome.
+phases=()
+phase_start=$SECONDS
+run_start=$SECONDS
+phase_done() { phases+=("$(printf '%-28s %6d s' "$1" $((SECONDS - phase_start)))"); phase_start=$SECONDS; }
+timing_summary() {
+  echo
+  echo "== timing by phase =="
+  printf '%s\n' "${phases[@]}"
+  # The tests by group (the part of their name before the first dot), from ctest's log.
+  if [ -n "${ctest_ran:-}" ] && [ -f "$root/build-test/Testing/Temporary/LastTest.log" ]; then
+    awk '/^[0-9]+\/[0-9]+ Test: / {name=$3}
+         /^Test time = / {split(name, p, "."); t[p[1]] += $4}
+         END {for (g in t) printf "  ctest %-20s %6d s (test time, summed)\n", g, t[g]}' \
+      "$root/build-test/Testing/Temporary/LastTest.log" | sort -k3 -nr
+  fi
+  printf '%-28s %6d s\n' "whole run" $((SECONDS - run_start))
+}
+trap timing_summary EXIT
+
 ./deploy/install-deps.sh
+# Foreign binaries (package cross tests, image builds) run through binfmt_misc, which a new
+# machine has not mounted: prepared once, here, for every test.
+./images/enable-binfmt.sh
+phase_done "dependencies"
 
 # GitHub's own definitions the tests are judged by (pinned in tests/package-lock.json).
 if [ ! -d tests/node_modules/@octokit/webhooks-examples ] ||
    ! cmp -s tests/package-lock.json tests/node_modules/.package-lock.json 2>/dev/null; then
   (cd tests && npm ci --no-audit --no-fund --loglevel=error)
 fi
+phase_done "npm packages"
 
 # Fuzz targets: clang + libFuzzer, built apart from the sanitizer build.
 cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DHATCHERY_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-fuzz -j"$jobs" >/dev/null
+phase_done "build: fuzz (clang)"
 
 # ThreadSanitizer: a third build, whose integration and GitHub tests run as one test.
 cmake -S . -B build-tsan -DHATCHERY_TSAN=ON -DHATCHERY_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build-tsan -j"$jobs" >/dev/null
+phase_done "build: ThreadSanitizer"
 
 cmake -S . -B build-test -DHATCHERY_SANITIZE=ON -DHATCHERY_WERROR=ON -DCMAKE_BUILD_TYPE=Debug \
   -DHATCHERY_FUZZ_DIR="$root/build-fuzz/tests/fuzz" -DHATCHERY_TSAN_DIR="$root/build-tsan" >/dev/null
 cmake --build build-test -j"$jobs"
+phase_done "build: ASan+UBSan"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 cd build-test
-ctest --output-on-failure -j"$jobs"
+status=0
+ctest_ran=yes
+ctest --output-on-failure -j"$jobs" || status=$?
+phase_done "ctest"
+exit "$status"

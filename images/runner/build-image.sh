@@ -91,9 +91,8 @@ for p in "${preloads[@]}"; do
 done
 if [ "$(dpkg --print-architecture)" != "$deb_arch" ]; then
   command -v arch-test >/dev/null || die "arch-test is missing (deploy/install-deps.sh installs it)"
-  [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-  update-binfmts --enable >/dev/null 2>&1 || true
-  arch-test "$deb_arch" >/dev/null || die "this machine cannot run $deb_arch binaries: install qemu-user-static and binfmt-support"
+  "$here/../enable-binfmt.sh" "$deb_arch" ||
+    die "this machine cannot run $deb_arch binaries (images/enable-binfmt.sh)"
 fi
 log() { echo "build-image($arch): $*" >&2; }
 

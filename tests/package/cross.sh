@@ -24,8 +24,7 @@ case "$arch" in
   *) echo "cross.sh: ARCH is ppc64el or s390x" >&2; exit 2 ;;
 esac
 log() { echo "cross($arch): $*" >&2; }
-[ -e "/proc/sys/fs/binfmt_misc/qemu-$qemu" ] ||
-  { log "binfmt_misc has no qemu-$qemu: install qemu-user-static and binfmt-support"; exit 1; }
+"$root/images/enable-binfmt.sh" "$qemu" || { log "cannot run $arch binaries here"; exit 1; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
