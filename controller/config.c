@@ -32,6 +32,7 @@ const char *const placement_names[PLACEMENT_MAX] = {
     [PLACEMENT_PACK] = "pack",
 };
 
+const char *const host_guest_isolation_names[ISOLATION_MAX] = {"required", "unchecked"};
 const char *const host_transport_names[TRANSPORT_MAX] = {
     [TRANSPORT_AUTO] = "auto",
     [TRANSPORT_SOCKET] = "socket",
@@ -140,6 +141,8 @@ static const struct key host_keys[] = {
     STRING_KEY(struct config_host, storage_dir, false, "/var/lib/hatchery/volumes"),
     INT_KEY(struct config_host, down_grace_s, 0, 86400, 120),
     ENUM_KEY(struct config_host, agent_transport, host_transport_names, false, TRANSPORT_AUTO),
+    ENUM_KEY(struct config_host, guest_isolation, host_guest_isolation_names, false,
+             ISOLATION_REQUIRED),
     {.name = NULL},
 };
 

@@ -37,6 +37,15 @@ enum host_transport {
 
 extern const char *const host_transport_names[TRANSPORT_MAX];
 
+/* Whether hatcheryd must see a host's guest isolation in place before it starts networked
+ * guests there (controller/guest_isolation.h). */
+enum host_guest_isolation {
+    ISOLATION_REQUIRED,  /* checked; a host without it gets no networked guest */
+    ISOLATION_UNCHECKED, /* the operator isolates guests some other way, and says so */
+    ISOLATION_MAX,
+};
+extern const char *const host_guest_isolation_names[ISOLATION_MAX];
+
 struct config_host {
     char *name;
     char *uri;
@@ -47,6 +56,7 @@ struct config_host {
     char *storage_dir;
     int64_t down_grace_s;    /* guests outlive a dropped connection this long, for its return */
     int64_t agent_transport; /* enum host_transport */
+    int64_t guest_isolation; /* enum host_guest_isolation */
     int line;
 };
 

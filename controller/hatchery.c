@@ -44,7 +44,8 @@ static void usage(FILE *out)
         "  pools                          configured pools\n"
         "  capacity                       per pool: runners, jobs by status, why jobs wait\n"
         "  hosts                          libvirt hosts: state (and why), drained, transport,\n"
-        "                                 vCPUs, memory and guests used; warm templates\n"
+        "                                 vCPUs, memory and guests used, guest isolation;\n"
+        "                                 warm templates\n"
         "  runners [--all] [--pool P] [--host H]\n"
         "                                 live runners (--all: ended ones too, with reasons),\n"
         "                                 of one pool or host\n"
@@ -391,21 +392,30 @@ static char *fmt_used(json_t *obj, const char *used, const char *total)
 
 static void print_hosts(json_t *answer)
 {
-    struct table t = {
-        .n_columns = 8,
-        .headers = {"HOST", "STATE", "URI", "TRANSPORT", "VCPUS", "MEMORY_MIB", "GUESTS", "ERROR"}};
+    struct table t = {.n_columns = 9,
+                      .headers = {"HOST", "STATE", "URI", "TRANSPORT", "VCPUS", "MEMORY_MIB",
+                                  "GUESTS", "ISOLATION", "ERROR"}};
     size_t i;
     json_t *h;
     json_array_foreach(json_object_get(answer, "hosts"), i, h)
     {
-        char *cells[8] = {
-            fmt_value(json_object_get(h, "name")), fmt_value(json_object_get(h, "state")),
-            fmt_value(json_object_get(h, "uri")),  fmt_value(json_object_get(h, "transport")),
-            fmt_used(h, "vcpus_used", "vcpus"),    fmt_used(h, "memory_mib_used", "memory_mib"),
-            fmt_used(h, "guests", "max_guests"),   fmt_value(json_object_get(h, "error")),
+        /* An unsafe host's reason is its error too: it gets no networked guest. */
+        json_t *error = json_object_get(h, "error");
+        if (json_is_null(error) || !error)
+            error = json_object_get(h, "unsafe");
+        char *cells[9] = {
+            fmt_value(json_object_get(h, "name")),
+            fmt_value(json_object_get(h, "state")),
+            fmt_value(json_object_get(h, "uri")),
+            fmt_value(json_object_get(h, "transport")),
+            fmt_used(h, "vcpus_used", "vcpus"),
+            fmt_used(h, "memory_mib_used", "memory_mib"),
+            fmt_used(h, "guests", "max_guests"),
+            fmt_value(json_object_get(h, "guest_isolation")),
+            fmt_value(error),
         };
         table_add_row(&t, cells);
-        free_cells(cells, 8);
+        free_cells(cells, 9);
     }
     table_print(&t);
     /* Warm templates, where any are kept. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "guest_isolation.h"
 #include "libvirt_loop.h"
 #include "hatchery/admin_protocol.h"
 #include "hatchery/limits.h"
@@ -538,6 +539,12 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
                 (json_int_t)h->memory_mib, "guests", (json_int_t)st.used.guests, "max_guests",
                 (json_int_t)h->max_guests, "reconnects", (json_int_t)st.reconnects, "drained",
                 d->scheduler && scheduler_host_drained(d->scheduler, h->name));
+            /* Whether what keeps guests off the host is in place (guest_isolation.h). */
+            char why[256];
+            enum guest_isolation_state iso = guest_isolation_host(d->config, h, why, sizeof(why));
+            json_object_set_new(row, "guest_isolation",
+                                json_string(guest_isolation_state_names[iso]));
+            json_object_set_new(row, "unsafe", why[0] ? json_string(why) : json_null());
             /* Its warm templates: their files, state and use. */
             struct template_status ts[64];
             size_t n_ts = 0;

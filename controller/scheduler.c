@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "github.h"
+#include "guest_isolation.h"
 #include "hatchery/limits.h"
 #include "image_manifest.h"
 #include "log.h"
@@ -848,7 +849,8 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
     const struct config *c = cfg(s);
     const char *best = NULL;
     int64_t best_guests = 0;
-    size_t down = 0, drained = 0, full = 0, candidates = 0;
+    size_t down = 0, drained = 0, full = 0, candidates = 0, unsafe = 0;
+    char unsafe_why[512] = "";
     for (size_t i = 0; i < c->n_hosts; i++) {
         const struct config_host *h = &c->hosts[i];
         bool allowed = pool->n_hosts == 0;
@@ -864,6 +866,13 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
         }
         if (provisioner_host_status(prov(s), h->name, &st) < 0 || !st.up) {
             down++;
+            continue;
+        }
+        /* No networked guest where what keeps it off its host is not in place. */
+        char reason[256];
+        if (guest_isolation_check(h, pool, reason, sizeof(reason)) == GUEST_ISOLATION_MISSING) {
+            if (!unsafe++)
+                snprintf(unsafe_why, sizeof(unsafe_why), "host %s unsafe: %s", h->name, reason);
             continue;
         }
         /* Runners recorded but not yet handed to the provisioner count too. */
@@ -891,6 +900,8 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
         snprintf(why, why_size, "no host configured for the pool");
     else if (full)
         snprintf(why, why_size, "no host capacity");
+    else if (unsafe)
+        snprintf(why, why_size, "%s", unsafe_why);
     else if (down && !drained)
         snprintf(why, why_size, "host down");
     else
@@ -976,7 +987,10 @@ static void keep_templates(struct scheduler *s)
             bool allowed = pool->n_hosts == 0;
             for (size_t k = 0; k < pool->n_hosts && !allowed; k++)
                 allowed = strcmp(pool->hosts[k], h->name) == 0;
-            if (!allowed || s->drained[i])
+            char why[256];
+            /* A template boots the pool's guest, network and all. */
+            if (!allowed || s->drained[i] ||
+                guest_isolation_check(h, pool, why, sizeof(why)) == GUEST_ISOLATION_MISSING)
                 continue;
             int64_t n = pool->max_runners < h->max_guests ? pool->max_runners : h->max_guests;
             provisioner_templates_want(prov(s), h->name, pool, (int)n);

@@ -16,10 +16,16 @@
 # QEMU's sockets are matched by its group (qemu.conf `group`, Debian's libvirt-qemu).
 # Nothing else on the host should run in that group.
 #
+# IPv4 and IPv6 (where the kernel has it) alike, each applied in one iptables-restore
+# transaction. apply leaves a record for this boot in /run/hatchery-guest-firewall, and
+# hatcheryd starts networked guests on this host only while it is there; remove deletes
+# it first. Stopping the service does not remove the rules: guests may still run.
+#
 # usage: guest-firewall.sh apply|remove|status [--group GROUP] [--deny CIDR]...
 #   --deny CIDR  also refuse this network (e.g. 10.0.0.0/8 for an internal network
 #                the jobs must not see); repeatable
-# status exits 0 when the rules are in place, 1 when not.
+# status exits 0 when the rules are in place as apply left them (both families, this
+# boot), 1 when not.
 set -eu
 action=${1:-}
 [ $# -gt 0 ] && shift
@@ -56,28 +62,35 @@ loopback_resolvers() {
   done
 }
 
+# The chain's rules for one family (4 or 6), as iptables-restore input.
+chain_rules() {
+  for ns in $(loopback_resolvers "$1"); do
+    echo "-A $chain -d $ns -p udp --dport 53 -j RETURN"
+    echo "-A $chain -d $ns -p tcp --dport 53 -j RETURN"
+  done
+  echo "-A $chain -m addrtype --dst-type LOCAL -p tcp -j REJECT --reject-with tcp-reset"
+  echo "-A $chain -m addrtype --dst-type LOCAL -j REJECT"
+  if [ "$1" = 4 ]; then echo "-A $chain -d 169.254.0.0/16 -j REJECT"; else echo "-A $chain -d fe80::/10 -j REJECT"; fi
+  for cidr in $deny; do
+    family=4
+    case "$cidr" in *:*) family=6 ;; esac
+    if [ "$family" = "$1" ]; then echo "-A $chain -d $cidr -j REJECT"; fi
+  done
+}
+
+# One transaction per family: the chain is made or flushed and refilled, and QEMU's jump
+# to it added, all at once (iptables-restore --noflush touches nothing else). A re-apply
+# never leaves a moment without the rules.
 apply_family() { # iptables|ip6tables 4|6
   ipt=$1
-  $ipt -w -N "$chain" 2>/dev/null || $ipt -w -F "$chain"
-  for ns in $(loopback_resolvers "$2"); do
-    $ipt -w -A "$chain" -d "$ns" -p udp --dport 53 -j RETURN
-    $ipt -w -A "$chain" -d "$ns" -p tcp --dport 53 -j RETURN
-  done
-  $ipt -w -A "$chain" -m addrtype --dst-type LOCAL -p tcp -j REJECT --reject-with tcp-reset
-  $ipt -w -A "$chain" -m addrtype --dst-type LOCAL -j REJECT
-  if [ "$2" = 4 ]; then
-    $ipt -w -A "$chain" -d 169.254.0.0/16 -j REJECT
-    for cidr in $deny; do
-      case "$cidr" in *:*) ;; *) $ipt -w -A "$chain" -d "$cidr" -j REJECT ;; esac
-    done
-  else
-    $ipt -w -A "$chain" -d fe80::/10 -j REJECT
-    for cidr in $deny; do
-      case "$cidr" in *:*) $ipt -w -A "$chain" -d "$cidr" -j REJECT ;; esac
-    done
-  fi
-  $ipt -w -C OUTPUT -m owner --gid-owner "$group" -j "$chain" 2>/dev/null ||
-    $ipt -w -I OUTPUT -m owner --gid-owner "$group" -j "$chain"
+  {
+    echo "*filter"
+    echo ":$chain - [0:0]"
+    chain_rules "$2"
+    $ipt -w -C OUTPUT -m owner --gid-owner "$group" -j "$chain" 2>/dev/null ||
+      echo "-I OUTPUT 1 -m owner --gid-owner $group -j $chain"
+    echo "COMMIT"
+  } | "$ipt-restore" -w --noflush
 }
 
 remove_family() {
@@ -87,28 +100,59 @@ remove_family() {
   $ipt -w -X "$chain" 2>/dev/null || true
 }
 
+have_ipv6() { ip6tables -w -L OUTPUT >/dev/null 2>&1; }
+
+# What is in place now, as the record keeps it: the boot, the group, and each family's
+# jump and chain as iptables prints them. Fails when a family's jump is missing.
+state() {
+  echo "boot_id $(cat /proc/sys/kernel/random/boot_id)"
+  echo "group $group"
+  families=4
+  if have_ipv6; then families="4 6"; fi
+  echo "families $families"
+  for f in $families; do
+    ipt=iptables
+    [ "$f" = 4 ] || ipt=ip6tables
+    $ipt -w -C OUTPUT -m owner --gid-owner "$group" -j "$chain" 2>/dev/null || return 1
+    echo "-- ipv$f"
+    $ipt -w -S "$chain" || return 1
+  done
+}
+
+# hatcheryd starts networked guests on this host only while this record says the rules
+# are in place for this boot (controller/guest_isolation.h); root's, mode 0644.
+record=/run/hatchery-guest-firewall
+
 case "$action" in
   apply)
     apply_family iptables 4
     # IPv6 too, where the kernel has it.
-    if ip6tables -w -L OUTPUT >/dev/null 2>&1; then apply_family ip6tables 6; fi
+    if have_ipv6; then apply_family ip6tables 6; fi
+    tmp=$(mktemp "$record.XXXXXX")
+    if ! state >"$tmp"; then
+      rm -f "$tmp"
+      echo "guest-firewall: the rules are not in place after apply" >&2
+      exit 1
+    fi
+    chmod 0644 "$tmp"
+    mv -f "$tmp" "$record"
     echo "guest-firewall: QEMU (group $group) cannot reach this host's addresses or link-local ones${deny:+, nor$deny}"
     ;;
   remove)
+    # The record first: hatcheryd starts no networked guest from here on.
+    rm -f "$record"
     remove_family iptables
-    if ip6tables -w -L OUTPUT >/dev/null 2>&1; then remove_family ip6tables; fi
-    echo "guest-firewall: removed"
+    if have_ipv6; then remove_family ip6tables; fi
+    echo "guest-firewall: removed (hatcheryd starts no networked guest here until apply)"
     ;;
   status)
-    if iptables -w -C OUTPUT -m owner --gid-owner "$group" -j "$chain" 2>/dev/null; then
-      iptables -w -S "$chain"
+    # In place when every family's jump and chain are what apply recorded, for this boot.
+    now=$(state 2>/dev/null) || now=
+    if [ -n "$now" ] && [ -f "$record" ] && [ "$now" = "$(cat "$record")" ]; then
+      printf '%s\n' "$now"
       exit 0
     fi
-    echo "guest-firewall: not in place for group $group"
+    echo "guest-firewall: not in place for group $group (apply it again)"
     exit 1
-    ;;
-  *)
-    echo "usage: guest-firewall.sh apply|remove|status [--group GROUP] [--deny CIDR]..." >&2
-    exit 2
     ;;
 esac

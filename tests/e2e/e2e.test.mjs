@@ -207,28 +207,43 @@ describe('end to end on real guests', () => {
     assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
   });
 
-  test('a hostile job on the user network reaches the internet, and nothing of its host (guest-firewall.sh)', async () => {
+  test('without the guest firewall no networked guest starts; with it a hostile job reaches the internet, and nothing of its host', async () => {
     const { targets, loPort, egress, guarded: want, close } = await isolationTargets(d.port);
-    const probe = async () => {
-      await fetch(`${api}/__double/jit`, { method: 'POST', body: `probe=${targets.join('+')} exit=0` });
-      const { runner } = await serve('net.ppc64le', 'net.ppc64le', new Set());
-      const logs = d.cli('logs', runner);
-      const report = /hatchery: job report: (\{.*\})/.exec(logs.stdout);
-      assert.ok(report, `no report in ${runner}'s log:\n${logs.stdout.slice(-2000)}`);
-      return JSON.parse(report[1]).probes;
-    };
     try {
+      await fetch(`${api}/__double/jit`, { method: 'POST', body: `probe=${targets.join('+')} exit=0` });
+      // No firewall: the job waits, with the reason, and the host shows it.
+      assert.equal(spawnSync(firewall, ['remove', '--group', QEMU_GID]).status, 0);
+      const before = new Set(runners().map((r) => r.name));
+      const id = nextJob++;
+      assert.equal((await d.post('workflow_job', payload('queued', id, 'net.ppc64le'))).status, 202);
+      const why = () => d.jobs().find((j) => j.id === id)?.waiting ?? '';
+      await until('the unsafe-host reason', () => /unsafe: the guest firewall is not applied/.test(why()), 30000);
+      const host = d.cliJson('hosts').hosts.find((h) => h.guest_isolation === 'missing');
+      assert.ok(host, 'a host shown without guest isolation');
+      assert.match(host.unsafe, /guest firewall is not applied/);
+      assert.match(d.cli('hosts').stdout, /missing/);
+      const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+      assert.match(metrics, new RegExp(`hatchery_host_guest_isolation\\{host="${host.name}",state="missing"\\} 1`));
+      await new Promise((r) => setTimeout(r, 3000));
+      assert.equal(runners().filter((r) => r.pool === 'net.ppc64le' && !before.has(r.name)).length, 0,
+        'a networked guest started on a host without its firewall');
+      // The firewall applied: the same job is served, and its probes reach only the outside.
       const applied = spawnSync(firewall, ['apply', '--group', QEMU_GID], { encoding: 'utf8' });
       assert.equal(applied.status, 0, applied.stderr);
-      const guarded = await probe();
+      const runner = await until('an idle runner in net.ppc64le', () =>
+        runners().find((r) => r.pool === 'net.ppc64le' && r.state === 'idle' && !before.has(r.name)));
+      assert.equal(d.cliJson('hosts').hosts.find((h) => h.name === host.name).guest_isolation, 'in_place');
+      assert.equal((await d.post('workflow_job', payload('in_progress', id, 'net.ppc64le', runner.name))).status, 202);
+      await until(`${runner.name} to finish`, () => ['deleting', 'deleted'].includes(runners().find((r) => r.name === runner.name)?.state));
+      assert.equal((await d.post('workflow_job', payload('completed', id, 'net.ppc64le', runner.name))).status, 202);
+      const logs = d.cli('logs', runner.name);
+      const report = /hatchery: job report: (\{.*\})/.exec(logs.stdout);
+      assert.ok(report, `no report in ${runner.name}'s log:\n${logs.stdout.slice(-2000)}`);
+      const guarded = JSON.parse(report[1]).probes;
       assert.deepEqual(guarded, want);
-      // Without the firewall the same job reaches the host's loopback: what it guards
-      // against is real here, and the probes can tell.
-      assert.equal(spawnSync(firewall, ['remove', '--group', QEMU_GID]).status, 0);
-      const open = await probe();
-      assert.equal(open[`10.0.2.2:${loPort}`], 'open');
-      assert.equal(open[egress.target], 'open');
-      console.log(`isolation probes with guest-firewall.sh: ${JSON.stringify(guarded)}; without: ${JSON.stringify(open)}`);
+      assert.equal(guarded[egress.target], 'open');
+      assert.notEqual(guarded[`10.0.2.2:${loPort}`], 'open');
+      console.log(`isolation probes with guest-firewall.sh: ${JSON.stringify(guarded)}`);
     } finally {
       spawnSync(firewall, ['remove', '--group', QEMU_GID]);
       close();

@@ -136,9 +136,14 @@ describe('the production runner image, booted and serving jobs', () => {
   let fromTemplate = null; // the runner restored from the s390x template
   before(async () => {
     await fetch(`${api}/__double/log`, { method: 'DELETE' });
+    // Its pools are on the user network: hatcheryd starts their guests only with the
+    // guest firewall in place, as on a real host.
+    const applied = spawnSync(firewall, ['apply', '--group', QEMU_GID], { encoding: 'utf8' });
+    assert.equal(applied.status, 0, applied.stderr);
     await d.start();
   });
   after(async () => {
+    spawnSync(firewall, ['remove', '--group', QEMU_GID]);
     const { code } = await d.stop();
     spawnSync('virsh', ['-c', 'qemu:///system', 'pool-destroy', storagePool]);
     d.cleanup();
@@ -228,8 +233,6 @@ describe('the production runner image, booted and serving jobs', () => {
     // The stand-in's hostile job (job/probe.sh, as uid 1000) instead of the podman build.
     const { targets, guarded, close } = await isolationTargets(d.port);
     try {
-      const applied = spawnSync(firewall, ['apply', '--group', QEMU_GID], { encoding: 'utf8' });
-      assert.equal(applied.status, 0, applied.stderr);
       const name = await serve('ppc64le', `${JIT} probe=${targets.join('+')}`, taken);
       const rep = report(name);
       assert.ok(rep, `${name}: a job report in its log\n${d.cli('logs', name).stdout.slice(-3000)}`);
@@ -237,7 +240,6 @@ describe('the production runner image, booted and serving jobs', () => {
       assert.deepEqual(rep.probes, guarded);
       console.log(`production image, isolation probes with guest-firewall.sh: ${JSON.stringify(rep.probes)}`);
     } finally {
-      spawnSync(firewall, ['remove', '--group', QEMU_GID]);
       close();
       await setJit(JIT);
     }

@@ -91,8 +91,9 @@ for unit in hatcheryd.service hatchery-guest-firewall.service; do
 done
 log "systemd-analyze verify: both units clean"
 [ -L "$r/etc/systemd/system/multi-user.target.wants/hatcheryd.service" ] || fail "hatcheryd.service is not enabled"
-[ ! -e "$r/etc/systemd/system/multi-user.target.wants/hatchery-guest-firewall.service" ] ||
-  fail "the guest firewall was enabled by the install: only an operator enables it"
+[ -L "$r/etc/systemd/system/multi-user.target.wants/hatchery-guest-firewall.service" ] ||
+  fail "the guest firewall is not enabled by the install (hatcheryd starts no networked guest without it)"
+in_root dpkg -s iptables >/dev/null 2>&1 || fail "iptables did not come with the package (guest-firewall.sh needs it)"
 chroot --userspec=hatchery:hatchery "$r" hatcheryd --check-config /etc/hatchery/hatchery.yaml ||
   fail "--check-config as the hatchery user"
 "$here/smoke.sh" "$r" --user hatchery --send 9001
@@ -118,8 +119,13 @@ if [ -n "$agents" ]; then
   done
 fi
 
-# 3. The purge.
+# 3. The purge. An operator's image where the example config keeps them must outlive it.
+mkdir -p "$r/var/lib/hatchery/images"
+echo "an operator's image" >"$r/var/lib/hatchery/images/runner-ppc64le.qcow2"
 in_root apt-get purge --autoremove -y -qq hatchery ${agents:+hatchery-guest-agents} >/dev/null
+[ -f "$r/var/lib/hatchery/images/runner-ppc64le.qcow2" ] || fail "purge deleted an operator's image"
+[ ! -e "$r/var/lib/hatchery/hatchery.db" ] || fail "purge left the store"
+rm -rf "$r/var/lib/hatchery"
 in_root getent passwd hatchery >/dev/null && fail "the hatchery user is left after purge"
 in_root getent group hatchery >/dev/null && fail "the hatchery group is left after purge"
 snapshot >"$work/after"

@@ -1,0 +1,141 @@
+/* Guest isolation as a precondition (guest_isolation.h). */
+#include "guest_isolation.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *const guest_isolation_state_names[GUEST_ISOLATION_STATE_MAX] = {
+    "not_needed", "in_place", "unchecked", "missing"};
+
+#define RECORD_MAX_BYTES 512
+
+static int read_small(const char *path, char *buf, size_t size, struct stat *ret_st)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    int r = 0;
+    if (fstat(fd, ret_st) < 0)
+        r = -errno;
+    else if (!S_ISREG(ret_st->st_mode))
+        r = -EINVAL;
+    ssize_t n = r == 0 ? read(fd, buf, size - 1) : 0;
+    if (n < 0)
+        r = -errno;
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    return r;
+}
+
+int guest_firewall_record_check(const char *path, char *why, size_t why_size)
+{
+    char record[RECORD_MAX_BYTES], boot_id[64];
+    struct stat st;
+    int r = read_small(path, record, sizeof(record), &st);
+    if (r == -ENOENT) {
+        snprintf(why, why_size,
+                 "the guest firewall is not applied (no %s: run guest-firewall.sh apply, or "
+                 "enable hatchery-guest-firewall.service)",
+                 path);
+        return r;
+    }
+    if (r < 0) {
+        snprintf(why, why_size, "the guest firewall's record %s cannot be read: %s", path,
+                 strerror(-r));
+        return r;
+    }
+    if (st.st_uid != 0 || (st.st_mode & 022)) {
+        snprintf(why, why_size,
+                 "the guest firewall's record %s is not root's alone (uid %u, mode %03o): "
+                 "not trusted",
+                 path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+        return -EPERM;
+    }
+    struct stat ignored;
+    if (read_small("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id), &ignored) < 0) {
+        snprintf(why, why_size, "this machine's boot id cannot be read");
+        return -EIO;
+    }
+    boot_id[strcspn(boot_id, "\n")] = '\0';
+    /* The record's "boot_id ID" line: rules do not outlive a reboot, and neither may it. */
+    char want[96];
+    snprintf(want, sizeof(want), "boot_id %s\n", boot_id);
+    if (!boot_id[0] || strncmp(record, want, strlen(want)) != 0) {
+        snprintf(why, why_size,
+                 "the guest firewall's record %s is from an earlier boot: its rules are gone "
+                 "(apply it again)",
+                 path);
+        return -ESTALE;
+    }
+    return 0;
+}
+
+/* Hosts whose firewall is this machine's: qemu:///system, qemu:///session. */
+static bool host_is_here(const char *uri)
+{
+    return strstr(uri, ":///") != NULL && !strchr(uri, '+');
+}
+
+enum guest_isolation_state guest_isolation_check(const struct config_host *host,
+                                                 const struct config_pool *pool, char *why,
+                                                 size_t why_size)
+{
+    why[0] = '\0';
+    /* The test driver runs no guest; a container shares its host's network by design and is
+     * only for trusted pools (the config refuses it otherwise); no network, nothing to
+     * reach. */
+    if (strncmp(host->uri, "test:", 5) == 0 || pool->backend != BACKEND_VM || !pool->network ||
+        strcmp(pool->network, "none") == 0)
+        return GUEST_ISOLATION_NOT_NEEDED;
+    if (host->guest_isolation == ISOLATION_UNCHECKED)
+        return GUEST_ISOLATION_UNCHECKED;
+    if (strcmp(pool->network, "user") != 0) {
+        snprintf(why, why_size,
+                 "network '%s': a libvirt network's guest filter is not verified by hatcheryd; "
+                 "use network: user with the guest firewall, or say guest_isolation: unchecked "
+                 "for host '%s' if the network keeps guests off it",
+                 pool->network, host->name);
+        return GUEST_ISOLATION_MISSING;
+    }
+    if (!host_is_here(host->uri)) {
+        snprintf(why, why_size,
+                 "user-mode networking on a remote host: its guest firewall cannot be verified "
+                 "from here; apply guest-firewall.sh there and say guest_isolation: unchecked "
+                 "for host '%s'",
+                 host->name);
+        return GUEST_ISOLATION_MISSING;
+    }
+    return guest_firewall_record_check(GUEST_FIREWALL_RECORD, why, why_size) == 0
+               ? GUEST_ISOLATION_IN_PLACE
+               : GUEST_ISOLATION_MISSING;
+}
+
+enum guest_isolation_state guest_isolation_host(const struct config *config,
+                                                const struct config_host *host, char *why,
+                                                size_t why_size)
+{
+    enum guest_isolation_state state = GUEST_ISOLATION_NOT_NEEDED;
+    why[0] = '\0';
+    for (size_t p = 0; p < config->n_pools; p++) {
+        const struct config_pool *pool = &config->pools[p];
+        bool allowed = pool->n_hosts == 0;
+        for (size_t k = 0; k < pool->n_hosts && !allowed; k++)
+            allowed = strcmp(pool->hosts[k], host->name) == 0;
+        if (!allowed)
+            continue;
+        char reason[256];
+        enum guest_isolation_state s = guest_isolation_check(host, pool, reason, sizeof(reason));
+        if (s > state) {
+            state = s;
+            if (s == GUEST_ISOLATION_MISSING)
+                snprintf(why, why_size, "%s", reason);
+        }
+        if (state == GUEST_ISOLATION_MISSING)
+            break;
+    }
+    return state;
+}
