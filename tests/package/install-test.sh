@@ -23,7 +23,7 @@ debs=$(cd "${2:?usage: install-test.sh ARCH DEB_DIR}" && pwd)
 log() { echo "install-test($arch): $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
 [ "$arch" = "$(dpkg --print-architecture)" ] || "$here/../../images/enable-binfmt.sh" "$arch" ||
-  fail "cannot run $arch binaries here
+  fail "cannot run $arch binaries here"
 deb=$(ls "$debs"/hatchery_*_"$arch".deb | head -n 1)
 agents=$(ls "$debs"/hatchery-guest-agents_*_all.deb 2>/dev/null | head -n 1 || true)
 version=$(dpkg-deb -f "$deb" Version)
