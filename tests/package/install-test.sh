@@ -51,6 +51,9 @@ in_root apt-get update -qq
 # The libvirt group, as libvirt-daemon-system makes it on a host that runs guests: the
 # package must put its user in it (and leave the group to its owner on purge).
 in_root addgroup --quiet --system libvirt
+# iptables, a dependency (the guest firewall), is there before, as on most hosts: its own
+# dependencies' conffiles (netbase's /etc/hosts) are not the package's to purge.
+in_root apt-get install -y -qq --no-install-recommends iptables >/dev/null
 
 # Every file outside the package manager's own state, with its mode and owner; and the
 # account files' contents. Taken before the install and after the purge.
@@ -93,7 +96,7 @@ log "systemd-analyze verify: both units clean"
 [ -L "$r/etc/systemd/system/multi-user.target.wants/hatcheryd.service" ] || fail "hatcheryd.service is not enabled"
 [ -L "$r/etc/systemd/system/multi-user.target.wants/hatchery-guest-firewall.service" ] ||
   fail "the guest firewall is not enabled by the install (hatcheryd starts no networked guest without it)"
-in_root dpkg -s iptables >/dev/null 2>&1 || fail "iptables did not come with the package (guest-firewall.sh needs it)"
+dpkg-deb -f "$deb" Depends | tr "," "\n" | grep -qx " *iptables" || fail "the package does not depend on iptables (guest-firewall.sh needs it)"
 chroot --userspec=hatchery:hatchery "$r" hatcheryd --check-config /etc/hatchery/hatchery.yaml ||
   fail "--check-config as the hatchery user"
 "$here/smoke.sh" "$r" --user hatchery --send 9001
