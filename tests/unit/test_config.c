@@ -209,8 +209,9 @@ static void test_pool_scopes(void **state)
     expect_error(text, "pools[].github_scope: pool 'linux.ppc64le' names scope 'pytorch/vision', "
                        "which is none of github.runner_scopes");
     /* A trusted pool in the default group, named or implied: refused. */
-    snprintf(text, sizeof(text), "%s    backend: container\n    trusted: true\n"
-                                 "    github_scope: pytorch/pytorch\n%s",
+    snprintf(text, sizeof(text),
+             "%s    backend: container\n    trusted: true\n"
+             "    github_scope: pytorch/pytorch\n%s",
              variant(NULL, ""), two_scopes);
     expect_error(text, ":13: pools[].trusted: trusted pool 'linux.ppc64le' registers in scope "
                        "'pytorch/pytorch', whose runner_group_id 1 is the default group");
@@ -243,8 +244,9 @@ static void test_pool_scopes(void **state)
     config_free(c);
     unlink(path);
     free(path);
-    snprintf(text, sizeof(text), "%sgithub:\n  token_file: /t\n  runner_scopes:\n"
-                                 "    - repo: pytorch/pytorch\n",
+    snprintf(text, sizeof(text),
+             "%sgithub:\n  token_file: /t\n  runner_scopes:\n"
+             "    - repo: pytorch/pytorch\n",
              variant(NULL, ""));
     path = write_temp(text);
     if (config_load(path, &c, &errors) < 0)

@@ -113,8 +113,8 @@ static void test_check_by_host_and_pool(void **state)
                      GUEST_ISOLATION_UNCHECKED);
     /* Here, the answer is the record's. */
     char record_why[512];
-    bool in_place = guest_firewall_record_check(GUEST_FIREWALL_RECORD, record_why,
-                                                sizeof(record_why)) == 0;
+    bool in_place =
+        guest_firewall_record_check(GUEST_FIREWALL_RECORD, record_why, sizeof(record_why)) == 0;
     assert_int_equal(guest_isolation_check(&local, &user, why, sizeof(why)),
                      in_place ? GUEST_ISOLATION_IN_PLACE : GUEST_ISOLATION_MISSING);
 
@@ -127,8 +127,7 @@ static void test_check_by_host_and_pool(void **state)
     assert_int_equal(guest_isolation_host(&c, &local, why, sizeof(why)),
                      GUEST_ISOLATION_NOT_NEEDED);
     remote.guest_isolation = ISOLATION_REQUIRED;
-    assert_int_equal(guest_isolation_host(&c, &remote, why, sizeof(why)),
-                     GUEST_ISOLATION_MISSING);
+    assert_int_equal(guest_isolation_host(&c, &remote, why, sizeof(why)), GUEST_ISOLATION_MISSING);
     assert_non_null(strstr(why, "network 'br0'"));
 }
 
