@@ -47,6 +47,21 @@ bool config_host_streams(const struct config_host *h)
     return rest && rest[3] && rest[3] != '/';
 }
 
+bool config_host_is_local(const char *uri)
+{
+    return strstr(uri, ":///") != NULL && !strchr(uri, '+') && strncmp(uri, "test:", 5) != 0;
+}
+
+bool config_pool_uses_host(const struct config_pool *pool, const char *host)
+{
+    if (pool->n_hosts == 0)
+        return true;
+    for (size_t k = 0; k < pool->n_hosts; k++)
+        if (strcmp(pool->hosts[k], host) == 0)
+            return true;
+    return false;
+}
+
 const char *const pool_firmware_names[FIRMWARE_MAX] = {
     [FIRMWARE_DEFAULT] = "default",
     [FIRMWARE_VOF] = "vof",

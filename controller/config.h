@@ -181,6 +181,11 @@ struct config {
  * the caller frees). */
 /* The host's transport with `auto` resolved. */
 bool config_host_streams(const struct config_host *host);
+/* Hosts whose files and firewall are this machine's (qemu:///system, lxc:///); not the
+ * test driver's, whose paths are its own, nor a remote host's. */
+bool config_host_is_local(const char *uri);
+/* Whether `pool` may place guests on the host named `host` (its hosts, or all of them). */
+bool config_pool_uses_host(const struct config_pool *pool, const char *host);
 int config_load(const char *path, struct config **ret_config, char **ret_errors);
 void config_free(struct config *config);
 

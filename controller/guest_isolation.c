@@ -31,9 +31,23 @@ static int read_small(const char *path, char *buf, size_t size, struct stat *ret
     return r;
 }
 
+/* This boot's id, read once: it does not change while the process lives. NULL when it
+ * cannot be read. */
+static const char *boot_id(void)
+{
+    static char id[64];
+    if (!id[0]) {
+        struct stat ignored;
+        if (read_small("/proc/sys/kernel/random/boot_id", id, sizeof(id), &ignored) < 0)
+            id[0] = '\0';
+        id[strcspn(id, "\n")] = '\0';
+    }
+    return id[0] ? id : NULL;
+}
+
 int guest_firewall_record_check(const char *path, char *why, size_t why_size)
 {
-    char record[RECORD_MAX_BYTES], boot_id[64];
+    char record[RECORD_MAX_BYTES];
     struct stat st;
     int r = read_small(path, record, sizeof(record), &st);
     if (r == -ENOENT) {
@@ -55,16 +69,15 @@ int guest_firewall_record_check(const char *path, char *why, size_t why_size)
                  path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
         return -EPERM;
     }
-    struct stat ignored;
-    if (read_small("/proc/sys/kernel/random/boot_id", boot_id, sizeof(boot_id), &ignored) < 0) {
+    const char *boot = boot_id();
+    if (!boot) {
         snprintf(why, why_size, "this machine's boot id cannot be read");
         return -EIO;
     }
-    boot_id[strcspn(boot_id, "\n")] = '\0';
     /* The record's "boot_id ID" line: rules do not outlive a reboot, and neither may it. */
     char want[96];
-    snprintf(want, sizeof(want), "boot_id %s\n", boot_id);
-    if (!boot_id[0] || strncmp(record, want, strlen(want)) != 0) {
+    snprintf(want, sizeof(want), "boot_id %s\n", boot);
+    if (strncmp(record, want, strlen(want)) != 0) {
         snprintf(why, why_size,
                  "the guest firewall's record %s is from an earlier boot: its rules are gone "
                  "(apply it again)",
@@ -72,12 +85,6 @@ int guest_firewall_record_check(const char *path, char *why, size_t why_size)
         return -ESTALE;
     }
     return 0;
-}
-
-/* Hosts whose firewall is this machine's: qemu:///system, qemu:///session. */
-static bool host_is_here(const char *uri)
-{
-    return strstr(uri, ":///") != NULL && !strchr(uri, '+');
 }
 
 enum guest_isolation_state guest_isolation_check(const struct config_host *host,
@@ -101,7 +108,7 @@ enum guest_isolation_state guest_isolation_check(const struct config_host *host,
                  pool->network, host->name);
         return GUEST_ISOLATION_MISSING;
     }
-    if (!host_is_here(host->uri)) {
+    if (!config_host_is_local(host->uri)) {
         snprintf(why, why_size,
                  "user-mode networking on a remote host: its guest firewall cannot be verified "
                  "from here; apply guest-firewall.sh there and say guest_isolation: unchecked "
@@ -122,10 +129,7 @@ enum guest_isolation_state guest_isolation_host(const struct config *config,
     why[0] = '\0';
     for (size_t p = 0; p < config->n_pools; p++) {
         const struct config_pool *pool = &config->pools[p];
-        bool allowed = pool->n_hosts == 0;
-        for (size_t k = 0; k < pool->n_hosts && !allowed; k++)
-            allowed = strcmp(pool->hosts[k], host->name) == 0;
-        if (!allowed)
+        if (!config_pool_uses_host(pool, host->name))
             continue;
         char reason[256];
         enum guest_isolation_state s = guest_isolation_check(host, pool, reason, sizeof(reason));

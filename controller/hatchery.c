@@ -401,7 +401,7 @@ static void print_hosts(json_t *answer)
     {
         /* An unsafe host's reason is its error too: it gets no networked guest. */
         json_t *error = json_object_get(h, "error");
-        if (json_is_null(error) || !error)
+        if (!error || json_is_null(error))
             error = json_object_get(h, "unsafe");
         char *cells[9] = {
             fmt_value(json_object_get(h, "name")),

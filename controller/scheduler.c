@@ -835,13 +835,6 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
 
 /* ---- demand and placement ------------------------------------------------------------------- */
 
-/* Hosts whose files are this machine's (qemu:///system, lxc:///): the image can be checked
- * here. test:/// paths are the test driver's own and remote hosts' are theirs. */
-static bool host_is_local(const char *uri)
-{
-    return strstr(uri, ":///") != NULL && !strchr(uri, '+') && strncmp(uri, "test:", 5) != 0;
-}
-
 /* A host for one more guest of `pool`, or NULL with the reason in `why`. */
 static const char *place(struct scheduler *s, const struct config_pool *pool, char *why,
                          size_t why_size)
@@ -853,10 +846,7 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
     char unsafe_why[512] = "";
     for (size_t i = 0; i < c->n_hosts; i++) {
         const struct config_host *h = &c->hosts[i];
-        bool allowed = pool->n_hosts == 0;
-        for (size_t k = 0; k < pool->n_hosts && !allowed; k++)
-            allowed = strcmp(pool->hosts[k], h->name) == 0;
-        if (!allowed)
+        if (!config_pool_uses_host(pool, h->name))
             continue;
         candidates++;
         struct host_status st;
@@ -984,12 +974,9 @@ static void keep_templates(struct scheduler *s)
             continue;
         for (size_t i = 0; i < c->n_hosts; i++) {
             const struct config_host *h = &c->hosts[i];
-            bool allowed = pool->n_hosts == 0;
-            for (size_t k = 0; k < pool->n_hosts && !allowed; k++)
-                allowed = strcmp(pool->hosts[k], h->name) == 0;
             char why[256];
             /* A template boots the pool's guest, network and all. */
-            if (!allowed || s->drained[i] ||
+            if (!config_pool_uses_host(pool, h->name) || s->drained[i] ||
                 guest_isolation_check(h, pool, why, sizeof(why)) == GUEST_ISOLATION_MISSING)
                 continue;
             int64_t n = pool->max_runners < h->max_guests ? pool->max_runners : h->max_guests;
@@ -1051,7 +1038,7 @@ static void tick(struct scheduler *s)
         s->why[p][0] = 0;
         bool local = false;
         for (size_t h = 0; h < c->n_hosts; h++)
-            local = local || host_is_local(c->hosts[h].uri);
+            local = local || config_host_is_local(c->hosts[h].uri);
         bool local_missing = local && want > 0 && access(pool->image, R_OK) != 0;
         /* The image's manifest, read again whenever a runner is wanted: an image rebuilt
          * for another arch, or one without a manifest, gets no runner. */
