@@ -315,6 +315,11 @@ __attribute__((noreturn)) static void front_main(const struct config *config,
         for (int i = FRONT_FD + 1; i < 65536; i++)
             close(i);
 
+    int refused = front_refuse_io_uring();
+    if (refused < 0 && refused != -ENOSYS) {
+        fail_first(fd, "front", "cannot refuse io_uring to the front (seccomp)", refused);
+        _exit(1);
+    }
     struct front_process fp = {.config = config, .secret = secret};
     fp.loop = uv_default_loop();
     fp.in.max_body = FRAME_MAX_ANSWER_BYTES;
@@ -692,6 +697,37 @@ static bool seccomp_filters_available(void)
 {
     uint32_t action = SECCOMP_RET_KILL_PROCESS;
     return syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) == 0 || errno != ENOSYS;
+}
+
+static const char *const io_uring_syscalls[] = {
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+};
+
+int front_refuse_io_uring(void)
+{
+    if (!seccomp_filters_available())
+        return -ENOSYS;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -errno;
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return -ENOMEM;
+    seccomp_attr_set(ctx, SCMP_FLTATR_API_SYSRAWRC, 1);
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < sizeof(io_uring_syscalls) / sizeof(*io_uring_syscalls); i++) {
+        int nr = seccomp_syscall_resolve_name(io_uring_syscalls[i]);
+        if (nr != __NR_SCMP_ERROR)
+            r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
+    }
+    if (r == 0) {
+        r = seccomp_load(ctx);
+        if (r == -EINVAL || r == -ENOSYS)
+            r = -ENOSYS;
+    }
+    seccomp_release(ctx);
+    return r;
 }
 
 int front_sandbox_apply(void)

@@ -15,6 +15,8 @@
 #include "config.h"
 #include "secret.h"
 
+/* The image is at a path no build machine has: one that holds an installed hatchery (a
+ * /var/lib/hatchery its builder cannot read) made the manifest check fail. */
 static const char good[] = "controller_id: p10\n"
                            "listen: 127.0.0.1:9000\n"
                            "state_dir: /var/lib/hatchery\n"
@@ -30,7 +32,7 @@ static const char good[] = "controller_id: p10\n"
                            "  - name: linux.ppc64le\n"
                            "    labels: [linux.ppc64le]\n"
                            "    arch: ppc64le\n"
-                           "    image: /var/lib/hatchery/images/ppc64le.qcow2\n"
+                           "    image: /nonexistent/hatchery-unit-test/ppc64le.qcow2\n"
                            "    max_runners: 4\n"
                            "    hosts: [p10-a]\n";
 
