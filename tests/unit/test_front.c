@@ -124,11 +124,11 @@ static void test_sandbox_kills_exec(void **state)
  * applied, the loop run. On a libuv that batches epoll_ctl through a ring (1.49 and later)
  * the loop would otherwise abort at its first turn under the allowlist. */
 struct uring_report {
-    int refused;      /* front_refuse_io_uring() */
-    int setup_errno;  /* io_uring_setup(2) after it */
-    int open_errno;   /* open() after it: nothing else is refused */
-    int sandbox;      /* front_sandbox_apply() */
-    int timer_fired;  /* the loop ran under the allowlist */
+    int refused;     /* front_refuse_io_uring() */
+    int setup_errno; /* io_uring_setup(2) after it */
+    int open_errno;  /* open() after it: nothing else is refused */
+    int sandbox;     /* front_sandbox_apply() */
+    int timer_fired; /* the loop ran under the allowlist */
 };
 
 static void on_timer(uv_timer_t *t)
