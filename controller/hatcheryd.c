@@ -528,8 +528,7 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
                 continue;
             json_t *row = json_pack(
                 "{s:s, s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "name",
-                h->name, "uri", h->uri, "transport", config_host_streams(h) ? "stream" : "socket",
-                "state",
+                h->name, "uri", h->uri, "transport", st.streams ? "stream" : "socket", "state",
                 st.up           ? "up"
                 : st.connecting ? "connecting"
                                 : "down",
@@ -739,11 +738,13 @@ static void on_signal(uv_signal_t *sig, int signum)
     daemon_stop(d);
 }
 
+/* A directory made here gets `mode` whatever the umask (the unit's is 0027); one that
+ * exists is left as it is. */
 static int make_dir(const char *path, mode_t mode)
 {
-    if (mkdir(path, mode) == 0 || errno == EEXIST)
-        return 0;
-    return -errno;
+    if (mkdir(path, mode) == 0)
+        return chmod(path, mode) < 0 ? -errno : 0;
+    return errno == EEXIST ? 0 : -errno;
 }
 
 static int lock_state_dir(const char *dir, int *ret_fd)
@@ -965,7 +966,10 @@ int main(int argc, char **argv)
     d.started_at_ms = wall_clock_ms();
 
     char err[512];
-    int r = make_dir(d.config->state_dir, 0700);
+    /* Others may pass through, not list: QEMU, which runs as libvirt-qemu on a stock host,
+     * opens the overlays under the default storage_dir and the images the runbook keeps
+     * in state_dir/images. What is private in it has its own mode (the store is 0640). */
+    int r = make_dir(d.config->state_dir, 0711);
     if (r < 0) {
         log_error("daemon.state_dir_failed", "path=%s error=\"%s\"", d.config->state_dir,
                   strerror(-r));

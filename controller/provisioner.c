@@ -49,6 +49,7 @@ struct host_found {
     size_t n_active;
     bool inventory_failed;
     unsigned long hypervisor_version, libvirt_version; /* a template is tied to both */
+    long long qemu_uid; /* the uid QEMU's guests run as (libvirt's DAC label), or -1 */
 };
 
 /* Threads: a host is the loop's. Workers read its config, and reach its connection only
@@ -62,8 +63,10 @@ struct host {
     virConnectPtr conn; /* under lock */
     bool up;
     bool connecting;
-    bool dropped;   /* under lock; libvirt closed the connection: dead until the reconnect */
-    bool lxc;       /* from the URI, at add */
+    bool dropped;     /* under lock; libvirt closed the connection: dead until the reconnect */
+    bool lxc;         /* from the URI, at add */
+    bool local_files; /* its storage_dir is on this machine (a local URI) */
+    bool transport_logged;
     bool simulated; /* from the URI: libvirt's test driver, where no guest ever runs */
     bool streams;   /* channels and consoles through libvirt streams (a remote host) */
     bool kvm[ARCH_MAX];
@@ -375,6 +378,55 @@ static void quiet_libvirt(void *data, virErrorPtr error)
     (void)error;
 }
 
+/* The uid QEMU runs guests as, from the capabilities' DAC security model: <secmodel>
+ * <model>dac</model> <baselabel type='qemu'>+64055:+64055</baselabel>; -1 when absent. */
+static long long qemu_uid_of(const char *caps)
+{
+    long long uid = -1;
+    xmlDocPtr doc = xmlReadMemory(caps, (int)strlen(caps), "capabilities.xml", NULL,
+                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
+    xmlXPathObjectPtr o =
+        ctx ? xmlXPathEvalExpression(
+                  BAD_CAST
+                  "string(/capabilities/host/secmodel[model='dac']/baselabel[@type='qemu'])",
+                  ctx)
+            : NULL;
+    if (o && o->type == XPATH_STRING && o->stringval) {
+        const char *label = (const char *)o->stringval;
+        char *end = NULL;
+        if (label[0] == '+') {
+            errno = 0;
+            long long v = strtoll(label + 1, &end, 10);
+            if (errno == 0 && end != label + 1 && *end == ':' && v >= 0)
+                uid = v;
+        }
+    }
+    xmlXPathFreeObject(o);
+    xmlXPathFreeContext(ctx);
+    xmlFreeDoc(doc);
+    return uid;
+}
+
+/* How a host's agent channels and consoles are reached. `socket` puts QEMU's channel socket
+ * and its console file under state_dir, which only this daemon's user may enter: that
+ * works only where QEMU runs as root (or as this user). On a stock host QEMU runs as
+ * libvirt-qemu with dynamic ownership, so `auto` takes streams there, as for a remote
+ * host; an LXC host keeps its socket (the container's socket directory is bind-mounted). */
+static void host_transport(struct host *h, long long qemu_uid)
+{
+    /* Without a DAC label (security_driver = "none") the uid is not known: the socket. */
+    if (h->cfg.agent_transport != TRANSPORT_AUTO || h->lxc || h->simulated || qemu_uid < 0 ||
+        config_host_streams(&h->cfg))
+        return;
+    bool streams = qemu_uid != 0 && qemu_uid != (long long)getuid();
+    if (streams != h->streams || !h->transport_logged)
+        log_info("host.transport", "host=%s transport=%s qemu_uid=%lld", h->cfg.name,
+                 streams ? "stream" : "socket", qemu_uid);
+    h->streams = streams;
+    h->transport_logged = true;
+}
+
 static void connect_work(uv_work_t *w)
 {
     struct host *h = w->data;
@@ -383,6 +435,7 @@ static void connect_work(uv_work_t *w)
     host_conn_drop(h);
     struct host_found *f = &h->found;
     memset(f, 0, sizeof(*f));
+    f->qemu_uid = -1;
     f->conn = virConnectOpen(h->cfg.uri);
     if (!f->conn) {
         snprintf(f->error, sizeof(f->error), "%s", virt_error());
@@ -415,6 +468,7 @@ static void connect_work(uv_work_t *w)
             const char *kvm = at ? strstr(at, "<domain type='kvm'") : NULL;
             f->kvm[a] = at && kvm && guest_end && kvm < guest_end;
         }
+        f->qemu_uid = qemu_uid_of(caps);
         free(caps);
     }
 }
@@ -501,6 +555,7 @@ static void connect_done(uv_work_t *w, int status)
     h->active = f->active;
     h->n_active = f->n_active;
     h->inventory_failed = f->inventory_failed;
+    host_transport(h, f->qemu_uid);
     memset(f, 0, sizeof(*f));
     /* Keepalive makes a dead remote host show as a closed connection (not on test:///). */
     virConnectSetKeepAlive(h->conn, 5, 3);
@@ -539,6 +594,7 @@ int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
     h->prov = p;
     h->cfg = *cfg;
     h->streams = config_host_streams(cfg);
+    h->local_files = config_host_is_local(cfg->uri);
     h->lxc = strncmp(cfg->uri, "lxc:", 4) == 0;
     h->simulated = strncmp(cfg->uri, "test:", 5) == 0;
     h->lifecycle_id = -1;
@@ -597,6 +653,7 @@ int provisioner_host_status(struct provisioner *p, const char *name, struct host
     ret->reconnects = h->reconnects;
     snprintf(ret->error, sizeof(ret->error), "%s", h->up ? "" : h->error);
     ret->used = h->used;
+    ret->streams = h->streams;
     return 0;
 }
 
@@ -728,9 +785,13 @@ static virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *
         char xml[1024];
         /* Names and paths come from the config, checked there; still only [-_.a-z0-9/]. */
         snprintf(xml, sizeof(xml),
-                 "<pool type='dir'><name>%s</name><target><path>%s</path></target></pool>",
+                 "<pool type='dir'><name>%s</name><target><path>%s</path>"
+                 "<permissions><mode>0711</mode></permissions></target></pool>",
                  h->cfg.storage_pool, h->cfg.storage_dir);
-        mkdir(h->cfg.storage_dir, 0711);
+        /* QEMU (libvirt-qemu on a stock host) must pass through to its overlay; libvirt
+         * builds a missing directory 0711 itself, one made here must not take the umask. */
+        if (h->local_files && mkdir(h->cfg.storage_dir, 0711) == 0)
+            chmod(h->cfg.storage_dir, 0711);
         pool = virStoragePoolCreateXML(conn, xml, VIR_STORAGE_POOL_CREATE_WITH_BUILD);
         if (!pool) /* drivers without build support (test:///) */
             pool = virStoragePoolCreateXML(conn, xml, 0);
@@ -1703,7 +1764,7 @@ static void save_done(uv_work_t *w, int status)
         char reason[sizeof(g->error)];
         snprintf(reason, sizeof(reason), "%s", g->error[0] ? g->error : "torn down while saved");
         g->saving = false;
-        if (!g->host->streams)
+        if (g->host->local_files)
             unlink(g->save_file);
         guest_fail(g, "template: %s", reason);
         return;
@@ -1712,7 +1773,7 @@ static void save_done(uv_work_t *w, int status)
     struct stat st;
     log_info("template.saved", "template=%s host=%s pool=%s file=%s bytes=%lld", g->name,
              g->host->cfg.name, g->pool->name, g->save_file,
-             !g->host->streams && stat(g->save_file, &st) == 0 ? (long long)st.st_size : -1LL);
+             g->host->local_files && stat(g->save_file, &st) == 0 ? (long long)st.st_size : -1LL);
     guest_teardown(g, "saved as a template");
 }
 
@@ -1737,7 +1798,7 @@ static void template_on_gone(void *data, struct guest *g)
     (void)data;
     struct stat st;
     int64_t bytes =
-        g->saved && !g->host->streams && stat(g->save_file, &st) == 0 ? (int64_t)st.st_size : -1;
+        g->saved && g->host->local_files && stat(g->save_file, &st) == 0 ? (int64_t)st.st_size : -1;
     if (g->template_cb)
         g->template_cb(g->template_data, g->saved ? 0 : -EIO, g->saved ? NULL : g->error, bytes);
 }
@@ -1849,7 +1910,7 @@ static void template_key(const struct host *h, const struct config_pool *p, char
     for (size_t i = 0; i < sizeof(files) / sizeof(*files); i++) {
         struct stat st;
         /* A remote host's files are not ours to stat: their paths count. */
-        bool seen = files[i] && !h->streams && stat(files[i], &st) == 0;
+        bool seen = files[i] && h->local_files && stat(files[i], &st) == 0;
         textbuf_printf(&b, "file=%s size=%lld mtime=%lld.%09ld\n", files[i] ? files[i] : "-",
                        seen ? (long long)st.st_size : -1LL,
                        seen ? (long long)st.st_mtim.tv_sec : 0LL, seen ? st.st_mtim.tv_nsec : 0L);
@@ -1982,7 +2043,7 @@ static void slot_check_work(uv_work_t *w)
         if (xml && strstr(xml, needle)) {
             c->valid = true;
             struct stat st;
-            c->bytes = !h->streams && stat(file, &st) == 0 ? (int64_t)st.st_size : -1;
+            c->bytes = h->local_files && stat(file, &st) == 0 ? (int64_t)st.st_size : -1;
         }
         free(xml);
     }

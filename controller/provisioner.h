@@ -57,6 +57,7 @@ struct host_status {
     int64_t reconnects;
     char error[256]; /* why it is down, or empty */
     struct host_usage used;
+    bool streams; /* agent channels and consoles through libvirt streams (see host_transport) */
 };
 int provisioner_host_status(struct provisioner *prov, const char *host, struct host_status *ret);
 
