@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The production runner image for ARCH (ppc64le or s390x), built with
+# images/runner/build-image.sh from the runner stand-in and a small preloaded OCI archive,
+# or reused: images are cached by a hash of every input under $HATCHERY_IMAGE_CACHE
+# (default /var/cache/hatchery/test-images, outside the checkout, so CI's fresh clones
+# reuse them), and the Debian stage by its package list (build-image.sh --debian-cache).
+# Prints the image's path; its .kernel, .initrd and .json are beside it.
+#
+# usage: tests/e2e/production-image.sh ARCH
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+arch=${1:?usage: production-image.sh ARCH}
+cache=${HATCHERY_IMAGE_CACHE:-/var/cache/hatchery/test-images}
+runner_version=${HATCHERY_STAND_IN_VERSION:-2.330.0}
+mkdir -p "$cache"
+
+# One build at a time per cache, whoever asks (a CI run and a developer's run).
+exec 9>"$cache/.lock"
+flock 9
+tarball=$("$root/images/runner/stand-in/make-tarball.sh" "$arch" "$runner_version" "$cache/stand-in")
+preload=$("$here/make-preload.sh" "$arch" "$cache/preload")
+key=$( { cat "$root/images/runner/build-image.sh" "$root/images/runner/hatchery-agent.service" \
+           "$root/agent/hatchery-agent.c" "$root/agent/build-static.sh" \
+           "$root/include/hatchery/agent_protocol.h" "$root/include/hatchery/version.h.in" \
+           "$tarball" "$preload"; "$root/agent/build-static.sh" --version; } | sha256sum | cut -c1-16)
+image="$cache/runner-$arch-$key.qcow2"
+if [ ! -f "$image.json" ]; then
+  t0=$SECONDS
+  "$root/images/runner/build-image.sh" --debian-cache "$cache/debian" --preload "$preload" \
+    "$arch" "$tarball" "$image" >&2
+  echo "production($arch): image built in $((SECONDS - t0)) s" >&2
+  # Older images of this arch are stale inputs: keep the cache to one per arch.
+  find "$cache" -maxdepth 1 -name "runner-$arch-*" ! -name "runner-$arch-$key.*" -delete
+else
+  echo "production($arch): image cached ($image)" >&2
+fi
+echo "$image"

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# A stock Debian host in a directory, booted with systemd as its PID 1 (systemd-nspawn
+# --boot, the root's own nspawn): libvirt-daemon-system with its configuration untouched
+# (QEMU as libvirt-qemu, dynamic ownership, virtlogd, socket activation), the host's
+# network (no private network: the guest firewall's rules are the host's).
+#
+#   machine.sh root RELEASE CACHE_DIR   makes (or reuses) a clean RELEASE root as a tarball in
+#                                       CACHE_DIR, keyed by this script; prints its path
+#   machine.sh boot DIR                 boots the root extracted at DIR; returns once systemd
+#                                       says it is up
+#   machine.sh run DIR COMMAND...       runs COMMAND in it (all its namespaces, as root)
+#   machine.sh halt DIR                 powers it off (and kills it if it will not go)
+#
+# What differs from a host, because this is a container on a machine that is one itself,
+# and what boot does about it:
+#   - nspawn mounts the cgroup v1 controllers read-only: libvirt could not make the guests'
+#     cgroups ("Failed to create v1 controller cpu"). They are remounted read-write.
+#   - nspawn gives the container a boot id of its own, which a unit with
+#     ProtectKernelTunables= (hatcheryd's) does not see: it sees the kernel's. A host has
+#     one. The container's is unmounted, so that the guest firewall's record and hatcheryd
+#     agree as on a host.
+#   - nspawn drops CAP_NET_ADMIN when the network is shared: it is given back (the guest
+#     firewall needs it).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+log() { echo "machine: $*" >&2; }
+
+# What a Power host running Hatchery has from Debian (libvirt, QEMU for both guest
+# architectures, sudo for the runbook), and what building our packages in it needs
+# (debian/control's Build-Depends, and the cross compilers of Build-Depends-Indep).
+packages=(
+  systemd systemd-sysv systemd-container dbus adduser sudo iptables ca-certificates
+  libvirt-daemon-system qemu-system-ppc qemu-system-s390x qemu-utils
+  build-essential debhelper cmake pkg-config pandoc libuv1-dev libhttp-parser-dev libssl-dev
+  libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
+  libsystemd-dev libseccomp-dev libcmocka-dev
+  sqlite3 file procps
+)
+
+pid_of() { cat "$1.pid" 2>/dev/null; }
+
+case "${1:-}" in
+root)
+  release=${2:?usage: machine.sh root RELEASE CACHE_DIR}
+  cache=${3:?usage: machine.sh root RELEASE CACHE_DIR}
+  mkdir -p "$cache"
+  key=$( { cat "$0"; echo "$release"; } | sha256sum | cut -c1-16)
+  tarball=$cache/$release-$key.tar
+  if [ ! -f "$tarball" ]; then
+    t0=$SECONDS
+    include=$(IFS=,; echo "${packages[*]}")
+    mmdebstrap --quiet --mode=root --variant=apt --format=tar \
+      --aptopt='Apt::Install-Recommends "false"' --include="$include" \
+      "$release" "$tarball.new" "deb http://deb.debian.org/debian $release main" \
+      "deb http://deb.debian.org/debian $release-updates main" \
+      "deb http://deb.debian.org/debian-security $release-security main" >&2
+    mv "$tarball.new" "$tarball"
+    find "$cache" -maxdepth 1 -name "$release-*.tar" ! -name "$(basename "$tarball")" -delete
+    log "a clean $release root in $((SECONDS - t0)) s ($(du -h "$tarball" | cut -f1))"
+  fi
+  echo "$tarball" ;;
+
+boot)
+  dir=$(cd "${2:?usage: machine.sh boot DIR}" && pwd)
+  # A hostname it can resolve (sudo asks), and the machine's resolver.
+  echo stockhost >"$dir/etc/hostname"
+  printf '127.0.0.1 localhost\n127.0.1.1 stockhost\n' >"$dir/etc/hosts"
+  cp /etc/resolv.conf "$dir/etc/resolv.conf"
+  mkdir -p "$dir/var/lib/machines/host"
+  rm -f "$dir.pid"
+  # nspawn runs from the root itself (this machine may have none, or an older one): in a
+  # mount namespace of its own, the root is bound on itself, made the root, and booted.
+  # shellcheck disable=SC2016
+  setsid unshare --mount --propagation private bash -c '
+    dir=$1
+    mount --bind "$dir" "$dir"
+    mount -t proc proc "$dir/proc"
+    mount --rbind /sys "$dir/sys"
+    mount --rbind /dev "$dir/dev"
+    mount -t tmpfs tmpfs "$dir/run"
+    mount -t tmpfs tmpfs "$dir/tmp"
+    mount --bind "$dir" "$dir/var/lib/machines/host"
+    cd "$dir" && mkdir -p oldroot && pivot_root . oldroot
+    exec chroot . bash -c "umount -l /oldroot; rmdir /oldroot; exec env SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 \
+      systemd-nspawn -D /var/lib/machines/host --boot --register=no --keep-unit \
+      --console=passive --link-journal=no --capability=CAP_NET_ADMIN"
+  ' boot "$dir" >"$dir.console" 2>&1 </dev/null &
+  # The exec chain keeps one pid: $! is nspawn's, and the container's PID 1 its child.
+  nspawn=$!
+  for _ in $(seq 300); do
+    p=$(pgrep -P "$nspawn" -x systemd || true)
+    [ -n "$p" ] && { echo "$p" >"$dir.pid"; break; }
+    kill -0 "$nspawn" 2>/dev/null || break
+    sleep 0.2
+  done
+  [ -s "$dir.pid" ] || { tail -n 20 "$dir.console" >&2; log "no systemd came up in $dir"; exit 1; }
+  state=
+  for _ in $(seq 300); do
+    state=$(nsenter -t "$(pid_of "$dir")" -a systemctl is-system-running 2>/dev/null || true)
+    case "$state" in running|degraded) break ;; esac
+    sleep 0.2
+  done
+  case "$state" in running|degraded) ;; *) tail -n 20 "$dir.console" >&2; log "systemd is '$state'"; exit 1 ;; esac
+  pid=$(pid_of "$dir")
+  nsenter -t "$pid" -a umount /proc/sys/kernel/random/boot_id 2>/dev/null || true
+  for c in $(nsenter -t "$pid" -a awk '$5 ~ /^\/sys\/fs\/cgroup\/[a-z_,]+$/ && $6 ~ /^ro/ {print $5}' /proc/self/mountinfo); do
+    nsenter -t "$pid" -a mount -o remount,rw,bind "$c"
+  done
+  log "booted $dir (systemd $state, pid $pid)" ;;
+
+run)
+  dir=$(cd "${2:?usage: machine.sh run DIR COMMAND...}" && pwd)
+  shift 2
+  pid=$(pid_of "$dir")
+  [ -n "$pid" ] || { log "$dir is not booted"; exit 1; }
+  exec nsenter -t "$pid" -a env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@" ;;
+
+halt)
+  dir=$(cd "${2:?usage: machine.sh halt DIR}" && pwd)
+  pid=$(pid_of "$dir")
+  [ -n "$pid" ] || exit 0
+  kill -RTMIN+4 "$pid" 2>/dev/null || true # systemd's poweroff
+  for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+  rm -f "$dir.pid" ;;
+
+*) echo "usage: machine.sh root|boot|run|halt ..." >&2; exit 2 ;;
+esac

@@ -1,0 +1,213 @@
+// Day one on a stock Debian host (run.sh made it, built our package in it and booted it):
+// the package installed with apt, configured by the blocks of docs/OPERATIONS.md marked
+// `runbook:` run as they are written, then real jobs served on the production image by
+// QEMU running as libvirt-qemu under Debian's own libvirt configuration, through the guest
+// firewall the package enabled. GitHub is the double in front of Prism, on this machine's
+// loopback, which the host shares.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { createHmac, randomUUID } from 'node:crypto';
+import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
+import { after, before, describe, test } from 'node:test';
+import { freePort, request, workflowJob } from '../integration/lib/daemon.mjs';
+
+const here = new URL('.', import.meta.url).pathname;
+const machineSh = `${here}machine.sh`;
+const M = process.env.STOCK_HOST_MACHINE;
+const release = process.env.STOCK_HOST_RELEASE;
+const images = process.env.STOCK_HOST_IMAGES.split(' ');
+const imageOf = (arch) => `/var/lib/hatchery/images/${images.find((i) => i.startsWith(`runner-${arch}-`))}`;
+const api = process.env.GITHUB_DOUBLE_URL;
+const JIT = 'jit-stock-host-5b1f0e9c2d7a4e3f8b6c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6';
+
+// A command in the machine, as root: its output, or the test fails with what it said.
+function machine(command, { cwd = '/root', ok = true } = {}) {
+  const r = spawnSync(machineSh, ['run', M, 'bash', '-c', `cd ${cwd} && ${command}`], { encoding: 'utf8' });
+  if (ok) assert.equal(r.status, 0, `${command}\n${r.stdout}\n${r.stderr}`);
+  return r;
+}
+
+// The block of docs/OPERATIONS.md marked <!-- runbook: NAME -->, as written there.
+function runbook(name) {
+  const doc = readFileSync(`${here}../../docs/OPERATIONS.md`, 'utf8');
+  const m = new RegExp(`<!-- runbook: ${name} -->\\n( *)\`\`\`sh\\n([\\s\\S]*?)\\n *\`\`\``).exec(doc);
+  assert.ok(m, `docs/OPERATIONS.md has no block marked runbook: ${name}`);
+  return m[2].split('\n').map((l) => l.slice(m[1].length)).join('\n');
+}
+const runRunbook = (name, cwd) => machine(`set -euxo pipefail\n${runbook(name)}`, { cwd });
+
+const cli = (...args) => JSON.parse(machine(`hatchery --json ${args.join(' ')}`).stdout);
+const runners = () => cli('runners', '--all').runners;
+const journal = () => machine('journalctl -u hatcheryd -o cat --no-pager').stdout;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function until(what, predicate, ms = 1500000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = predicate();
+    if (v) return v;
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${what}\n${journal().split('\n').slice(-60).join('\n')}`);
+    }
+    await sleep(2000);
+  }
+}
+
+let port;
+let secret;
+async function post(payload) {
+  const body = JSON.stringify(payload);
+  const r = await request(port, {
+    method: 'POST', path: '/webhook', body,
+    headers: {
+      'Content-Type': 'application/json',
+      'X-GitHub-Event': 'workflow_job',
+      'X-GitHub-Delivery': randomUUID(),
+      'X-Hub-Signature-256': `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`,
+    },
+  });
+  assert.equal(r.status, 202, r.body);
+}
+
+let nextJob = 9400000000;
+// Plays GitHub for one job: queued, in_progress to the pool's new idle runner, completed
+// once the runner is gone; returns the runner's name.
+async function serve(label, poolName, taken) {
+  const id = nextJob++;
+  await post(workflowJob('queued', id, [label]));
+  const r = await until(`an idle runner in ${poolName}`, () =>
+    runners().find((x) => x.pool === poolName && x.state === 'idle' && !taken.has(x.name)));
+  taken.add(r.name);
+  // QEMU runs as Debian's libvirt-qemu, not root: the stock configuration.
+  const qemuUids = machine(`ps -o uid= -C qemu-system-ppc64le,qemu-system-s390x || true`).stdout.trim().split(/\s+/);
+  const libvirtQemu = machine('id -u libvirt-qemu').stdout.trim();
+  assert.ok(qemuUids.length > 0 && qemuUids.every((u) => u === libvirtQemu), `QEMU's uids: ${qemuUids}`);
+  await post(workflowJob('in_progress', id, [label], r.name));
+  await until(`${r.name} to finish`, () => runners().find((x) => x.name === r.name)?.state === 'deleted');
+  await post(workflowJob('completed', id, [label], r.name));
+  return r.name;
+}
+
+function assertServed(name, arch) {
+  const r = runners().find((x) => x.name === name);
+  assert.equal(r.exit_code, 0, `${name}: ${r.reason}`);
+  const logs = machine(`hatchery logs ${name}`).stdout;
+  const m = /hatchery: job report: (\{.*\})/.exec(logs);
+  assert.ok(m, `${name}: a job report in its log (through the console stream)\n${logs.slice(-3000)}`);
+  const rep = JSON.parse(m[1]);
+  assert.equal(rep.result, 'succeeded', JSON.stringify(rep));
+  assert.match(rep.output, new RegExp(`built in a container on ${arch}`));
+  assert.ok(!machine('ls /var/lib/hatchery/volumes').stdout.includes(name), 'overlay deleted');
+  assert.ok(!logs.includes(JIT) && !journal().includes(JIT), 'the JIT config is in no log');
+}
+
+describe(`day one on a stock Debian ${release} host`, () => {
+  const taken = new Set();
+  before(async () => {
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: JIT });
+    // 1. Install, as the runbook says, where the packages were built.
+    runRunbook('install', '/home/builder/src');
+    // 2. The App's key and the images, brought to the host.
+    copyFileSync(process.env.APP_KEY_FILE, `${M}/root/rollout/github-app.private-key.pem`);
+    runRunbook('app-key', '/root/rollout');
+    runRunbook('images', '/root/rollout');
+    // 3. The config: the package's, with GitHub, this host and its pools added.
+    port = await freePort();
+    secret = readFileSync(`${M}/etc/hatchery/webhook-secret`, 'utf8').trim();
+    const config = `${M}/etc/hatchery/hatchery.yaml`;
+    const pool = (arch, { template = false } = {}) => `  - name: prod-${arch}${template ? '-tpl' : ''}
+    labels: [linux.${arch}.prod${template ? '.tpl' : ''}]${template ? '\n    start: template' : ''}
+    arch: ${arch}
+    image: ${imageOf(arch)}
+    network: user
+    disk_mib: 8192
+    vcpus: 1
+    memory_mib: ${arch === 'ppc64le' ? 2048 : 1536}
+    max_runners: 1
+    boot_timeout_s: 900
+    job_timeout_s: 3600
+    hosts: [local]
+`;
+    writeFileSync(config, readFileSync(config, 'utf8').replace(/^listen: .*$/m, `listen: 127.0.0.1:${port}`) + `
+github:
+  api_url: ${api}
+  app_id: ${process.env.APP_ID}
+  app_private_key_file: /etc/hatchery/github-app.pem
+  runner_scopes:
+    - repo: pytorch/pytorch
+      runner_group_id: 1
+reconcile_interval_s: 10
+hosts:
+  - name: local
+    uri: qemu:///system
+    vcpus: 4
+    memory_mib: 8192
+    max_guests: 3
+pools:
+${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}`);
+    // 4. Check it and start.
+    runRunbook('start', '/root');
+    await until('the host up', () => cli('hosts').hosts.find((h) => h.name === 'local' && h.state === 'up'));
+  });
+  after(() => {
+    machine('journalctl -u hatcheryd -o cat --no-pager -p warning | tail -n 40', { ok: false });
+  });
+
+  test('the package installed as on a host: its user in libvirt, both units running, state_dir passable', () => {
+    assert.equal(machine('systemctl is-active hatcheryd hatchery-guest-firewall').stdout, 'active\nactive\n');
+    assert.match(machine('id -nG hatchery').stdout, /\blibvirt\b/);
+    assert.equal(machine('stat -c %a /var/lib/hatchery').stdout.trim(), '711');
+    assert.equal(machine('stat -c "%a %U" /var/lib/hatchery/hatchery.db').stdout.trim(), '640 hatchery');
+    // libvirt as Debian ships it: qemu.conf and the daemon's config untouched.
+    assert.equal(machine('dpkg --verify libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-daemon-config-network 2>/dev/null || true').stdout, '');
+    assert.doesNotMatch(machine('cat /etc/libvirt/qemu.conf').stdout, /^\s*(user|group|dynamic_ownership|security_driver)\s*=/m);
+    const version = machine('virsh -c qemu:///system version').stdout;
+    console.log(version.trim().split('\n').join('; '));
+    const qemu = /Running hypervisor: QEMU (\d+)\.(\d+)/.exec(version);
+    assert.ok(qemu && Number(qemu[1]) * 100 + Number(qemu[2]) >= 802, version);
+  });
+
+  test('the runbook\'s check: the host is up through streams, its guest firewall in place', () => {
+    const out = runRunbook('check', '/root').stdout;
+    assert.match(out, /^local\s+up\s+qemu:\/\/\/system\s+stream\b.*\bin_place\b/m, out);
+    const host = cli('hosts').hosts.find((h) => h.name === 'local');
+    assert.equal(host.transport, 'stream');
+    assert.equal(host.guest_isolation, 'in_place');
+    assert.match(journal(), /event=host\.transport host=local transport=stream qemu_uid=\d+/);
+  });
+
+  test('a ppc64le and an s390x job on the production image, QEMU as libvirt-qemu', { timeout: 3000000 }, async () => {
+    const t0 = Date.now();
+    const [ppc, s390] = await Promise.all([
+      serve('linux.ppc64le.prod', 'prod-ppc64le', taken),
+      serve('linux.s390x.prod', 'prod-s390x', taken),
+    ]);
+    assertServed(ppc, 'ppc64le');
+    assertServed(s390, 's390x');
+    console.log(`both jobs served in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+  });
+
+  test('a ppc64le job from a warm template (QEMU 8.2 or later keeps the pseries decrementer)', { timeout: 3000000 }, async () => {
+    const tpl = await until('the ppc64le template ready', () =>
+      cli('hosts').hosts.find((h) => h.name === 'local').templates.find((t) => t.pool === 'prod-ppc64le-tpl' && t.state === 'ready'));
+    console.log(`ppc64le template ${tpl.name}: ${(tpl.file_bytes / 1e6).toFixed(0)} MB`);
+    const name = await serve('linux.ppc64le.prod.tpl', 'prod-ppc64le-tpl', taken);
+    assert.match(journal(), new RegExp(`event=template\\.restored guest=${name} `));
+    assertServed(name, 'ppc64le');
+  });
+
+  test('with the guest firewall removed, the host is unsafe and no guest starts', { timeout: 600000 }, async () => {
+    machine('/usr/lib/hatchery/guest-firewall.sh remove');
+    const id = nextJob++;
+    const before = runners().length;
+    await post(workflowJob('queued', id, ['linux.s390x.prod']));
+    const job = await until('the job to wait for isolation', () =>
+      cli('jobs').jobs.find((j) => j.id === id && /host local unsafe/.test(j.waiting ?? '')), 120000);
+    assert.match(job.waiting, /guest firewall/);
+    assert.equal(cli('hosts').hosts.find((h) => h.name === 'local').guest_isolation, 'missing');
+    await sleep(15000);
+    assert.equal(runners().length, before, 'no runner was made');
+    await post(workflowJob('completed', id, ['linux.s390x.prod']));
+    machine('systemctl restart hatchery-guest-firewall');
+    assert.equal(machine('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 0);
+  });
+});
