@@ -1036,9 +1036,12 @@ static void tick(struct scheduler *s)
         if (want < 0)
             retire_surplus(s, pool, -want);
         s->why[p][0] = 0;
+        /* Whether the image is on this machine: a host of this pool is. The pools of a
+         * controller of remote hosts are not judged by another pool's local host. */
         bool local = false;
         for (size_t h = 0; h < c->n_hosts; h++)
-            local = local || config_host_is_local(c->hosts[h].uri);
+            local = local || (config_pool_uses_host(pool, c->hosts[h].name) &&
+                              config_host_is_local(c->hosts[h].uri));
         bool local_missing = local && want > 0 && access(pool->image, R_OK) != 0;
         /* The image's manifest, read again whenever a runner is wanted: an image rebuilt
          * for another arch, or one without a manifest, gets no runner. */

@@ -18,7 +18,16 @@ import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs
 const api = process.env.GITHUB_DOUBLE_URL;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// The pool's one host is test:///default, where its image path is the driver's; a host on
+// this machine (qemu:///system, unused and down here) is another pool's business: the
+// image is not looked for on this machine (it was, and every job waited 'image missing').
 const d = new Daemon({
+  hostsExtra: `  - name: local-unused
+    uri: qemu:///system
+    vcpus: 2
+    memory_mib: 2048
+    max_guests: 1
+`,
   pools: `pools:
   - name: sim
     labels: [sim]
@@ -29,6 +38,7 @@ const d = new Daemon({
     network: none
     max_runners: 4
     boot_timeout_s: 600
+    hosts: [host-a]
 `,
   extra: githubConfig({ reconcileIntervalS: 60 }) + 'history_retention_s: 3600\n',
 });
