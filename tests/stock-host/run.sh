@@ -15,7 +15,7 @@ root=$(cd "$here/../.." && pwd)
 release=${1:-trixie}
 cache=${HATCHERY_STOCK_CACHE:-/var/cache/hatchery/stock-host}
 log() { echo "stock-host($release): $*" >&2; }
-timed() { local t0=$SECONDS; "$@"; log "$1 ${2:-}: $((SECONDS - t0)) s"; }
+timed() { local t0=$SECONDS; "$@"; log "$(basename "$1") ${2:-}: $((SECONDS - t0)) s"; }
 
 t0=$SECONDS
 tarball=$("$here/machine.sh" root "$release" "$cache")
