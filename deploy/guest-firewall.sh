@@ -21,11 +21,14 @@
 # hatcheryd starts networked guests on this host only while it is there; remove deletes
 # it first. Stopping the service does not remove the rules: guests may still run.
 #
-# usage: guest-firewall.sh apply|remove|status [--group GROUP] [--deny CIDR]...
+# usage: guest-firewall.sh apply|remove|status|check [--group GROUP] [--deny CIDR]...
 #   --deny CIDR  also refuse this network (e.g. 10.0.0.0/8 for an internal network
 #                the jobs must not see); repeatable
 # status exits 0 when the rules are in place as apply left them (both families, this
-# boot), 1 when not.
+# boot), 1 when not. check (hatchery-guest-firewall-check.timer, every minute) is status
+# for a record that exists: rules changed since apply (a flush by another tool, a hand
+# edit) remove the record, so that hatcheryd starts no networked guest, and, under
+# systemd, hatchery-guest-firewall.service is restarted to apply them again.
 set -eu
 action=${1:-}
 [ $# -gt 0 ] && shift
@@ -40,9 +43,9 @@ while [ $# -gt 0 ]; do
 done
 chain=HATCHERY-GUESTS
 case "$action" in
-  apply | remove | status) ;;
+  apply | remove | status | check) ;;
   *)
-    echo "usage: guest-firewall.sh apply|remove|status [--group GROUP] [--deny CIDR]..." >&2
+    echo "usage: guest-firewall.sh apply|remove|status|check [--group GROUP] [--deny CIDR]..." >&2
     exit 2
     ;;
 esac
@@ -153,6 +156,19 @@ case "$action" in
       exit 0
     fi
     echo "guest-firewall: not in place for group $group (apply it again)"
+    exit 1
+    ;;
+  check)
+    # Nothing recorded (never applied, or removed on purpose): nothing to keep.
+    [ -f "$record" ] || exit 0
+    now=$(state 2>/dev/null) || now=
+    [ -n "$now" ] && [ "$now" = "$(cat "$record")" ] && exit 0
+    rm -f "$record"
+    echo "guest-firewall: the rules for group $group changed since apply: record removed, hatcheryd starts no networked guest until they are applied again" >&2
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+      systemctl restart hatchery-guest-firewall.service &&
+        echo "guest-firewall: applied again by hatchery-guest-firewall.service" >&2
+    fi
     exit 1
     ;;
 esac

@@ -45,10 +45,11 @@ install -m 0644 deploy/hatcheryd.service /etc/systemd/system/hatcheryd.service
 # libvirt host, this one included when it runs guests.
 install -d /usr/local/lib/hatchery
 install -m 0755 deploy/guest-firewall.sh /usr/local/lib/hatchery/guest-firewall.sh
-install -m 0644 deploy/hatchery-guest-firewall.service /etc/systemd/system/
+install -m 0644 deploy/hatchery-guest-firewall.service deploy/hatchery-guest-firewall-check.service \
+  deploy/hatchery-guest-firewall-check.timer /etc/systemd/system/
 systemctl daemon-reload 2>/dev/null || true
-systemctl enable --now hatchery-guest-firewall.service 2>/dev/null ||
-  echo "install.sh: enable hatchery-guest-firewall.service on each libvirt host (README: Security model)"
+systemctl enable --now hatchery-guest-firewall.service hatchery-guest-firewall-check.timer 2>/dev/null ||
+  echo "install.sh: enable hatchery-guest-firewall.service and hatchery-guest-firewall-check.timer on each libvirt host (README: Security model)"
 cat <<MSG
 install.sh: done. Next:
   1. create the GitHub App from deploy/github-app-manifest.json (README: "Create the GitHub App")

@@ -105,13 +105,31 @@ test('the guest firewall: its unit verifies, and the script refuses what it cann
   // Usage errors and a group that does not exist change nothing and say why.
   const bad = spawnSync(script, ['open-everything'], { encoding: 'utf8' });
   assert.equal(bad.status, 2);
-  assert.match(bad.stderr, /usage: guest-firewall.sh apply\|remove\|status/);
+  assert.match(bad.stderr, /usage: guest-firewall.sh apply\|remove\|status\|check/);
   const nogroup = spawnSync(script, ['apply', '--group', 'no-such-group-hatchery'], { encoding: 'utf8' });
   assert.equal(nogroup.status, 2);
   assert.match(nogroup.stderr, /no group no-such-group-hatchery/);
-  // install.sh installs and enables it.
+  // install.sh installs and enables it, and the timer of its check.
   const install = readFileSync(join(root, 'deploy/install.sh'), 'utf8');
   assert.match(install, /hatchery-guest-firewall\.service/);
+  assert.match(install, /enable --now .*hatchery-guest-firewall-check\.timer/);
+});
+
+test('the guest firewall\'s check: a service and its timer that verify, every minute', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'unit-'));
+  const script = join(root, 'deploy/guest-firewall.sh');
+  for (const name of ['hatchery-guest-firewall-check.service', 'hatchery-guest-firewall-check.timer']) {
+    writeFileSync(join(dir, name), readFileSync(join(root, 'deploy', name), 'utf8')
+      .replaceAll('/usr/local/lib/hatchery/guest-firewall.sh', script));
+  }
+  const timer = readFileSync(join(dir, 'hatchery-guest-firewall-check.timer'), 'utf8');
+  assert.match(timer, /^OnUnitActiveSec=1min$/m);
+  assert.match(timer, /^WantedBy=timers\.target$/m);
+  const service = readFileSync(join(dir, 'hatchery-guest-firewall-check.service'), 'utf8');
+  assert.match(service, /^ExecStart=\S+guest-firewall\.sh check --group libvirt-qemu$/m);
+  assert.match(service, /^ConditionPathExists=\/run\/hatchery-guest-firewall$/m);
+  const r = spawnSync('systemd-analyze', ['verify', '--man=no', join(dir, 'hatchery-guest-firewall-check.timer')], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
 });
 
 test('the alert rules pass promtool check rules and their own unit tests; a broken rule is refused', () => {

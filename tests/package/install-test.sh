@@ -87,15 +87,18 @@ in_root id -nG hatchery | tr ' ' '\n' | grep -qx libvirt || fail "the hatchery u
 secret_stat=$(in_root stat -c '%a %U' /etc/hatchery/webhook-secret)
 [ "$secret_stat" = "600 hatchery" ] || fail "webhook-secret is $secret_stat, not 600 hatchery"
 [ "$(wc -c <"$r/etc/hatchery/webhook-secret")" = 64 ] || fail "webhook-secret is not 32 random bytes in hex"
-for unit in hatcheryd.service hatchery-guest-firewall.service; do
+for unit in hatcheryd.service hatchery-guest-firewall.service hatchery-guest-firewall-check.service \
+  hatchery-guest-firewall-check.timer; do
   out=$(in_root systemd-analyze verify "/lib/systemd/system/$unit" 2>&1) ||
     fail "systemd-analyze verify $unit: $out"
   [ -z "$out" ] || fail "systemd-analyze verify $unit says: $out"
 done
-log "systemd-analyze verify: both units clean"
+log "systemd-analyze verify: every unit clean"
 [ -L "$r/etc/systemd/system/multi-user.target.wants/hatcheryd.service" ] || fail "hatcheryd.service is not enabled"
 [ -L "$r/etc/systemd/system/multi-user.target.wants/hatchery-guest-firewall.service" ] ||
   fail "the guest firewall is not enabled by the install (hatcheryd starts no networked guest without it)"
+[ -L "$r/etc/systemd/system/timers.target.wants/hatchery-guest-firewall-check.timer" ] ||
+  fail "the guest firewall's check timer is not enabled by the install"
 dpkg-deb -f "$deb" Depends | tr "," "\n" | grep -qx " *iptables" || fail "the package does not depend on iptables (guest-firewall.sh needs it)"
 chroot --userspec=hatchery:hatchery "$r" hatcheryd --check-config /etc/hatchery/hatchery.yaml ||
   fail "--check-config as the hatchery user"

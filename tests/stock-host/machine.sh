@@ -26,7 +26,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "machine: $*" >&2; }
 
 # What a Power host running Hatchery has from Debian (libvirt, QEMU for both guest
-# architectures, sudo for the runbook), and what building our packages in it needs
+# architectures, sudo for the runbook, SSH for a controller of remote hosts), and what building our packages in it needs
 # (debian/control's Build-Depends, and the cross compilers of Build-Depends-Indep).
 packages=(
   systemd systemd-sysv systemd-container dbus adduser sudo iptables ca-certificates
@@ -34,7 +34,7 @@ packages=(
   build-essential debhelper cmake pkg-config pandoc libuv1-dev libhttp-parser-dev libssl-dev
   libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
   libsystemd-dev libseccomp-dev libcmocka-dev
-  sqlite3 file procps
+  sqlite3 file procps openssh-server openssh-client
 )
 
 pid_of() { cat "$1.pid" 2>/dev/null; }

@@ -35,7 +35,8 @@ function runbook(name) {
   assert.ok(m, `docs/OPERATIONS.md has no block marked runbook: ${name}`);
   return m[2].split('\n').map((l) => l.slice(m[1].length)).join('\n');
 }
-const runRunbook = (name, cwd) => machine(`set -euxo pipefail\n${runbook(name)}`, { cwd });
+const runRunbook = (name, cwd, env = {}) => machine(
+  `${Object.entries(env).map(([k, v]) => `export ${k}=${v}\n`).join('')}set -euxo pipefail\n${runbook(name)}`, { cwd });
 
 const cli = (...args) => JSON.parse(machine(`hatchery --json ${args.join(' ')}`).stdout);
 const runners = () => cli('runners', '--all').runners;
@@ -55,6 +56,7 @@ async function until(what, predicate, ms = 1500000) {
 
 let port;
 let secret;
+let sshPort;
 async function post(payload) {
   const body = JSON.stringify(payload);
   const r = await request(port, {
@@ -122,12 +124,19 @@ describe(`day one on a stock Debian ${release} host`, () => {
     copyFileSync(process.env.APP_KEY_FILE, `${M}/root/rollout/github-app.private-key.pem`);
     runRunbook('app-key', '/root/rollout');
     runRunbook('images', '/root/rollout');
+    // A remote host, reached over SSH as a controller reaches one: this same machine, whose
+    // sshd (on a port of its own: the network is this machine's) plays the remote's.
+    sshPort = await freePort();
+    machine(`printf 'Port ${sshPort}\\nListenAddress 127.0.0.1:${sshPort}\\n' >/etc/ssh/sshd_config.d/stock-host-test.conf && systemctl restart ssh`);
+    runRunbook('remote-key', '/root/rollout');
+    runRunbook('remote-login', '/root/rollout');
+    runRunbook('remote-trust', '/root/rollout', { REMOTE_HOST: '127.0.0.1', REMOTE_PORT: sshPort });
     // 3. The config: the package's, with GitHub, this host and its pools added.
     port = await freePort();
     secret = readFileSync(`${M}/etc/hatchery/webhook-secret`, 'utf8').trim();
     const config = `${M}/etc/hatchery/hatchery.yaml`;
-    const pool = (arch, { template = false } = {}) => `  - name: prod-${arch}${template ? '-tpl' : ''}
-    labels: [linux.${arch}.prod${template ? '.tpl' : ''}]${template ? '\n    start: template' : ''}
+    const pool = (arch, { template = false, remote = false } = {}) => `  - name: prod-${arch}${template ? '-tpl' : ''}${remote ? '-remote' : ''}
+    labels: [linux.${arch}.prod${template ? '.tpl' : ''}${remote ? '.remote' : ''}]${template ? '\n    start: template' : ''}
     arch: ${arch}
     image: ${imageOf(arch)}
     network: user
@@ -137,7 +146,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
     max_runners: 1
     boot_timeout_s: 900
     job_timeout_s: 3600
-    hosts: [local]
+    hosts: [${remote ? 'remote' : 'local'}]
 `;
     writeFileSync(config, readFileSync(config, 'utf8').replace(/^listen: .*$/m, `listen: 127.0.0.1:${port}`) + `
 github:
@@ -154,8 +163,14 @@ hosts:
     vcpus: 4
     memory_mib: 8192
     max_guests: 3
+  - name: remote
+    uri: qemu+ssh://hatchery-remote@127.0.0.1:${sshPort}/system
+    vcpus: 2
+    memory_mib: 4096
+    max_guests: 1
+    guest_isolation: unchecked
 pools:
-${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}`);
+${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('s390x', { remote: true })}`);
     // 4. Check it and start.
     runRunbook('start', '/root');
     await until('the host up', () => cli('hosts').hosts.find((h) => h.name === 'local' && h.state === 'up'));
@@ -165,7 +180,8 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}`);
   });
 
   test('the package installed as on a host: its user in libvirt, both units running, state_dir passable', () => {
-    assert.equal(machine('systemctl is-active hatcheryd hatchery-guest-firewall').stdout, 'active\nactive\n');
+    assert.equal(machine('systemctl is-active hatcheryd hatchery-guest-firewall hatchery-guest-firewall-check.timer').stdout,
+      'active\nactive\nactive\n');
     assert.match(machine('id -nG hatchery').stdout, /\blibvirt\b/);
     assert.equal(machine('stat -c %a /var/lib/hatchery').stdout.trim(), '711');
     assert.equal(machine('stat -c "%a %U" /var/lib/hatchery/hatchery.db').stdout.trim(), '640 hatchery');
@@ -199,6 +215,16 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}`);
     console.log(`both jobs served in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
   });
 
+  test('a job on a pool whose one host is reached only as qemu+ssh://, set up by the runbook', { timeout: 1800000 }, async () => {
+    const host = await until('the remote host up', () =>
+      cli('hosts').hosts.find((h) => h.name === 'remote' && h.state === 'up'), 120000);
+    assert.equal(host.transport, 'stream');
+    assert.equal(host.guest_isolation, 'unchecked');
+    const name = await serve('linux.s390x.prod.remote', 'prod-s390x-remote', taken);
+    assert.match(journal(), new RegExp(`event=guest\\.created guest=${name} host=remote `));
+    assertServed(name, 's390x');
+  });
+
   test('a ppc64le job from a warm template (QEMU 8.2 or later keeps the pseries decrementer)', { timeout: 3000000 }, async () => {
     const tpl = await until('the ppc64le template ready', () =>
       cli('hosts').hosts.find((h) => h.name === 'local').templates.find((t) => t.pool === 'prod-ppc64le-tpl' && t.state === 'ready'));
@@ -230,6 +256,19 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}`);
       close();
       await fetch(`${api}/__double/jit`, { method: 'POST', body: JIT });
     }
+  });
+
+  test('rules changed behind the firewall\'s back are found by its check and applied again', () => {
+    // What another tool's flush or a hand edit does: a rule of the chain gone.
+    machine('iptables -D HATCHERY-GUESTS -m addrtype --dst-type LOCAL -j REJECT');
+    assert.equal(machine('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 1);
+    // The timer's service, now rather than within the minute.
+    machine('systemctl start hatchery-guest-firewall-check.service', { ok: false });
+    const said = machine('journalctl -u hatchery-guest-firewall-check -o cat --no-pager').stdout;
+    assert.match(said, /changed since apply: record removed/);
+    assert.match(said, /applied again by hatchery-guest-firewall\.service/);
+    assert.equal(machine('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 0);
+    assert.equal(cli('hosts').hosts.find((h) => h.name === 'local').guest_isolation, 'in_place');
   });
 
   test('with the guest firewall removed, the host is unsafe and no guest starts', { timeout: 600000 }, async () => {
