@@ -68,7 +68,7 @@ struct host {
     bool local_files; /* its storage_dir is on this machine (a local URI) */
     bool transport_logged;
     bool simulated; /* from the URI: libvirt's test driver, where no guest ever runs */
-    bool streams;   /* channels and consoles through libvirt streams (a remote host) */
+    bool streams;   /* channels and consoles through libvirt streams (host_transport) */
     bool kvm[ARCH_MAX];
     int lifecycle_id;
     int attempt;

@@ -26,10 +26,6 @@ trap 'rm -rf "$work"' EXIT
 # What git tracks, plus what is new and not ignored: no build trees, no caches.
 (cd "$root" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) |
   tar -xf - -C "$work" --one-top-level=src
-# The agents' foreign libjansson .debs, fetched once (agent/build-static.sh).
-[ -d "$root/build-images/debs" ] && mkdir -p "$work/src/build-images" &&
-  cp -r "$root/build-images/debs" "$work/src/build-images/"
-
 options=nocheck
 [ -n "${CHECK:-}" ] && options=
 log "dpkg-buildpackage -b (version $deb_version${options:+, $options})"
@@ -40,9 +36,6 @@ if ! (cd "$work/src" && DEB_BUILD_OPTIONS=$options dpkg-buildpackage -b -us -uc 
 fi
 log "built in $((SECONDS - t0)) s"
 cp "$work"/*.deb "$work"/*.changes "$work"/*.buildinfo "$out/"
-[ -d "$root/build-images" ] && [ ! -d "$root/build-images/debs" ] && [ -d "$work/src/build-images/debs" ] &&
-  cp -r "$work/src/build-images/debs" "$root/build-images/"
-
 changes=$(ls "$out"/hatchery_"$deb_version"_*.changes)
 lintian --pedantic --fail-on error,warning "$changes" | tee "$out/lintian.txt" >&2 ||
   { log "lintian: errors or warnings (above)"; exit 1; }

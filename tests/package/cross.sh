@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Cross-builds the `hatchery` package for ppc64el or s390x and runs its unit tests under
-# qemu-user.
+# Cross-builds the `hatchery` and `hatchery-guest-agent` packages for ppc64el or s390x and
+# runs the unit tests under qemu-user.
 #
 # How: Debian's multiarch cross build. A clean bookworm root (amd64) gets the target's
 # -dev packages beside its own (`apt` resolves them as ARCH packages) and the cross
@@ -65,11 +65,19 @@ if ! chroot "$chroot_dir" sh -c "cd /build/src && dpkg-buildpackage -a $arch -B 
   exit 1
 fi
 log "dpkg-buildpackage -a $arch -B in $((SECONDS - t0)) s"
-cp "$chroot_dir"/build/hatchery_*_"$arch".deb "$out/"
+cp "$chroot_dir"/build/hatchery_*_"$arch".deb "$chroot_dir"/build/hatchery-guest-agent_*_"$arch".deb "$out/"
 deb=$(ls "$out"/hatchery_*_"$arch".deb)
+agent_deb=$(ls "$out"/hatchery-guest-agent_*_"$arch".deb)
 file -b "$chroot_dir/build/src/obj-$triplet/hatcheryd" | tee "$out/hatcheryd-$arch.file" >&2
 log "$(basename "$deb"): $(stat -c %s "$deb") bytes, installed $(dpkg-deb -f "$deb" Installed-Size) KiB"
-lintian --fail-on error,warning "$deb" | tee "$out/lintian-$arch.txt" >&2 ||
+# The agent: static for this architecture's guests, from the build dependencies'
+# libjansson.a (no download), with the sources it carries named.
+file -b "$chroot_dir/build/src/obj-$triplet/agent-static/hatchery-agent" | tee "$out/agent-$arch.file" >&2
+grep -q 'statically linked' "$out/agent-$arch.file" || { log "the agent is not static"; exit 1; }
+dpkg-deb -f "$agent_deb" Built-Using | grep -q 'jansson (= ' ||
+  { log "$(basename "$agent_deb") names no Built-Using jansson"; exit 1; }
+log "$(basename "$agent_deb"): $(stat -c %s "$agent_deb") bytes, Built-Using: $(dpkg-deb -f "$agent_deb" Built-Using)"
+lintian --fail-on error,warning "$deb" "$agent_deb" | tee "$out/lintian-$arch.txt" >&2 ||
   { log "lintian: errors or warnings (above)"; exit 1; }
 
 # The unit tests, as built for ARCH, under qemu-user.

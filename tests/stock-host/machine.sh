@@ -26,8 +26,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "machine: $*" >&2; }
 
 # What a Power host running Hatchery has from Debian (libvirt, QEMU for both guest
-# architectures, sudo for the runbook, SSH for a controller of remote hosts), and what building our packages in it needs
-# (debian/control's Build-Depends, and the cross compilers of Build-Depends-Indep).
+# architectures, sudo for the runbook, SSH for a controller of remote hosts), and what
+# building our packages in it needs (debian/control's Build-Depends).
 packages=(
   systemd systemd-sysv systemd-container dbus adduser sudo iptables ca-certificates
   libvirt-daemon-system qemu-system-ppc qemu-system-s390x qemu-utils

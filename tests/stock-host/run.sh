@@ -51,8 +51,8 @@ for image in "$image_ppc64le" "$image_s390x"; do
 done
 
 timed "$here/machine.sh" boot "$m"
-# Built without the network (the guest agents, arch all, need a download: not built here;
-# the images carry theirs).
+# Built without the network, the arch-dependent packages (on amd64: hatchery; the guest
+# agent is a package of ppc64el and s390x, which tests/package builds).
 t1=$SECONDS
 if ! "$here/machine.sh" run "$m" unshare --net runuser -u builder -- \
      sh -c 'cd ~/src/hatchery && dpkg-buildpackage -B -us -uc >../build.log 2>&1'; then
