@@ -1,17 +1,20 @@
-/* hatchery: the operator CLI. It only talks to hatcheryd's admin socket: one JSON request,
- * one JSON answer, printed as a table for people or as JSON (--json) for scripts.
+/* hatchery: the operator CLI. It talks to hatcheryd's admin socket: one JSON request, one
+ * JSON answer, printed as a table for people or as JSON (--json) for scripts. One command,
+ * image-check, needs no daemon (its exit status is its own, below in usage()).
  *
  * Exit status: 0 success; 1 the daemon answered with an error; 2 usage error;
  * 3 the daemon cannot be reached; 4 the answer was not understood. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -19,6 +22,7 @@
 #include "hatchery/admin_protocol.h"
 #include "hatchery/version.h"
 #include "hatchery/limits.h"
+#include "runner_version.h"
 
 #define DEFAULT_SOCKET "/run/hatchery/admin.sock"
 
@@ -58,12 +62,97 @@ static void usage(FILE *out)
         "                                 and changed; a bad config is refused and the running\n"
         "                                 one stays\n"
         "  health                         version, controller id and uptime\n"
+        "  image-check IMAGE RELEASES [--now ISO] [--warn-days N]\n"
+        "                                 whether GitHub still registers the runner in IMAGE\n"
+        "                                 (its .json manifest, or a mounted root), judged by\n"
+        "                                 RELEASES (GET /repos/actions/runner/releases, saved);\n"
+        "                                 no daemon needed. Exit 0 current, 1 warning (refused\n"
+        "                                 within N days, default 7), 2 refused, 3 bad input\n"
         "\n"
         "options:\n"
         "  --socket PATH  admin socket (default $HATCHERY_SOCKET or " DEFAULT_SOCKET ")\n"
         "  --json         print the daemon's answer as JSON\n"
         "\n"
         "exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon unreachable, 4 bad answer\n");
+}
+
+/* `hatchery image-check`: the runner version of an image's manifest (IMAGE.json, written by
+ * images/runner/build-image.sh) or of a mounted image root, against GitHub's releases. */
+static int image_check(int argc, char **argv)
+{
+    const char *paths[2] = {NULL, NULL};
+    size_t n_paths = 0;
+    time_t now = time(NULL);
+    int warn_days = 7;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--now") == 0 && i + 1 < argc) {
+            now = runner_version_time(argv[++i]);
+            if (now < 0) {
+                fprintf(
+                    stderr,
+                    "hatchery: image-check: --now takes a UTC time like 2026-11-27T00:00:00Z\n");
+                return RUNNER_BAD_INPUT;
+            }
+        } else if (strcmp(argv[i], "--warn-days") == 0 && i + 1 < argc) {
+            char *end = NULL;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 0 || n > 365) {
+                fprintf(stderr, "hatchery: image-check: --warn-days takes 0..365\n");
+                return RUNNER_BAD_INPUT;
+            }
+            warn_days = (int)n;
+        } else if (argv[i][0] != '-' && n_paths < 2) {
+            paths[n_paths++] = argv[i];
+        } else {
+            fprintf(stderr, "hatchery: image-check: unexpected argument %s\n", argv[i]);
+            return RUNNER_BAD_INPUT;
+        }
+    }
+    if (n_paths != 2) {
+        fprintf(stderr, "usage: hatchery image-check IMAGE RELEASES [--now ISO] [--warn-days N]\n");
+        return RUNNER_BAD_INPUT;
+    }
+    char version[64] = "";
+    struct stat st;
+    json_error_t err;
+    if (stat(paths[0], &st) == 0 && S_ISDIR(st.st_mode)) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof(path), "%s/opt/actions-runner/RUNNER_VERSION", paths[0]);
+        FILE *f = fopen(path, "re");
+        if (!f || !fgets(version, sizeof(version), f)) {
+            fprintf(stderr, "hatchery: image-check: %s: %s\n", path, f ? "empty" : strerror(errno));
+            if (f)
+                fclose(f);
+            return RUNNER_BAD_INPUT;
+        }
+        fclose(f);
+    } else {
+        json_t *manifest = json_load_file(paths[0], 0, &err);
+        const char *v = json_string_value(json_object_get(manifest, "runner_version"));
+        if (!v) {
+            fprintf(stderr, "hatchery: image-check: %s: %s\n", paths[0],
+                    manifest ? "no runner_version in the manifest" : err.text);
+            json_decref(manifest);
+            return RUNNER_BAD_INPUT;
+        }
+        snprintf(version, sizeof(version), "%s", v);
+        json_decref(manifest);
+    }
+    json_t *releases = json_load_file(paths[1], 0, &err);
+    if (!releases) {
+        fprintf(stderr, "hatchery: image-check: %s: %s\n", paths[1], err.text);
+        return RUNNER_BAD_INPUT;
+    }
+    char msg[512];
+    enum runner_compliance c =
+        runner_version_check(version, releases, now, warn_days, msg, sizeof(msg));
+    json_decref(releases);
+    if (c == RUNNER_BAD_INPUT) {
+        fprintf(stderr, "hatchery: image-check: %s\n", msg);
+        return c;
+    }
+    puts(msg);
+    return c;
 }
 
 /* Sends one request and reads the whole answer (bounded). */
@@ -662,6 +751,8 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *cmd = argv[i++];
+    if (strcmp(cmd, "image-check") == 0)
+        return image_check(argc - i, argv + i);
     enum admin_command command = admin_command_parse(cmd);
     json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, cmd);
     void (*print)(json_t *) = NULL;

@@ -18,7 +18,7 @@
 /* GitHub's absolute floor for registering a self-hosted runner: 2.329.0 or later, enforced
  * in full from 2026-09-25 ("Self-hosted runner minimum version enforcement", GitHub
  * changelog, 2026). On top of it a runner must take each release within 30 days
- * (images/runner/check-runner-version.mjs warns about that window). */
+ * (`hatchery image-check`, controller/runner_version.c, warns about that window). */
 #define RUNNER_VERSION_FLOOR "2.329.0"
 
 struct image_manifest {

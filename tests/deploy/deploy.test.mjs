@@ -162,8 +162,8 @@ test('the GitHub App manifest asks for exactly what Hatchery needs', () => {
   assert.match(m.hook_attributes.url, /\/webhook$/);
 });
 
-test('the runner-version check, on a fixture of GitHub\'s releases', () => {
-  const check = (now, image = 'image') => spawnSync('node', [join(root, 'images/runner/check-runner-version.mjs'),
+test('the runner-version check (hatchery image-check, no daemon, no Node), on a fixture of GitHub\'s releases', () => {
+  const check = (now, image = 'image') => spawnSync(process.env.HATCHERY_CLI, ['image-check',
     join(root, 'tests/deploy/fixtures', image), join(root, 'tests/deploy/fixtures/runner-releases.json'), '--now', now], { encoding: 'utf8' });
   // 2.321.0 vs 2.322.0 published 2025-01-27: accepted until 2025-02-26.
   let r = check('2025-02-01T00:00:00Z');
@@ -188,10 +188,36 @@ test('the runner-version check, on a fixture of GitHub\'s releases', () => {
   // An image's manifest is read as well as a mounted root.
   const dir = mkdtempSync(join(tmpdir(), 'manifest-'));
   writeFileSync(join(dir, 'runner.qcow2.json'), JSON.stringify({ arch: 'ppc64le', runner_version: '2.321.0' }));
-  r = spawnSync('node', [join(root, 'images/runner/check-runner-version.mjs'), join(dir, 'runner.qcow2.json'),
-    join(root, 'tests/deploy/fixtures/runner-releases.json'), '--now', '2025-02-01T00:00:00Z'], { encoding: 'utf8' });
+  const releases = join(root, 'tests/deploy/fixtures/runner-releases.json');
+  const cli = (...args) => spawnSync(process.env.HATCHERY_CLI, ['image-check', ...args], { encoding: 'utf8' });
+  r = cli(join(dir, 'runner.qcow2.json'), releases, '--now', '2025-02-01T00:00:00Z');
   assert.equal(r.status, 0, r.stdout + r.stderr);
   assert.match(r.stdout, /runner 2\.321\.0: behind 2\.323\.0/);
+  // Bad input, each said and exit 3: a manifest without a version, a version that is not
+  // one, releases that are not GitHub's list, a bad --now, a missing argument.
+  writeFileSync(join(dir, 'none.json'), JSON.stringify({ arch: 'ppc64le' }));
+  r = cli(join(dir, 'none.json'), releases);
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /no runner_version in the manifest/);
+  writeFileSync(join(dir, 'stand-in.json'), JSON.stringify({ runner_version: '2.321.0-stand-in' }));
+  r = cli(join(dir, 'stand-in.json'), releases);
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /not a runner version: 2\.321\.0-stand-in/);
+  writeFileSync(join(dir, 'object.json'), JSON.stringify({ message: 'Not Found' }));
+  r = cli(join(dir, 'runner.qcow2.json'), join(dir, 'object.json'));
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /not GitHub's list of releases/);
+  r = cli(join(dir, 'runner.qcow2.json'), releases, '--now', 'yesterday');
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /--now takes a UTC time/);
+  r = cli(join(dir, 'runner.qcow2.json'));
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /usage: hatchery image-check/);
+  // A runner newer than every release is current.
+  writeFileSync(join(dir, 'new.json'), JSON.stringify({ runner_version: '9.0.0' }));
+  r = cli(join(dir, 'new.json'), releases, '--now', '2025-02-01T00:00:00Z');
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^runner 9\.0\.0: current$/m);
 });
 
 test('the runner image recipe is well-formed and records the runner version', () => {

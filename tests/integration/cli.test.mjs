@@ -147,11 +147,15 @@ test('--help names every command the README documents', () => {
   assert.equal(r.status, 0);
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
   const block = /hatchery \[--socket PATH\] \[--json\] COMMAND \[ARGS\]\n([\s\S]*?)```/.exec(readme)[1];
-  const documented = [...block.matchAll(/^ {2}([a-z]+)/gm)].map((m) => m[1]);
+  const documented = [...block.matchAll(/^ {2}([a-z-]+)/gm)].map((m) => m[1]);
   assert.ok(documented.length >= 10, `README commands: ${documented}`);
   for (const cmd of [...documented, 'undrain']) assert.match(r.stdout, new RegExp(`\\b${cmd}\\b`), `--help lacks ${cmd}`);
-  // And each is a command the CLI accepts: without a daemon it fails to connect (3), not on usage (2).
-  for (const cmd of documented) {
+  // And each is a command the CLI accepts: without a daemon it fails to connect (3), not on
+  // usage (2); image-check needs no daemon, and says what it lacks (its own 3, bad input).
+  const offline = spawnSync(HATCHERY_CLI, ['--socket', '/nonexistent/admin.sock', 'image-check'], { encoding: 'utf8' });
+  assert.equal(offline.status, 3);
+  assert.match(offline.stderr, /usage: hatchery image-check IMAGE RELEASES/);
+  for (const cmd of documented.filter((c) => c !== 'image-check')) {
     const args = ['drain', 'undrain', 'delete', 'logs'].includes(cmd) ? [cmd, 'x'] : [cmd];
     const c = spawnSync(HATCHERY_CLI, ['--socket', '/nonexistent/admin.sock', ...args], { encoding: 'utf8' });
     assert.equal(c.status, 3, `${cmd}: ${c.stderr}`);

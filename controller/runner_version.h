@@ -1,0 +1,38 @@
+/* Whether GitHub still registers the runner an image carries (`hatchery image-check`).
+ * Two rules (GitHub changelog, "Self-hosted runner minimum version enforcement", 2026):
+ *   - an absolute floor: no runner older than RUNNER_VERSION_FLOOR registers, enforced in
+ *     full from RUNNER_VERSION_FLOOR_ENFORCED;
+ *   - a runner older than GitHub's newest release is refused once the oldest release newer
+ *     than it is 30 days old. */
+#ifndef HATCHERY_RUNNER_VERSION_H
+#define HATCHERY_RUNNER_VERSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#define RUNNER_VERSION_FLOOR_ENFORCED "2026-09-25T00:00:00Z"
+#define RUNNER_RELEASE_GRACE_DAYS     30
+
+enum runner_compliance {
+    RUNNER_CURRENT = 0,  /* current, or behind but accepted for longer than the warning */
+    RUNNER_WARNING = 1,  /* refused within the warning's days */
+    RUNNER_REFUSED = 2,  /* out of compliance already: rebuild the image */
+    RUNNER_BAD_INPUT = 3 /* the version or the releases could not be read */
+};
+
+/* "2.329.0" or "v2.329.0" into its three numbers; false for anything else. */
+bool runner_version_parse(const char *text, int ret[3]);
+
+/* Judges `version` against GitHub's answer to GET /repos/actions/runner/releases (an
+ * array; drafts and prereleases are ignored) at `now`, warning `warn_days` ahead. Writes
+ * one line for the operator into `msg`. */
+enum runner_compliance runner_version_check(const char *version, const json_t *releases, time_t now,
+                                            int warn_days, char *msg, size_t msg_size);
+
+/* An ISO 8601 UTC time as GitHub writes it ("2025-01-27T15:05:43Z"); -1 if it is not one. */
+time_t runner_version_time(const char *iso);
+
+#endif
