@@ -19,11 +19,13 @@ const api = process.env.GITHUB_DOUBLE_URL;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // The pool's one host is test:///default, where its image path is the driver's; a host on
-// this machine (qemu:///system, unused and down here) is another pool's business: the
-// image is not looked for on this machine (it was, and every job waited 'image missing').
+// this machine (a local qemu:///system URI, unused) is another pool's business: the image
+// is not looked for on this machine (it was, and every job waited 'image missing'). Its
+// socket is one that does not exist: on the tests' shared libvirtd this daemon (controller
+// "it", like the e2e tests') would reap their guests as its own orphans.
 const d = new Daemon({
   hostsExtra: `  - name: local-unused
-    uri: qemu:///system
+    uri: qemu:///system?socket=/nonexistent/hatchery-github-scheduler/libvirt-sock
     vcpus: 2
     memory_mib: 2048
     max_guests: 1
