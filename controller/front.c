@@ -27,6 +27,7 @@
 /* The core's answers: /metrics is the largest. */
 #define FRAME_MAX_ANSWER_BYTES (64 * 1024 * 1024)
 #define READY_TIMEOUT_MS       30000
+#define N_OF(a)                (sizeof(a) / sizeof(*(a)))
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
 {
@@ -705,24 +706,42 @@ static const char *const io_uring_syscalls[] = {
     "io_uring_register",
 };
 
-int front_refuse_io_uring(void)
+/* A filter whose calls not named get `default_action`, under no_new_privs: 0, -ENOSYS
+ * where there are no seccomp filters (see seccomp_filters_available), or -errno. */
+static int filter_new(uint32_t default_action, scmp_filter_ctx *ret)
 {
     if (!seccomp_filters_available())
         return -ENOSYS;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         return -errno;
-    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-    if (!ctx)
+    *ret = seccomp_init(default_action);
+    if (!*ret)
         return -ENOMEM;
-    seccomp_attr_set(ctx, SCMP_FLTATR_API_SYSRAWRC, 1);
+    /* The kernel's own errno from seccomp_load, not libseccomp's -ECANCELED for all (where
+     * this libseccomp can: the attribute only sharpens the error). */
+    seccomp_attr_set(*ret, SCMP_FLTATR_API_SYSRAWRC, 1);
+    return 0;
+}
+
+/* `action` for each call of `names` this architecture has. */
+static int filter_add(scmp_filter_ctx ctx, uint32_t action, const char *const *names, size_t n)
+{
     int r = 0;
-    for (size_t i = 0; r == 0 && i < sizeof(io_uring_syscalls) / sizeof(*io_uring_syscalls); i++) {
-        int nr = seccomp_syscall_resolve_name(io_uring_syscalls[i]);
+    for (size_t i = 0; r == 0 && i < n; i++) {
+        int nr = seccomp_syscall_resolve_name(names[i]);
         if (nr != __NR_SCMP_ERROR)
-            r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0);
+            r = seccomp_rule_add(ctx, action, nr, 0);
     }
+    return r;
+}
+
+/* Loads the filter when the rules went in (`r` 0), and releases it. */
+static int filter_load(scmp_filter_ctx ctx, int r)
+{
     if (r == 0) {
         r = seccomp_load(ctx);
+        /* No seccomp filter here: qemu-user has no seccomp() (ENOSYS) and refuses the
+         * prctl (EINVAL), as does a kernel without CONFIG_SECCOMP_FILTER. */
         if (r == -EINVAL || r == -ENOSYS)
             r = -ENOSYS;
     }
@@ -730,30 +749,26 @@ int front_refuse_io_uring(void)
     return r;
 }
 
+int front_refuse_io_uring(void)
+{
+    scmp_filter_ctx ctx;
+    int r = filter_new(SCMP_ACT_ALLOW, &ctx);
+    if (r < 0)
+        return r;
+    return filter_load(
+        ctx, filter_add(ctx, SCMP_ACT_ERRNO(ENOSYS), io_uring_syscalls, N_OF(io_uring_syscalls)));
+}
+
 int front_sandbox_apply(void)
 {
-    if (!seccomp_filters_available())
-        return -ENOSYS;
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        return -errno;
-    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
-    if (!ctx)
-        return -ENOMEM;
-    /* The kernel's own errno from seccomp_load, not libseccomp's -ECANCELED for all (where
-     * this libseccomp can: the attribute only sharpens the error). */
-    seccomp_attr_set(ctx, SCMP_FLTATR_API_SYSRAWRC, 1);
-    int r = 0;
-    for (size_t i = 0; r == 0 && i < sizeof(front_syscalls) / sizeof(*front_syscalls); i++) {
-        int nr = seccomp_syscall_resolve_name(front_syscalls[i]);
-        if (nr != __NR_SCMP_ERROR)
-            r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
-    }
-    for (size_t i = 0;
-         r == 0 && i < sizeof(front_killing_syscalls) / sizeof(*front_killing_syscalls); i++) {
-        int nr = seccomp_syscall_resolve_name(front_killing_syscalls[i]);
-        if (nr != __NR_SCMP_ERROR)
-            r = seccomp_rule_add(ctx, SCMP_ACT_KILL_PROCESS, nr, 0);
-    }
+    scmp_filter_ctx ctx;
+    int r = filter_new(SCMP_ACT_ERRNO(EPERM), &ctx);
+    if (r < 0)
+        return r;
+    r = filter_add(ctx, SCMP_ACT_ALLOW, front_syscalls, N_OF(front_syscalls));
+    if (r == 0)
+        r = filter_add(ctx, SCMP_ACT_KILL_PROCESS, front_killing_syscalls,
+                       N_OF(front_killing_syscalls));
     /* fstatat only with AT_EMPTY_PATH, as glibc's fstat() calls it (stat shows a file's
      * metadata at most, never its contents). */
     int nr = seccomp_syscall_resolve_name("newfstatat");
@@ -767,13 +782,5 @@ int front_sandbox_apply(void)
             ctx, SCMP_ACT_ALLOW, nr, 1,
             (struct scmp_arg_cmp){
                 .arg = 0, .op = SCMP_CMP_EQ, .datum_a = (scmp_datum_t)getpid(), .datum_b = 0});
-    if (r == 0) {
-        r = seccomp_load(ctx);
-        /* No seccomp filter here: qemu-user has no seccomp() (ENOSYS) and refuses the
-         * prctl (EINVAL), as does a kernel without CONFIG_SECCOMP_FILTER. */
-        if (r == -EINVAL || r == -ENOSYS)
-            r = -ENOSYS;
-    }
-    seccomp_release(ctx);
-    return r;
+    return filter_load(ctx, r);
 }
