@@ -71,7 +71,9 @@ static void child(int fd, bool then_exec)
     _exit(0);
 }
 
-static pid_t run_child(bool then_exec, struct report *rep)
+/* Forks a child that runs `body` (which writes its report of `size` bytes to `fd` and
+ * exits), reads the report into `rep`, and returns the child's pid for waitpid. */
+static pid_t run_in_child(void (*body)(int fd, bool arg), bool arg, void *rep, size_t size)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
@@ -79,12 +81,17 @@ static pid_t run_child(bool then_exec, struct report *rep)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(p[0]);
-        child(p[1], then_exec);
+        body(p[1], arg);
     }
     close(p[1]);
-    assert_int_equal(read(p[0], rep, sizeof(*rep)), (ssize_t)sizeof(*rep));
+    assert_int_equal(read(p[0], rep, size), (ssize_t)size);
     close(p[0]);
     return pid;
+}
+
+static pid_t run_child(bool then_exec, struct report *rep)
+{
+    return run_in_child(child, then_exec, rep, sizeof(*rep));
 }
 
 static void test_sandbox_denies_files_sockets_and_processes(void **state)
@@ -136,43 +143,39 @@ static void on_timer(uv_timer_t *t)
     *(int *)t->data = 1;
 }
 
+/* Runs in the child: io_uring refused, a loop made, the allowlist applied, the loop run. */
+static void uring_child(int fd, bool unused)
+{
+    (void)unused;
+    struct uring_report rep = {.refused = front_refuse_io_uring()};
+    unsigned char params[120] = {0}; /* struct io_uring_params */
+    rep.setup_errno = errno_of(syscall(__NR_io_uring_setup, 4, params));
+    int null_fd = open("/dev/null", O_RDONLY);
+    rep.open_errno = errno_of(null_fd);
+    if (null_fd >= 0)
+        close(null_fd);
+    uv_loop_t loop;
+    uv_timer_t timer;
+    uv_loop_init(&loop);
+    uv_timer_init(&loop, &timer);
+    timer.data = &rep.timer_fired;
+    rep.sandbox = front_sandbox_apply();
+    uv_timer_start(&timer, on_timer, 1, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    if (write(fd, &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
+        _exit(2);
+    _exit(0);
+}
+
 static void test_io_uring_refused_and_the_loop_runs_confined(void **state)
 {
     (void)state;
-    int p[2];
-    assert_int_equal(pipe(p), 0);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        close(p[0]);
-        struct uring_report rep = {.refused = front_refuse_io_uring()};
-        unsigned char params[120] = {0}; /* struct io_uring_params */
-        rep.setup_errno = errno_of(syscall(__NR_io_uring_setup, 4, params));
-        int fd = open("/dev/null", O_RDONLY);
-        rep.open_errno = errno_of(fd);
-        if (fd >= 0)
-            close(fd);
-        uv_loop_t loop;
-        uv_timer_t timer;
-        uv_loop_init(&loop);
-        uv_timer_init(&loop, &timer);
-        timer.data = &rep.timer_fired;
-        rep.sandbox = front_sandbox_apply();
-        uv_timer_start(&timer, on_timer, 1, 0);
-        uv_run(&loop, UV_RUN_DEFAULT);
-        if (write(p[1], &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
-            _exit(2);
-        _exit(0);
-    }
-    close(p[1]);
     struct uring_report rep = {0};
-    ssize_t n = read(p[0], &rep, sizeof(rep));
-    close(p[0]);
+    pid_t pid = run_in_child(uring_child, false, &rep, sizeof(rep));
     int status;
     assert_int_equal(waitpid(pid, &status, 0), pid);
     if (rep.refused == -ENOSYS)
         skip(); /* no seccomp filter here (qemu-user) */
-    assert_int_equal(n, (ssize_t)sizeof(rep));
     assert_int_equal(rep.refused, 0);
     assert_int_equal(rep.setup_errno, ENOSYS);
     assert_int_equal(rep.open_errno, 0);
