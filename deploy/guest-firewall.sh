@@ -126,6 +126,13 @@ state() {
 # are in place for this boot (controller/guest_isolation.h); root's, mode 0644.
 record=/run/hatchery-guest-firewall
 
+# In place: every family's jump and chain are what apply recorded, for this boot. Leaves
+# the state it saw in $now.
+as_recorded() {
+  now=$(state 2>/dev/null) || now=
+  [ -n "$now" ] && [ -f "$record" ] && [ "$now" = "$(cat "$record")" ]
+}
+
 case "$action" in
   apply)
     apply_family iptables 4
@@ -149,9 +156,7 @@ case "$action" in
     echo "guest-firewall: removed (hatcheryd starts no networked guest here until apply)"
     ;;
   status)
-    # In place when every family's jump and chain are what apply recorded, for this boot.
-    now=$(state 2>/dev/null) || now=
-    if [ -n "$now" ] && [ -f "$record" ] && [ "$now" = "$(cat "$record")" ]; then
+    if as_recorded; then
       printf '%s\n' "$now"
       exit 0
     fi
@@ -161,8 +166,7 @@ case "$action" in
   check)
     # Nothing recorded (never applied, or removed on purpose): nothing to keep.
     [ -f "$record" ] || exit 0
-    now=$(state 2>/dev/null) || now=
-    [ -n "$now" ] && [ "$now" = "$(cat "$record")" ] && exit 0
+    as_recorded && exit 0
     rm -f "$record"
     echo "guest-firewall: the rules for group $group changed since apply: record removed, hatcheryd starts no networked guest until they are applied again" >&2
     if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then

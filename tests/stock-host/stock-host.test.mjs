@@ -6,11 +6,10 @@
 // loopback, which the host shares.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { createHmac, randomUUID } from 'node:crypto';
 import { copyFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { isolationTargets } from '../e2e/isolation.mjs';
-import { freePort, request, workflowJob } from '../integration/lib/daemon.mjs';
+import { freePort, postWebhook, workflowJob } from '../integration/lib/daemon.mjs';
 
 const here = new URL('.', import.meta.url).pathname;
 const machineSh = `${here}machine.sh`;
@@ -58,16 +57,7 @@ let port;
 let secret;
 let sshPort;
 async function post(payload) {
-  const body = JSON.stringify(payload);
-  const r = await request(port, {
-    method: 'POST', path: '/webhook', body,
-    headers: {
-      'Content-Type': 'application/json',
-      'X-GitHub-Event': 'workflow_job',
-      'X-GitHub-Delivery': randomUUID(),
-      'X-Hub-Signature-256': `sha256=${createHmac('sha256', secret).update(body).digest('hex')}`,
-    },
-  });
+  const r = await postWebhook(port, secret, 'workflow_job', payload);
   assert.equal(r.status, 202, r.body);
 }
 

@@ -143,23 +143,29 @@ export class Daemon {
     throw new Error(`timed out waiting for ${what}\n${this.logs.split('\n').slice(-tail).join('\n')}`);
   }
 
-  async post(event, payload, { secret = this.secret, delivery = randomDelivery(), headers = {}, tamper = null, path = '/webhook' } = {}) {
-    const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
-    const signature = await sign(secret, body);
-    const sent = tamper ? tamper(body) : body;
-    return request(this.port, {
-      method: 'POST', path, body: sent,
-      headers: {
-        'Content-Type': 'application/json',
-        'User-Agent': 'GitHub-Hookshot/044aadd',
-        'X-GitHub-Event': event,
-        'X-GitHub-Delivery': delivery,
-        'X-GitHub-Hook-ID': '292430182',
-        'X-Hub-Signature-256': signature,
-        ...headers,
-      },
-    });
+  post(event, payload, { secret = this.secret, ...options } = {}) {
+    return postWebhook(this.port, secret, event, payload, options);
   }
+}
+
+// A delivery as GitHub sends it, signed with `secret` by @octokit/webhooks-methods, to a
+// hatcheryd on 127.0.0.1:`port` (one the tests started, or one on a stock host).
+export async function postWebhook(port, secret, event, payload, { delivery = randomDelivery(), headers = {}, tamper = null, path = '/webhook' } = {}) {
+  const body = typeof payload === 'string' ? payload : JSON.stringify(payload);
+  const signature = await sign(secret, body);
+  const sent = tamper ? tamper(body) : body;
+  return request(port, {
+    method: 'POST', path, body: sent,
+    headers: {
+      'Content-Type': 'application/json',
+      'User-Agent': 'GitHub-Hookshot/044aadd',
+      'X-GitHub-Event': event,
+      'X-GitHub-Delivery': delivery,
+      'X-GitHub-Hook-ID': '292430182',
+      'X-Hub-Signature-256': signature,
+      ...headers,
+    },
+  });
 }
 
 let deliveryCounter = 0;
