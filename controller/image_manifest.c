@@ -154,30 +154,13 @@ int image_manifest_load(const char *image, enum pool_arch arch, struct image_man
     return r;
 }
 
-static int parse_version(const char *s, long v[3])
-{
-    char *end;
-    for (int i = 0; i < 3; i++) {
-        if (*s < '0' || *s > '9')
-            return -EINVAL;
-        v[i] = strtol(s, &end, 10);
-        s = end;
-        if (i < 2 && *s++ != '.')
-            return -EINVAL;
-    }
-    return *s ? -EINVAL : 0;
-}
-
 int image_manifest_runner_below_floor(const struct image_manifest *m)
 {
     long mine[3], floor[3];
-    if (parse_version(m->runner_version, mine) < 0 ||
-        parse_version(RUNNER_VERSION_FLOOR, floor) < 0)
+    if (!runner_version_parse(m->runner_version, mine) ||
+        !runner_version_parse(RUNNER_VERSION_FLOOR, floor))
         return -1;
-    for (int i = 0; i < 3; i++)
-        if (mine[i] != floor[i])
-            return mine[i] < floor[i];
-    return 0;
+    return runner_version_cmp(mine, floor) < 0;
 }
 
 json_t *image_manifest_json(const struct image_manifest *m)

@@ -13,13 +13,9 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "runner_version.h" /* RUNNER_VERSION_FLOOR */
 
 #define IMAGE_MANIFEST_MAX_BYTES (64 * 1024)
-/* GitHub's absolute floor for registering a self-hosted runner: 2.329.0 or later, enforced
- * in full from 2026-09-25 ("Self-hosted runner minimum version enforcement", GitHub
- * changelog, 2026). On top of it a runner must take each release within 30 days
- * (`hatchery image-check`, controller/runner_version.c, warns about that window). */
-#define RUNNER_VERSION_FLOOR "2.329.0"
 
 struct image_manifest {
     char arch[16];

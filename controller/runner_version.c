@@ -3,32 +3,49 @@
 #include "runner_version.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "image_manifest.h"
-
-bool runner_version_parse(const char *text, int ret[3])
+bool runner_version_parse(const char *s, long v[3])
 {
-    if (!text)
+    char *end;
+    if (!s)
         return false;
-    if (*text == 'v')
-        text++;
-    int used = 0;
-    if (sscanf(text, "%d.%d.%d%n", &ret[0], &ret[1], &ret[2], &used) != 3)
-        return false;
-    /* Only trailing whitespace (a RUNNER_VERSION file's newline) may follow. */
-    for (const char *p = text + used; *p; p++)
-        if (*p != '\n' && *p != ' ' && *p != '\r' && *p != '\t')
+    for (int i = 0; i < 3; i++) {
+        if (*s < '0' || *s > '9')
             return false;
-    return ret[0] >= 0 && ret[1] >= 0 && ret[2] >= 0;
+        v[i] = strtol(s, &end, 10);
+        s = end;
+        if (i < 2 && *s++ != '.')
+            return false;
+    }
+    return *s == 0;
 }
 
-static int version_cmp(const int a[3], const int b[3])
+int runner_version_cmp(const long a[3], const long b[3])
 {
     for (int i = 0; i < 3; i++)
         if (a[i] != b[i])
             return a[i] < b[i] ? -1 : 1;
     return 0;
+}
+
+/* A tag's "v2.329.0" or a RUNNER_VERSION file's "2.329.0\n": the version without them
+ * (whitespace around it is taken off, as the check always did). */
+static bool parse_loose(const char *text, long v[3])
+{
+    char buf[64];
+    if (!text)
+        return false;
+    text += strspn(text, " \t\r\n");
+    if (*text == 'v')
+        text++;
+    size_t n = strcspn(text, " \t\r\n");
+    if (n >= sizeof(buf) || text[n + strspn(text + n, " \t\r\n")] != 0)
+        return false;
+    memcpy(buf, text, n);
+    buf[n] = 0;
+    return runner_version_parse(buf, v);
 }
 
 time_t runner_version_time(const char *iso)
@@ -58,8 +75,8 @@ static long days_until(time_t then, time_t now)
 enum runner_compliance runner_version_check(const char *version, const json_t *releases, time_t now,
                                             int warn_days, char *msg, size_t msg_size)
 {
-    int mine[3], floor[3];
-    if (!runner_version_parse(version, mine)) {
+    long mine[3], floor[3];
+    if (!parse_loose(version, mine)) {
         snprintf(msg, msg_size, "not a runner version: %s", version ? version : "(none)");
         return RUNNER_BAD_INPUT;
     }
@@ -71,18 +88,18 @@ enum runner_compliance runner_version_check(const char *version, const json_t *r
     time_t enforced = runner_version_time(RUNNER_VERSION_FLOOR_ENFORCED);
     char day[11];
     day_of(enforced, day);
-    if (version_cmp(mine, floor) < 0) {
+    if (runner_version_cmp(mine, floor) < 0) {
         long days = days_until(enforced, now);
         if (days < 0) {
             snprintf(msg, msg_size,
-                     "runner %d.%d.%d: OUT OF COMPLIANCE: GitHub registers no runner older "
+                     "runner %ld.%ld.%ld: OUT OF COMPLIANCE: GitHub registers no runner older "
                      "than %s since %s: rebuild the image",
                      mine[0], mine[1], mine[2], RUNNER_VERSION_FLOOR, day);
             return RUNNER_REFUSED;
         }
         if (days <= warn_days) {
             snprintf(msg, msg_size,
-                     "runner %d.%d.%d: WARNING: GitHub registers no runner older than %s "
+                     "runner %ld.%ld.%ld: WARNING: GitHub registers no runner older than %s "
                      "from %s (%ld days): rebuild the image",
                      mine[0], mine[1], mine[2], RUNNER_VERSION_FLOOR, day, days);
             return RUNNER_WARNING;
@@ -90,7 +107,7 @@ enum runner_compliance runner_version_check(const char *version, const json_t *r
     }
     /* The newest release, and the oldest one newer than this runner: its publication
      * starts the grace period. */
-    int newest[3] = {-1, -1, -1}, first[3] = {-1, -1, -1};
+    long newest[3] = {-1, -1, -1}, first[3] = {-1, -1, -1};
     time_t first_published = -1;
     size_t i;
     json_t *r;
@@ -99,24 +116,24 @@ enum runner_compliance runner_version_check(const char *version, const json_t *r
         if (json_is_true(json_object_get(r, "draft")) ||
             json_is_true(json_object_get(r, "prerelease")))
             continue;
-        int v[3];
+        long v[3];
         const char *tag = json_string_value(json_object_get(r, "tag_name"));
         time_t published =
             runner_version_time(json_string_value(json_object_get(r, "published_at")));
-        if (!runner_version_parse(tag, v) || published < 0) {
+        if (!parse_loose(tag, v) || published < 0) {
             snprintf(msg, msg_size, "release %zu: no runner version in tag_name or no published_at",
                      i);
             return RUNNER_BAD_INPUT;
         }
-        if (version_cmp(v, newest) > 0)
+        if (runner_version_cmp(v, newest) > 0)
             memcpy(newest, v, sizeof(newest));
-        if (version_cmp(v, mine) > 0 && (first[0] < 0 || version_cmp(v, first) < 0)) {
+        if (runner_version_cmp(v, mine) > 0 && (first[0] < 0 || runner_version_cmp(v, first) < 0)) {
             memcpy(first, v, sizeof(first));
             first_published = published;
         }
     }
     if (first[0] < 0) {
-        snprintf(msg, msg_size, "runner %d.%d.%d: current", mine[0], mine[1], mine[2]);
+        snprintf(msg, msg_size, "runner %ld.%ld.%ld: current", mine[0], mine[1], mine[2]);
         return RUNNER_CURRENT;
     }
     time_t deadline = first_published + (time_t)RUNNER_RELEASE_GRACE_DAYS * 86400;
@@ -124,18 +141,19 @@ enum runner_compliance runner_version_check(const char *version, const json_t *r
     day_of(deadline, day);
     if (left < 0) {
         snprintf(msg, msg_size,
-                 "runner %d.%d.%d: OUT OF COMPLIANCE since %s (newest %d.%d.%d): rebuild the image",
+                 "runner %ld.%ld.%ld: OUT OF COMPLIANCE since %s (newest %ld.%ld.%ld): rebuild the "
+                 "image",
                  mine[0], mine[1], mine[2], day, newest[0], newest[1], newest[2]);
         return RUNNER_REFUSED;
     }
     if (left <= warn_days) {
         snprintf(msg, msg_size,
-                 "runner %d.%d.%d: WARNING: GitHub refuses it from %s (%ld days; newest "
-                 "%d.%d.%d): rebuild the image",
+                 "runner %ld.%ld.%ld: WARNING: GitHub refuses it from %s (%ld days; newest "
+                 "%ld.%ld.%ld): rebuild the image",
                  mine[0], mine[1], mine[2], day, left, newest[0], newest[1], newest[2]);
         return RUNNER_WARNING;
     }
-    snprintf(msg, msg_size, "runner %d.%d.%d: behind %d.%d.%d, accepted until %s (%ld days)",
+    snprintf(msg, msg_size, "runner %ld.%ld.%ld: behind %ld.%ld.%ld, accepted until %s (%ld days)",
              mine[0], mine[1], mine[2], newest[0], newest[1], newest[2], day, left);
     return RUNNER_CURRENT;
 }

@@ -13,6 +13,10 @@
 
 #include <jansson.h>
 
+/* GitHub's absolute floor for registering a self-hosted runner: 2.329.0 or later, enforced
+ * in full from 2026-09-25 ("Self-hosted runner minimum version enforcement", GitHub
+ * changelog, 2026). On top of it a runner must take each release within 30 days. */
+#define RUNNER_VERSION_FLOOR          "2.329.0"
 #define RUNNER_VERSION_FLOOR_ENFORCED "2026-09-25T00:00:00Z"
 #define RUNNER_RELEASE_GRACE_DAYS     30
 
@@ -23,10 +27,14 @@ enum runner_compliance {
     RUNNER_BAD_INPUT = 3 /* the version or the releases could not be read */
 };
 
-/* "2.329.0" or "v2.329.0" into its three numbers; false for anything else. */
-bool runner_version_parse(const char *text, int ret[3]);
+/* "2.329.0" into its three numbers; false for anything else (a stand-in's "2.321.0-x", a
+ * tag's "v2.329.0": runner_version_check takes those off itself). */
+bool runner_version_parse(const char *text, long ret[3]);
+/* <0, 0, >0 as a is older than, the same as, newer than b. */
+int runner_version_cmp(const long a[3], const long b[3]);
 
-/* Judges `version` against GitHub's answer to GET /repos/actions/runner/releases (an
+/* Judges `version` (a leading 'v' and trailing whitespace, as in a RUNNER_VERSION file, are
+ * allowed) against GitHub's answer to GET /repos/actions/runner/releases (an
  * array; drafts and prereleases are ignored) at `now`, warning `warn_days` ahead. Writes
  * one line for the operator into `msg`. */
 enum runner_compliance runner_version_check(const char *version, const json_t *releases, time_t now,
