@@ -26,6 +26,8 @@ packages=(
   buildah
   # guest isolation (deploy/guest-firewall.sh) and its test's network namespace
   iptables iproute2
+  # the stock-host test (tests/stock-host): its machine's PID 1 found with pgrep
+  procps
   # tests
   sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
   # benchmarks
