@@ -62,6 +62,25 @@ bool config_pool_uses_host(const struct config_pool *pool, const char *host)
     return false;
 }
 
+bool config_pool_has_local_host(const struct config *c, const struct config_pool *pool)
+{
+    for (size_t h = 0; h < c->n_hosts; h++)
+        if (config_pool_uses_host(pool, c->hosts[h].name) && config_host_is_local(c->hosts[h].uri))
+            return true;
+    return false;
+}
+
+bool config_pool_remote_only(const struct config *c, const struct config_pool *pool)
+{
+    for (size_t h = 0; h < c->n_hosts; h++) {
+        const char *uri = c->hosts[h].uri;
+        if (config_pool_uses_host(pool, c->hosts[h].name) &&
+            (config_host_is_local(uri) || strncmp(uri, "test:", 5) == 0))
+            return false;
+    }
+    return true;
+}
+
 const char *const pool_firmware_names[FIRMWARE_MAX] = {
     [FIRMWARE_DEFAULT] = "default",
     [FIRMWARE_VOF] = "vof",
@@ -574,13 +593,16 @@ static yaml_node_t *line_node(int line, yaml_node_t *storage)
     return storage;
 }
 
-/* A VM pool's image manifest, when it is on this machine: an image of another arch is an
- * error, and a pool that names no kernel boots the kernel, initrd and command line the
- * manifest names. A missing manifest is not an error here (the image may be on a remote
- * host, or not built yet): the scheduler gives such a pool no runner, with the reason. */
-static void pool_image_manifest(struct loader *l, yaml_node_t *at, struct config_pool *p)
+/* A VM pool's image manifest, when it is on this machine (not a pool of remote hosts
+ * only): an image of another arch is an error, and a pool that names no kernel boots the
+ * kernel, initrd and command line the manifest names. A missing manifest is not an error
+ * here (not built yet): the scheduler gives such a pool no runner, with the reason. The
+ * image of a pool of remote hosts only is looked for on each host (host_image.h). */
+static void pool_image_manifest(struct loader *l, const struct config *c, yaml_node_t *at,
+                                struct config_pool *p)
 {
-    if (p->backend != BACKEND_VM || !p->image || p->arch < 0 || p->arch >= ARCH_MAX)
+    if (p->backend != BACKEND_VM || !p->image || p->arch < 0 || p->arch >= ARCH_MAX ||
+        config_pool_remote_only(c, p))
         return;
     struct image_manifest m;
     char err[512];
@@ -821,7 +843,7 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
                  "pool '%s' (%lld vCPUs, %lld MiB) fits on none of its hosts",
                  p->name ? p->name : "?", (long long)p->vcpus, (long long)p->memory_mib);
         check_pool_scope(l, c, p);
-        pool_image_manifest(l, &at, p);
+        pool_image_manifest(l, c, &at, p);
     }
 }
 

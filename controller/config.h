@@ -186,6 +186,11 @@ bool config_host_streams(const struct config_host *host);
 bool config_host_is_local(const char *uri);
 /* Whether `pool` may place guests on the host named `host` (its hosts, or all of them). */
 bool config_pool_uses_host(const struct config_pool *pool, const char *host);
+/* Whether one of the pool's hosts is local: the scheduler then reads its image here. */
+bool config_pool_has_local_host(const struct config *c, const struct config_pool *pool);
+/* Whether every host of the pool is remote (neither local nor libvirt's test driver): its
+ * image is then looked for on each host through libvirt (host_image.h), never here. */
+bool config_pool_remote_only(const struct config *c, const struct config_pool *pool);
 int config_load(const char *path, struct config **ret_config, char **ret_errors);
 void config_free(struct config *config);
 

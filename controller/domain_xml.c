@@ -293,3 +293,60 @@ fail:
         xmlBufferFree(buf);
     return NULL;
 }
+
+/* Starts a writer on a memory buffer; libvirt_xml_done() finishes it. */
+static xmlTextWriterPtr xml_begin(xmlBufferPtr *ret_buf)
+{
+    *ret_buf = xmlBufferCreate();
+    xmlTextWriterPtr w = *ret_buf ? xmlNewTextWriterMemory(*ret_buf, 0) : NULL;
+    if (!w && *ret_buf) {
+        xmlBufferFree(*ret_buf);
+        *ret_buf = NULL;
+    }
+    return w;
+}
+
+/* The document, or NULL when any step of writing it failed (`ok` false). */
+static char *xml_end(xmlTextWriterPtr w, xmlBufferPtr buf, bool ok)
+{
+    char *out = NULL;
+    if (w && ok && xmlTextWriterEndDocument(w) >= 0) {
+        xmlFreeTextWriter(w);
+        w = NULL;
+        out = strdup((const char *)xmlBufferContent(buf));
+    }
+    if (w)
+        xmlFreeTextWriter(w);
+    if (buf)
+        xmlBufferFree(buf);
+    return out;
+}
+
+char *domain_xml_dir_pool(const char *name, const char *path, const char *mode)
+{
+    xmlBufferPtr buf;
+    xmlTextWriterPtr w = xml_begin(&buf);
+    bool ok = w && start(w, "pool") >= 0 && attr(w, "type", "dir") >= 0 &&
+              element(w, "name", name) >= 0 && start(w, "target") >= 0 &&
+              element(w, "path", path) >= 0;
+    if (ok && mode)
+        ok = start(w, "permissions") >= 0 && element(w, "mode", mode) >= 0 && end(w) >= 0;
+    ok = ok && end(w) >= 0 && end(w) >= 0;
+    return xml_end(w, buf, ok);
+}
+
+char *domain_xml_overlay_volume(const char *name, const char *backing, int64_t capacity_mib)
+{
+    char num[32];
+    snprintf(num, sizeof(num), "%lld", (long long)capacity_mib);
+    xmlBufferPtr buf;
+    xmlTextWriterPtr w = xml_begin(&buf);
+    bool ok = w && start(w, "volume") >= 0 && element(w, "name", name) >= 0 &&
+              start(w, "capacity") >= 0 && attr(w, "unit", "MiB") >= 0 &&
+              xmlTextWriterWriteString(w, BAD_CAST num) >= 0 && end(w) >= 0 &&
+              start(w, "target") >= 0 && start(w, "format") >= 0 && attr(w, "type", "qcow2") >= 0 &&
+              end(w) >= 0 && end(w) >= 0 && start(w, "backingStore") >= 0 &&
+              element(w, "path", backing) >= 0 && start(w, "format") >= 0 &&
+              attr(w, "type", "qcow2") >= 0 && end(w) >= 0 && end(w) >= 0 && end(w) >= 0;
+    return xml_end(w, buf, ok);
+}

@@ -1,6 +1,6 @@
-/* Domain XML for one guest, written with libxml2's xmlTextWriter so that no string (a
- * runner name, a path from the config) is ever pasted into markup: the writer escapes.
- * Variants: ppc64le `pseries` (KVM when the host offers it, else TCG), s390x
+/* Domain XML for one guest (and the storage XML of its disk), written with libxml2's xmlTextWriter
+ * so that no string (a runner name, a path from the config) is ever pasted into markup: the writer
+ * escapes. Variants: ppc64le `pseries` (KVM when the host offers it, else TCG), s390x
  * `s390-ccw-virtio`, x86_64 (development), and LXC containers. */
 #ifndef HATCHERY_DOMAIN_XML_H
 #define HATCHERY_DOMAIN_XML_H
@@ -47,5 +47,12 @@ struct domain_spec {
 
 /* Returns the XML (caller frees) or NULL with a reason in `err`. */
 char *domain_xml_build(const struct domain_spec *spec, char *err, size_t err_size);
+
+/* The storage XML a guest's disk needs, written the same way (caller frees; NULL when out
+ * of memory). A directory storage pool at `path`, its directory made with `mode` (NULL:
+ * libvirt's default) when libvirt builds it: */
+char *domain_xml_dir_pool(const char *name, const char *path, const char *mode);
+/* A qcow2 overlay volume of `capacity_mib` on the qcow2 image `backing`: */
+char *domain_xml_overlay_volume(const char *name, const char *backing, int64_t capacity_mib);
 
 #endif

@@ -256,7 +256,8 @@ static void check_pool_images(const struct config *c)
 {
     for (size_t i = 0; i < c->n_pools; i++) {
         const struct config_pool *p = &c->pools[i];
-        if (p->backend != BACKEND_VM)
+        /* A pool of remote hosts only: its image is looked for there (host_image.h). */
+        if (p->backend != BACKEND_VM || config_pool_remote_only(c, p))
             continue;
         struct image_manifest m;
         char err[512];
@@ -276,7 +277,54 @@ static void check_pool_images(const struct config *c)
 
 /* ---- admin API ---------------------------------------------------------------------- */
 
-static json_t *pool_json(const struct config_pool *p)
+/* A VM pool's image: as each remote host's probe found it (provisioner_host_image), and
+ * read from this machine for its other hosts (local ones, and the test driver's, which
+ * has no files of its own). `image_manifest` is this machine's, else the first a remote
+ * host has; `image_error` this machine's problem, else the first remote host's. */
+static void pool_image_json(struct daemon *d, const struct config_pool *p, json_t *out)
+{
+    struct image_manifest m;
+    char err[512];
+    json_t *on_hosts = json_array(), *remote_manifest = NULL, *remote_error = NULL;
+    bool here = false;
+    struct image_status st;
+    for (size_t i = 0; i < d->config->n_hosts; i++) {
+        const char *host = d->config->hosts[i].name;
+        if (!config_pool_uses_host(p, host) ||
+            provisioner_host_image(d->provisioner, host, p, &st) < 0)
+            continue;
+        json_t *row = json_pack("{s:s, s:s}", "host", host, "state", image_state_names[st.state]);
+        here = here || st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED;
+        if (st.state == IMAGE_READY) {
+            json_object_set_new(row, "manifest", image_manifest_json(&st.manifest));
+            if (!remote_manifest)
+                remote_manifest = image_manifest_json(&st.manifest);
+        } else if (st.reason[0]) {
+            json_object_set_new(row, "reason", json_string(st.reason));
+            snprintf(err, sizeof(err), "host %s: %s", host, st.reason);
+            if (!remote_error)
+                remote_error = json_string(err);
+        }
+        json_array_append_new(on_hosts, row);
+    }
+    json_object_set_new(out, "image_hosts", on_hosts);
+    /* Read now: an image rebuilt since the start shows as it is. */
+    if (here && image_manifest_read(p->image, &m, err, sizeof(err)) == 0) {
+        json_object_set_new(out, "image_manifest", image_manifest_json(&m));
+        if (image_manifest_check(&m, (enum pool_arch)p->arch, err, sizeof(err)) < 0)
+            json_object_set_new(out, "image_error", json_string(err));
+    } else if (here) {
+        json_object_set_new(out, "image_error", json_string(err));
+    }
+    if (remote_manifest && !json_object_get(out, "image_manifest"))
+        json_object_set(out, "image_manifest", remote_manifest);
+    if (remote_error && !json_object_get(out, "image_error"))
+        json_object_set(out, "image_error", remote_error);
+    json_decref(remote_manifest);
+    json_decref(remote_error);
+}
+
+static json_t *pool_json(struct daemon *d, const struct config_pool *p)
 {
     json_t *labels = json_array(), *hosts = json_array();
     for (size_t i = 0; i < p->n_labels; i++)
@@ -290,18 +338,8 @@ static json_t *pool_json(const struct config_pool *p)
                   "memory_mib", (json_int_t)p->memory_mib, "min_idle", (json_int_t)p->min_idle,
                   "max_runners", (json_int_t)p->max_runners, "hosts", hosts);
     json_object_set_new(out, "start", json_string(pool_start_names[p->start]));
-    if (p->backend == BACKEND_VM) {
-        /* Read now: an image rebuilt since the start shows as it is. */
-        struct image_manifest m;
-        char err[512];
-        if (image_manifest_read(p->image, &m, err, sizeof(err)) == 0) {
-            json_object_set_new(out, "image_manifest", image_manifest_json(&m));
-            if (image_manifest_check(&m, (enum pool_arch)p->arch, err, sizeof(err)) < 0)
-                json_object_set_new(out, "image_error", json_string(err));
-        } else {
-            json_object_set_new(out, "image_error", json_string(err));
-        }
-    }
+    if (p->backend == BACKEND_VM)
+        pool_image_json(d, p, out);
     return out;
 }
 
@@ -460,7 +498,7 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
     if (command == ADMIN_POOLS) {
         json_t *pools = json_array();
         for (size_t i = 0; i < d->config->n_pools; i++)
-            json_array_append_new(pools, pool_json(&d->config->pools[i]));
+            json_array_append_new(pools, pool_json(d, &d->config->pools[i]));
         return json_pack("{s:b, s:o}", "ok", 1, "pools", pools);
     }
     if (command == ADMIN_CAPACITY)

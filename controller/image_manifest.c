@@ -51,8 +51,8 @@ static int boot_file(json_t *boot, const char *key, const char *dir, char *out, 
     return 0;
 }
 
-int image_manifest_read(const char *image, struct image_manifest *ret_manifest, char *err,
-                        size_t err_size)
+int image_manifest_parse(const char *image, const char *text, size_t len,
+                         struct image_manifest *ret_manifest, char *err, size_t err_size)
 {
     char path[PATH_MAX], dir[PATH_MAX];
     if ((size_t)snprintf(path, sizeof(path), "%s.json", image) >= sizeof(path)) {
@@ -65,28 +65,13 @@ int image_manifest_read(const char *image, struct image_manifest *ret_manifest, 
         *slash = 0;
     else
         snprintf(dir, sizeof(dir), ".");
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        int e = errno;
-        snprintf(err, err_size, "image manifest %s: %s", path,
-                 e == ENOENT ? "missing (build the image with images/runner/build-image.sh)"
-                             : strerror(e));
-        return -e;
-    }
-    char *buf = malloc(IMAGE_MANIFEST_MAX_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, IMAGE_MANIFEST_MAX_BYTES + 1, f) : 0;
-    fclose(f);
-    if (!buf)
-        return -ENOMEM;
-    if (n > IMAGE_MANIFEST_MAX_BYTES) {
-        free(buf);
+    if (len > IMAGE_MANIFEST_MAX_BYTES) {
         snprintf(err, err_size, "image manifest %s: larger than %d bytes", path,
                  IMAGE_MANIFEST_MAX_BYTES);
         return -EFBIG;
     }
     json_error_t jerr;
-    json_t *m = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &jerr);
-    free(buf);
+    json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(m)) {
         snprintf(err, err_size, "image manifest %s: not a JSON object%s%s", path, m ? "" : ": ",
                  m ? "" : jerr.text);
@@ -128,6 +113,32 @@ int image_manifest_read(const char *image, struct image_manifest *ret_manifest, 
     json_decref(m);
     if (r == 0)
         *ret_manifest = out;
+    return r;
+}
+
+int image_manifest_read(const char *image, struct image_manifest *ret_manifest, char *err,
+                        size_t err_size)
+{
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof(path), "%s.json", image) >= sizeof(path)) {
+        snprintf(err, err_size, "image path too long");
+        return -ENAMETOOLONG;
+    }
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        int e = errno;
+        snprintf(err, err_size, "image manifest %s: %s", path,
+                 e == ENOENT ? "missing (build the image with images/runner/build-image.sh)"
+                             : strerror(e));
+        return -e;
+    }
+    char *buf = malloc(IMAGE_MANIFEST_MAX_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, IMAGE_MANIFEST_MAX_BYTES + 1, f) : 0;
+    fclose(f);
+    if (!buf)
+        return -ENOMEM;
+    int r = image_manifest_parse(image, buf, n, ret_manifest, err, err_size);
+    free(buf);
     return r;
 }
 

@@ -2,8 +2,9 @@
  * images/runner/build-image.sh and images/test-guest/build.sh): what the image is (arch,
  * Debian release, kernel, runner and agent versions, build time, sha256 of the qcow2) and
  * how it boots (kernel, initrd and command line, relative to the image's directory).
- * hatcheryd reads it for each VM pool whose image is on this machine: an image built for
- * another architecture, or without a manifest, gets no runner. */
+ * hatcheryd reads it for each VM pool, from this machine's files for a local host and through
+ * libvirt's storage API for a remote one (host_image.h): an image built for another
+ * architecture, or without a manifest, gets no runner. */
 #ifndef HATCHERY_IMAGE_MANIFEST_H
 #define HATCHERY_IMAGE_MANIFEST_H
 
@@ -32,6 +33,11 @@ struct image_manifest {
     char cmdline[512];
 };
 
+/* Parses the manifest of `image` from `len` bytes of `text` (read from the file, or
+ * downloaded from a remote host: see host_image.h); boot files are resolved against the
+ * image's directory. On failure returns a negative errno and a reason in `err`. */
+int image_manifest_parse(const char *image, const char *text, size_t len,
+                         struct image_manifest *ret_manifest, char *err, size_t err_size);
 /* Reads `IMAGE.json` for `image`. On failure returns a negative errno and a reason
  * (naming the file) in `err`. */
 int image_manifest_read(const char *image, struct image_manifest *ret_manifest, char *err,

@@ -443,14 +443,41 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                        d->config->pools[i].name, age > 0 ? age : 0);
     }
     json_decref(oldest);
-    /* Each VM pool's image manifest, read once for the two families. */
+    /* Each VM pool's image manifest, read once for the two families: from this machine
+     * when a host of the pool is local, else the first a remote host's probe found. */
     struct image_manifest *manifests = calloc(d->config->n_pools + 1, sizeof(*manifests));
     bool *readable = calloc(d->config->n_pools + 1, sizeof(bool));
+    header(&b, "hatchery_host_image_ready", "gauge",
+           "1 when a VM pool's image, its manifest and boot files were found on a remote host "
+           "(through libvirt's storage API), 0 when not (yet).");
     for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++) {
         const struct config_pool *p = &d->config->pools[i];
         char err[512];
-        readable[i] = p->backend == BACKEND_VM &&
-                      image_manifest_read(p->image, &manifests[i], err, sizeof(err)) == 0;
+        if (p->backend != BACKEND_VM)
+            continue;
+        bool here = false, remote = false;
+        struct image_status st;
+        for (size_t k = 0; k < d->config->n_hosts; k++) {
+            const char *host = d->config->hosts[k].name;
+            if (!config_pool_uses_host(p, host) ||
+                provisioner_host_image(d->provisioner, host, p, &st) < 0)
+                continue;
+            if (st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED) {
+                here = true;
+                continue;
+            }
+            textbuf_printf(&b, "hatchery_host_image_ready{host=\"%s\",pool=\"%s\"} %d\n", host,
+                           p->name, st.state == IMAGE_READY);
+            if (st.state == IMAGE_READY && !remote) {
+                manifests[i] = st.manifest;
+                remote = true;
+            }
+        }
+        /* This machine's manifest counts first, as in `hatchery pools`. */
+        struct image_manifest mine;
+        if (here && image_manifest_read(p->image, &mine, err, sizeof(err)) == 0)
+            manifests[i] = mine;
+        readable[i] = remote || (here && manifests[i].arch[0]);
     }
     header(&b, "hatchery_pool_image_info", "gauge",
            "The manifest of each VM pool's image (1 for each readable manifest).");

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "domain_xml.h"
+#include "host_image.h"
 #include "hatchery/agent_protocol.h"
 #include "hatchery/limits.h"
 #include "stream_bridge.h"
@@ -88,6 +89,7 @@ struct host {
     struct host_usage used;
     struct guest *guests;
     unsigned long hypervisor_version, libvirt_version;
+    struct image_check *images;  /* the VM pools' images, on a remote host */
     struct template_slot *slots; /* warm templates kept here */
     bool slot_work;              /* a template is checked or built: one at a time */
     uint64_t slot_generation;    /* provisioner_templates_sweep's count */
@@ -132,6 +134,20 @@ struct template_slot {
     struct template_slot *next;
 };
 
+/* A VM pool's image on a remote host, as the last probe found it (provisioner_host_image). */
+struct image_check {
+    char pool[CONFIG_MAX_NAME_BYTES + 1];
+    char image[PATH_MAX]; /* the path probed: a reload may name another */
+    int arch;
+    bool probing;
+    bool found; /* there is a finding: `ready`, or `reason` */
+    bool ready;
+    char reason[256];
+    int64_t checked_ms; /* 0: due now (none yet, or the host reconnected) */
+    struct image_manifest manifest;
+    struct image_check *next;
+};
+
 struct guest {
     struct provisioner *prov;
     struct host *host;
@@ -147,6 +163,9 @@ struct guest {
     char channel_dir[PATH_MAX];
     char console_log[PATH_MAX];
     char *xml;
+    /* Direct kernel boot: the pool's (its config, or its manifest on this machine), else
+     * what the image's manifest on its remote host names. NULL: boots from its disk. */
+    char *kernel, *initrd, *cmdline;
     char error[512];
     char machine_id[64], nonce[72]; /* from its hello: no other live guest may have them */
     bool failed;
@@ -569,6 +588,8 @@ static void connect_done(uv_work_t *w, int status)
     h->attempt = 0;
     h->error[0] = 0;
     log_info("host.up", "host=%s uri=%s", h->cfg.name, h->cfg.uri);
+    for (struct image_check *c = h->images; c; c = c->next)
+        c->checked_ms = 0; /* the host may have been rebuilt: looked at again */
     if (h->ever_up)
         host_reinventory(h);
     h->ever_up = true;
@@ -657,6 +678,198 @@ int provisioner_host_status(struct provisioner *p, const char *name, struct host
     return 0;
 }
 
+/* ---- images on remote hosts ---------------------------------------------------------- */
+
+const char *const image_state_names[IMAGE_MISSING + 1] = {
+    [IMAGE_LOCAL] = "local", [IMAGE_UNCHECKED] = "unchecked", [IMAGE_CHECKING] = "checking",
+    [IMAGE_READY] = "ready", [IMAGE_MISSING] = "missing",
+};
+
+#define IMAGE_RECHECK_MS         60000
+#define IMAGE_RECHECK_MISSING_MS 10000
+
+/* One probe, off the loop: the worker writes only here. */
+struct image_probe {
+    struct host *host;
+    struct image_check *check;
+    char image[PATH_MAX];
+    int arch;
+    int r;
+    char reason[256];
+    struct image_manifest manifest;
+    uv_work_t work;
+};
+
+static struct image_check *image_check_find(const struct host *h, const struct config_pool *pool)
+{
+    for (struct image_check *c = h->images; c; c = c->next)
+        if (strcmp(c->pool, pool->name) == 0)
+            return c;
+    return NULL;
+}
+
+/* The pool's check on `h`, made when absent and started over when the pool now names
+ * another image or arch (a reload). */
+static struct image_check *image_check_for(struct host *h, const struct config_pool *pool)
+{
+    struct image_check *c = image_check_find(h, pool);
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (!c)
+            return NULL;
+        snprintf(c->pool, sizeof(c->pool), "%s", pool->name);
+        c->next = h->images;
+        h->images = c;
+    }
+    if (strcmp(c->image, pool->image) != 0 || c->arch != pool->arch) {
+        snprintf(c->image, sizeof(c->image), "%s", pool->image);
+        c->arch = pool->arch;
+        c->found = c->ready = false;
+        c->checked_ms = 0;
+    }
+    return c;
+}
+
+static void image_probe_work(uv_work_t *w)
+{
+    struct image_probe *pr = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    virConnectPtr conn = host_conn_ref(pr->host, false, NULL);
+    if (!conn) {
+        pr->r = -ENODEV;
+        return;
+    }
+    pr->r = host_image_probe(conn, pr->image, (enum pool_arch)pr->arch, &pr->manifest, pr->reason,
+                             sizeof(pr->reason));
+    virConnectClose(conn);
+}
+
+static void image_probe_done(uv_work_t *w, int status)
+{
+    struct image_probe *pr = w->data;
+    struct host *h = pr->host;
+    struct image_check *c = pr->check;
+    (void)status;
+    if (work_done_closing(h->prov)) {
+        free(pr);
+        return;
+    }
+    c->probing = false;
+    /* The connection went away, or the pool was changed meanwhile: due again. */
+    if (pr->r == -ENODEV || strcmp(pr->image, c->image) != 0 || pr->arch != c->arch) {
+        free(pr);
+        return;
+    }
+    bool was = c->found, was_ready = c->ready;
+    c->found = true;
+    c->ready = pr->r == 0;
+    c->checked_ms = wall_clock_ms();
+    if (c->ready) {
+        c->manifest = pr->manifest;
+        c->reason[0] = 0;
+        if (!was || !was_ready)
+            log_info("image.found_on_host",
+                     "host=%s pool=%s image=%s arch=%s runner=%s agent=%s built=%s", h->cfg.name,
+                     c->pool, c->image, c->manifest.arch, c->manifest.runner_version,
+                     c->manifest.agent_version, c->manifest.built_at);
+    } else if (!was || was_ready || strcmp(c->reason, pr->reason) != 0) {
+        snprintf(c->reason, sizeof(c->reason), "%s", pr->reason);
+        log_warn("image.missing_on_host", "host=%s pool=%s reason=\"%s\"", h->cfg.name, c->pool,
+                 c->reason);
+    }
+    free(pr);
+}
+
+static void image_probe_start(struct host *h, struct image_check *c)
+{
+    int64_t now = wall_clock_ms();
+    int64_t every = c->ready ? IMAGE_RECHECK_MS : IMAGE_RECHECK_MISSING_MS;
+    if (c->probing || !h->up || h->prov->closing ||
+        (c->checked_ms != 0 && now - c->checked_ms < every))
+        return;
+    struct image_probe *pr = calloc(1, sizeof(*pr));
+    if (!pr)
+        return;
+    pr->host = h;
+    pr->check = c;
+    snprintf(pr->image, sizeof(pr->image), "%s", c->image);
+    pr->arch = c->arch;
+    pr->work.data = pr;
+    if (queue_work(h->prov, &pr->work, image_probe_work, image_probe_done) < 0) {
+        free(pr);
+        return;
+    }
+    c->probing = true;
+}
+
+/* The ready manifest of `pool`'s image on a remote host `h`, or NULL. */
+static const struct image_manifest *remote_manifest(const struct host *h,
+                                                    const struct config_pool *pool)
+{
+    const struct image_check *c = h->local_files ? NULL : image_check_find(h, pool);
+    return c && c->found && c->ready && strcmp(c->image, pool->image) == 0 ? &c->manifest : NULL;
+}
+
+/* Whether a VM of `pool` may be made on `h` now: its image is local (the scheduler reads
+ * it), not ours to see, or found on the remote host. */
+static bool image_usable(struct host *h, const struct config_pool *pool)
+{
+    return h->local_files || h->simulated || pool->backend != BACKEND_VM ||
+           remote_manifest(h, pool) != NULL;
+}
+
+struct boot_files {
+    const char *kernel, *initrd, *cmdline;
+};
+
+/* How a guest of `pool` boots on `h`: see struct guest. */
+static struct boot_files boot_files_of(const struct host *h, const struct config_pool *pool)
+{
+    const struct image_manifest *m = remote_manifest(h, pool);
+    struct boot_files b = {pool->kernel, pool->initrd, pool->cmdline};
+    if (!b.kernel && m && m->kernel[0]) {
+        b.kernel = m->kernel;
+        if (!b.initrd && m->initrd[0])
+            b.initrd = m->initrd;
+        if (!b.cmdline && m->cmdline[0])
+            b.cmdline = m->cmdline;
+    }
+    return b;
+}
+
+int provisioner_host_image(struct provisioner *p, const char *host_name,
+                           const struct config_pool *pool, struct image_status *ret)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h)
+        return -ENOENT;
+    memset(ret, 0, sizeof(*ret));
+    if (h->local_files) {
+        ret->state = IMAGE_LOCAL;
+        return 0;
+    }
+    if (h->simulated || pool->backend != BACKEND_VM) {
+        ret->state = IMAGE_UNCHECKED;
+        return 0;
+    }
+    struct image_check *c = image_check_for(h, pool);
+    if (!c)
+        return -ENOMEM;
+    image_probe_start(h, c);
+    ret->checked_ms = c->found ? c->checked_ms : 0;
+    if (!c->found) {
+        ret->state = IMAGE_CHECKING;
+        snprintf(ret->reason, sizeof(ret->reason), "looking for the image on the host");
+    } else if (c->ready) {
+        ret->state = IMAGE_READY;
+        ret->manifest = c->manifest;
+    } else {
+        ret->state = IMAGE_MISSING;
+        snprintf(ret->reason, sizeof(ret->reason), "%s", c->reason);
+    }
+    return 0;
+}
+
 int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct provisioner **ret)
 {
     virInitialize();
@@ -688,17 +901,30 @@ static void on_host_closed(uv_handle_t *handle)
             free(h->slots);
             h->slots = next;
         }
+        while (h->images) {
+            struct image_check *next = h->images->next;
+            free(h->images);
+            h->images = next;
+        }
         uv_mutex_destroy(&h->lock);
         free(h);
     }
 }
 
-static void on_guest_handle_closed(uv_handle_t *handle)
+/* A guest's own memory, once nothing refers to it. */
+static void guest_release(struct guest *g)
 {
-    struct guest *g = handle->data;
     free(g->xml);
+    free(g->kernel);
+    free(g->initrd);
+    free(g->cmdline);
     free(g->name);
     free(g);
+}
+
+static void on_guest_handle_closed(uv_handle_t *handle)
+{
+    guest_release(handle->data);
 }
 
 /* Everything is idle: close the connections and free. Guests stay as domains for the
@@ -743,58 +969,21 @@ void provisioner_free(struct provisioner *p)
 
 /* ---- guests: creation ------------------------------------------------------------------ */
 
-static char *volume_xml(const char *name, const char *backing, int64_t capacity_mib)
-{
-    xmlBufferPtr buf = xmlBufferCreate();
-    xmlTextWriterPtr w = buf ? xmlNewTextWriterMemory(buf, 0) : NULL;
-    char *out = NULL;
-    char num[32];
-    snprintf(num, sizeof(num), "%lld", (long long)capacity_mib);
-    if (w && xmlTextWriterStartElement(w, BAD_CAST "volume") >= 0 &&
-        xmlTextWriterWriteElement(w, BAD_CAST "name", BAD_CAST name) >= 0 &&
-        xmlTextWriterStartElement(w, BAD_CAST "capacity") >= 0 &&
-        xmlTextWriterWriteAttribute(w, BAD_CAST "unit", BAD_CAST "MiB") >= 0 &&
-        xmlTextWriterWriteString(w, BAD_CAST num) >= 0 && xmlTextWriterEndElement(w) >= 0 &&
-        xmlTextWriterStartElement(w, BAD_CAST "target") >= 0 &&
-        xmlTextWriterStartElement(w, BAD_CAST "format") >= 0 &&
-        xmlTextWriterWriteAttribute(w, BAD_CAST "type", BAD_CAST "qcow2") >= 0 &&
-        xmlTextWriterEndElement(w) >= 0 && xmlTextWriterEndElement(w) >= 0 &&
-        xmlTextWriterStartElement(w, BAD_CAST "backingStore") >= 0 &&
-        xmlTextWriterWriteElement(w, BAD_CAST "path", BAD_CAST backing) >= 0 &&
-        xmlTextWriterStartElement(w, BAD_CAST "format") >= 0 &&
-        xmlTextWriterWriteAttribute(w, BAD_CAST "type", BAD_CAST "qcow2") >= 0 &&
-        xmlTextWriterEndElement(w) >= 0 && xmlTextWriterEndElement(w) >= 0 &&
-        xmlTextWriterEndElement(w) >= 0 && xmlTextWriterEndDocument(w) >= 0) {
-        xmlFreeTextWriter(w);
-        w = NULL;
-        out = strdup((const char *)xmlBufferContent(buf));
-    }
-    if (w)
-        xmlFreeTextWriter(w);
-    if (buf)
-        xmlBufferFree(buf);
-    return out;
-}
-
 /* The host's storage pool for overlays, made as a transient directory pool when absent. */
 static virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err,
                                       size_t err_size)
 {
     virStoragePoolPtr pool = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
     if (!pool) {
-        char xml[1024];
-        /* Names and paths come from the config, checked there; still only [-_.a-z0-9/]. */
-        snprintf(xml, sizeof(xml),
-                 "<pool type='dir'><name>%s</name><target><path>%s</path>"
-                 "<permissions><mode>0711</mode></permissions></target></pool>",
-                 h->cfg.storage_pool, h->cfg.storage_dir);
+        char *xml = domain_xml_dir_pool(h->cfg.storage_pool, h->cfg.storage_dir, "0711");
         /* QEMU (libvirt-qemu on a stock host) must pass through to its overlay; libvirt
          * builds a missing directory 0711 itself, one made here must not take the umask. */
         if (h->local_files && mkdir(h->cfg.storage_dir, 0711) == 0)
             chmod(h->cfg.storage_dir, 0711);
-        pool = virStoragePoolCreateXML(conn, xml, VIR_STORAGE_POOL_CREATE_WITH_BUILD);
-        if (!pool) /* drivers without build support (test:///) */
+        pool = xml ? virStoragePoolCreateXML(conn, xml, VIR_STORAGE_POOL_CREATE_WITH_BUILD) : NULL;
+        if (!pool && xml) /* drivers without build support (test:///) */
             pool = virStoragePoolCreateXML(conn, xml, 0);
+        free(xml);
         if (!pool) /* another worker made it first */
             pool = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
     } else if (virStoragePoolIsActive(pool) == 0) {
@@ -824,9 +1013,9 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         .memory_mib = pool->memory_mib,
         .storage_pool = h->cfg.storage_pool,
         .volume = g->volume,
-        .kernel = pool->kernel,
-        .initrd = pool->initrd,
-        .cmdline = pool->cmdline,
+        .kernel = g->kernel,
+        .initrd = g->initrd,
+        .cmdline = g->cmdline,
         .vof = pool->firmware == FIRMWARE_VOF,
         .network = pool->network,
         .channel_path = g->channel_path,
@@ -842,7 +1031,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
             snprintf(g->error, sizeof(g->error), "%s", err);
             return;
         }
-        char *vxml = volume_xml(g->volume, pool->image, pool->disk_mib);
+        char *vxml = domain_xml_overlay_volume(g->volume, pool->image, pool->disk_mib);
         virStorageVolPtr vol = vxml ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
         free(vxml);
         virStoragePoolFree(sp);
@@ -971,7 +1160,7 @@ static void restore_on(struct guest *g, virConnectPtr conn)
     char *backing = tv ? virStorageVolGetPath(tv) : NULL;
     if (tv)
         virStorageVolFree(tv);
-    char *vxml = backing ? volume_xml(g->volume, backing, g->pool->disk_mib) : NULL;
+    char *vxml = backing ? domain_xml_overlay_volume(g->volume, backing, g->pool->disk_mib) : NULL;
     virStorageVolPtr vol = vxml ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
     free(vxml);
     virStoragePoolFree(sp);
@@ -1045,9 +1234,7 @@ static void guest_free(struct guest *g)
             break;
         }
     }
-    free(g->xml);
-    free(g->name);
-    free(g);
+    guest_release(g);
 }
 
 static void on_guest_timer_closed(uv_handle_t *handle)
@@ -1582,8 +1769,13 @@ static struct guest *guest_new(struct provisioner *p, struct host *h, const stru
     g->prov = p;
     g->host = h;
     g->name = strdup(spec->name);
-    if (!g->name) {
-        free(g);
+    struct boot_files b = spec->pool ? boot_files_of(h, spec->pool) : (struct boot_files){0};
+    g->kernel = b.kernel ? strdup(b.kernel) : NULL;
+    g->initrd = b.initrd ? strdup(b.initrd) : NULL;
+    g->cmdline = b.cmdline ? strdup(b.cmdline) : NULL;
+    if (!g->name || (b.kernel && !g->kernel) || (b.initrd && !g->initrd) ||
+        (b.cmdline && !g->cmdline)) {
+        guest_release(g);
         return NULL;
     }
     snprintf(g->domain, sizeof(g->domain), "%s", spec->name);
@@ -1624,6 +1816,8 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
     if (!h->up)
         return -ENODEV;
     const struct config_pool *pool = spec->pool;
+    if (!image_usable(h, pool))
+        return -ENOENT;
     int r = capacity_for(h, pool);
     if (r < 0)
         return r;
@@ -1848,6 +2042,8 @@ static int provisioner_template_build_keyed(struct provisioner *p, const char *h
     struct host *h = host_find(p, host_name);
     if (!h || !name || !pool || pool->backend != BACKEND_VM)
         return -EINVAL;
+    if (!image_usable(h, pool))
+        return -ENOENT;
     int r = capacity_for(h, pool);
     if (r < 0)
         return r;
@@ -1906,7 +2102,8 @@ static void template_key(const struct host *h, const struct config_pool *p, char
 {
     struct textbuf b;
     textbuf_init(&b, 8192);
-    const char *files[] = {p->image, p->kernel, p->initrd};
+    struct boot_files boot = boot_files_of(h, p);
+    const char *files[] = {p->image, boot.kernel, boot.initrd};
     for (size_t i = 0; i < sizeof(files) / sizeof(*files); i++) {
         struct stat st;
         /* A remote host's files are not ours to stat: their paths count. */
@@ -1918,10 +2115,14 @@ static void template_key(const struct host *h, const struct config_pool *p, char
     textbuf_printf(&b,
                    "cmdline=%s arch=%s firmware=%s vcpus=%lld memory=%lld network=%s disk=%lld "
                    "qemu=%lu libvirt=%lu hatchery=%s controller=%s\n",
-                   p->cmdline ? p->cmdline : "-", pool_arch_names[p->arch],
+                   boot.cmdline ? boot.cmdline : "-", pool_arch_names[p->arch],
                    pool_firmware_names[p->firmware], (long long)p->vcpus, (long long)p->memory_mib,
                    p->network ? p->network : "-", (long long)p->disk_mib, h->hypervisor_version,
                    h->libvirt_version, HATCHERY_VERSION, h->prov->controller_id);
+    /* A remote host's image is known by its manifest: a rebuild there changes both. */
+    const struct image_manifest *m = remote_manifest(h, p);
+    if (m)
+        textbuf_printf(&b, "image_sha256=%s built_at=%s\n", m->sha256, m->built_at);
     unsigned char md[SHA256_DIGEST_LENGTH];
     SHA256((const unsigned char *)b.data, b.len, md);
     textbuf_free(&b);

@@ -21,6 +21,7 @@
 
 #include "agent_channel.h"
 #include "config.h"
+#include "image_manifest.h"
 #include "hatchery/limits.h"
 
 struct provisioner;
@@ -61,6 +62,30 @@ struct host_status {
 };
 int provisioner_host_status(struct provisioner *prov, const char *host, struct host_status *ret);
 
+/* A VM pool's image on one host. On a host whose files are this machine's, the caller
+ * reads them (IMAGE_LOCAL); on libvirt's test driver there are none (IMAGE_UNCHECKED). On a
+ * remote host it is what host_image_probe last found there: a probe runs off the loop
+ * when there is no finding yet, when the host reconnected, and when the last is older
+ * than a minute (ten seconds while the image is missing). */
+enum image_state {
+    IMAGE_LOCAL,
+    IMAGE_UNCHECKED,
+    IMAGE_CHECKING, /* the first probe is under way */
+    IMAGE_READY,
+    IMAGE_MISSING, /* missing, unreadable, or for another arch: `reason` says which */
+};
+extern const char *const image_state_names[IMAGE_MISSING + 1];
+struct image_status {
+    enum image_state state;
+    char reason[256];
+    int64_t checked_ms;             /* wall clock of the last finding; 0 none */
+    struct image_manifest manifest; /* when ready */
+};
+/* Reports, and starts a probe when one is due (so: call it where the image is needed).
+ * -ENOENT for an unknown host. */
+int provisioner_host_image(struct provisioner *prov, const char *host,
+                           const struct config_pool *pool, struct image_status *ret);
+
 enum guest_state {
     GUEST_CREATING,
     GUEST_ADOPTING, /* an earlier hatcheryd's guest: looked up, then resumed */
@@ -95,7 +120,8 @@ struct guest_spec {
     const struct config_pool *pool;
 };
 
-/* Starts creating a guest on `host`. Fails at once with -ENODEV (host down), -ENOSPC (no
+/* Starts creating a guest on `host`. Fails at once with -ENODEV (host down), -ENOENT (the
+ * pool's image is not found on the remote host: provisioner_host_image), -ENOSPC (no
  * capacity left on the host) or -EINVAL. */
 int provisioner_guest_create(struct provisioner *prov, const char *host,
                              const struct guest_spec *spec, const struct guest_events *events,

@@ -842,8 +842,8 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
     const struct config *c = cfg(s);
     const char *best = NULL;
     int64_t best_guests = 0;
-    size_t down = 0, drained = 0, full = 0, candidates = 0, unsafe = 0;
-    char unsafe_why[512] = "";
+    size_t down = 0, drained = 0, full = 0, candidates = 0, unsafe = 0, no_image = 0;
+    char unsafe_why[512] = "", no_image_why[512] = "";
     for (size_t i = 0; i < c->n_hosts; i++) {
         const struct config_host *h = &c->hosts[i];
         if (!config_pool_uses_host(pool, h->name))
@@ -863,6 +863,16 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
         if (guest_isolation_check(h, pool, reason, sizeof(reason)) == GUEST_ISOLATION_MISSING) {
             if (!unsafe++)
                 snprintf(unsafe_why, sizeof(unsafe_why), "host %s unsafe: %s", h->name, reason);
+            continue;
+        }
+        /* A remote host's image, found through libvirt (host_image.h); a local host's
+         * is read from this machine's files, for the whole pool, in tick(). */
+        struct image_status image;
+        if (pool->backend == BACKEND_VM &&
+            provisioner_host_image(prov(s), h->name, pool, &image) == 0 &&
+            (image.state == IMAGE_CHECKING || image.state == IMAGE_MISSING)) {
+            if (!no_image++)
+                snprintf(no_image_why, sizeof(no_image_why), "host %s: %s", h->name, image.reason);
             continue;
         }
         /* Runners recorded but not yet handed to the provisioner count too. */
@@ -892,6 +902,8 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
         snprintf(why, why_size, "no host capacity");
     else if (unsafe)
         snprintf(why, why_size, "%s", unsafe_why);
+    else if (no_image)
+        snprintf(why, why_size, "%s", no_image_why);
     else if (down && !drained)
         snprintf(why, why_size, "host down");
     else
@@ -1037,11 +1049,9 @@ static void tick(struct scheduler *s)
             retire_surplus(s, pool, -want);
         s->why[p][0] = 0;
         /* Whether the image is on this machine: a host of this pool is. The pools of a
-         * controller of remote hosts are not judged by another pool's local host. */
-        bool local = false;
-        for (size_t h = 0; h < c->n_hosts; h++)
-            local = local || (config_pool_uses_host(pool, c->hosts[h].name) &&
-                              config_host_is_local(c->hosts[h].uri));
+         * controller of remote hosts are not judged by another pool's local host; their
+         * image is looked for on each host (place()). */
+        bool local = config_pool_has_local_host(c, pool);
         bool local_missing = local && want > 0 && access(pool->image, R_OK) != 0;
         /* The image's manifest, read again whenever a runner is wanted: an image rebuilt
          * for another arch, or one without a manifest, gets no runner. */

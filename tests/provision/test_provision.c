@@ -7,13 +7,15 @@
  *                              1) and vanish with their volume; a silent guest dies at the
  *                              boot timeout; a flooding and a lying guest are cut off; a
  *                              twin (another live guest's machine-id) gets no config; the
- *                              LXC variant works; the JIT config shows up in no log, no
- *                              domain XML, no kernel command line and no process argv. */
+ *                              LXC variant works; a host reached only through libvirt
+ *                              has its image found there, not here; the JIT config shows up in no
+ * log, no domain XML, no kernel command line and no process argv. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <libvirt/libvirt.h>
 #include <stdio.h>
@@ -416,7 +418,8 @@ static void boot_one(struct config_pool *pool, const char *name, const char *jit
     assert_false(r.secret_in_argv);
     /* A socket host's guest uses our channel socket and console file; a stream host's
      * guest names no path of this machine. */
-    assert_int_equal(r.xml_names_state_dir, strcmp(guest_host, "streamed") != 0);
+    assert_int_equal(r.xml_names_state_dir,
+                     strcmp(guest_host, "streamed") != 0 && strcmp(guest_host, "remote") != 0);
 }
 
 static void test_ppc64le_guest(void **state)
@@ -633,6 +636,120 @@ static struct config_pool lxc_pool(void)
         .max_runners = 2,
         .boot_timeout_s = 30,
     };
+}
+
+/* Runs `cmd` in the test libvirtd's mount namespace (tests/libvirt/libvirtd.sh), where
+ * what is mounted is not seen from here. */
+static void in_libvirtd_namespace(const char *cmd)
+{
+    char line[2048];
+    snprintf(line, sizeof(line),
+             "nsenter -t \"$(cat /run/hatchery-test-libvirtd/pid)\" -m -- sh -ec '%s'", cmd);
+    if (system(line) != 0)
+        fail_msg("in libvirtd's namespace: %s", cmd);
+}
+
+/* What provisioner_host_image reports once the probe it starts has answered. */
+static struct image_status image_on(const char *host, const struct config_pool *pool,
+                                    enum image_state until_not)
+{
+    struct image_status st;
+    for (int i = 0; i < 400; i++) {
+        assert_int_equal(provisioner_host_image(prov, host, pool, &st), 0);
+        if (st.state != until_not && st.state != IMAGE_CHECKING)
+            return st;
+        bool never = false;
+        wait_for(&never, 0);
+        usleep(50000);
+        uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    fail_msg("host %s: the image of %s stays %s", host, pool->name, image_state_names[st.state]);
+    return st;
+}
+
+/* A host reached only through libvirt, whose image this machine cannot see: the image,
+ * its manifest and boot files are found through libvirt's storage API (the directory is
+ * bound over an empty one in libvirtd's mount namespace only), and the guest boots the
+ * kernel and initrd that host's manifest names. Before, with the image missing, with the
+ * manifest for another arch, and with one too large, the host gets no guest and says why. */
+static void test_image_found_through_libvirt(void **state)
+{
+    (void)state;
+    add_host_via("remote", "qemu+unix:///system", 4, TRANSPORT_STREAM);
+    char hidden[128], big[160], cmd[1024];
+    snprintf(hidden, sizeof(hidden), "/run/hatchery-ptest-images-%d", (int)getpid());
+    snprintf(big, sizeof(big), "%s-big", hidden);
+    assert_int_equal(mkdir(hidden, 0755), 0);
+    assert_int_equal(mkdir(big, 0755), 0);
+    struct config_pool pool = real_pool("ppc64le");
+    char image[256];
+    snprintf(image, sizeof(image), "%s/base.qcow2", hidden);
+    pool.name = (char *)"remote-ppc";
+    pool.image = image;
+    pool.kernel = pool.initrd = NULL; /* from the host's manifest */
+
+    struct image_status st = image_on("remote", &pool, IMAGE_CHECKING);
+    assert_int_equal(st.state, IMAGE_MISSING);
+    snprintf(cmd, sizeof(cmd), "image %s missing on the host", image);
+    if (!strstr(st.reason, cmd))
+        fail_msg("missing: reason '%s'", st.reason);
+    struct run r = {.jit = "exit=0"};
+    struct guest *g = NULL;
+    struct guest_spec spec = {.name = "hatchery-ptest-remote-0", .runner_id = 1, .pool = &pool};
+    assert_int_equal(provisioner_guest_create(prov, "remote", &spec, &events, &r, &g), -ENOENT);
+
+    /* The image appears on the host; this machine still cannot see it. */
+    snprintf(cmd, sizeof(cmd), "mount --bind %s %s", getenv("GUEST_ppc64le"), hidden);
+    in_libvirtd_namespace(cmd);
+    assert_int_not_equal(access(image, F_OK), 0);
+    st = image_on("remote", &pool, IMAGE_MISSING); /* looked at again within 10 s */
+    assert_int_equal(st.state, IMAGE_READY);
+    assert_string_equal(st.manifest.arch, "ppc64le");
+    snprintf(cmd, sizeof(cmd), "%s/kernel", hidden);
+    assert_string_equal(st.manifest.kernel, cmd);
+    guest_host = "remote";
+    boot_one(&pool, "hatchery-ptest-remote-1", "exit=0 jit-secret-7d3f1a", 0);
+    guest_host = "local";
+
+    /* The same image for an s390x pool: refused, with the manifest's reason. */
+    struct config_pool wrong = pool;
+    wrong.name = (char *)"remote-z";
+    wrong.arch = ARCH_S390X;
+    st = image_on("remote", &wrong, IMAGE_CHECKING);
+    assert_int_equal(st.state, IMAGE_MISSING);
+    assert_non_null(strstr(st.reason, "image is built for ppc64le, the pool is s390x"));
+
+    /* A manifest past the bound is not read. */
+    snprintf(cmd, sizeof(cmd),
+             "mount -t tmpfs -o size=4m none %s && qemu-img create -q -f qcow2 %s/x.qcow2 1M && "
+             "yes | head -c 70000 > %s/x.qcow2.json",
+             big, big, big);
+    in_libvirtd_namespace(cmd);
+    struct config_pool large = pool;
+    char large_image[256];
+    snprintf(large_image, sizeof(large_image), "%s/x.qcow2", big);
+    large.name = (char *)"remote-big";
+    large.image = large_image;
+    st = image_on("remote", &large, IMAGE_CHECKING);
+    assert_int_equal(st.state, IMAGE_MISSING);
+    if (!strstr(st.reason, "larger than 65536 bytes"))
+        fail_msg("large: reason '%s'", st.reason);
+
+    /* No trace left on the host: the transient pools over the directories go too. */
+    virConnectPtr c = virConnectOpen("qemu:///system");
+    const char *dirs[] = {hidden, big};
+    for (size_t i = 0; i < 2; i++) {
+        virStoragePoolPtr sp = virStoragePoolLookupByTargetPath(c, dirs[i]);
+        assert_non_null(sp);
+        assert_int_equal(strncmp(virStoragePoolGetName(sp), "hatchery-image-", 15), 0);
+        virStoragePoolDestroy(sp);
+        virStoragePoolFree(sp);
+    }
+    virConnectClose(c);
+    snprintf(cmd, sizeof(cmd), "umount %s %s", hidden, big);
+    in_libvirtd_namespace(cmd);
+    rmdir(hidden);
+    rmdir(big);
 }
 
 static void test_lxc_container(void **state)
@@ -957,6 +1074,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_twin_guest_gets_no_config),
         cmocka_unit_test(test_guests_through_streams),
         cmocka_unit_test(test_adoption_through_streams),
+        cmocka_unit_test(test_image_found_through_libvirt),
         cmocka_unit_test(test_lxc_container),
         cmocka_unit_test(test_host_away_past_its_grace),
         cmocka_unit_test(test_stale_container_after_libvirtd_restart),

@@ -383,6 +383,22 @@ static void test_image_manifest(void **state)
                          "\"agent_version\": \"0.2.0\", \"boot\": {\"kernel\": "
                          "\"../../etc/shadow\"}}");
     expect_error(text, "boot.kernel must be a file name beside the image");
+    /* A pool of remote hosts only: this machine's file at the image's path is not its
+     * image (the host's is looked for through libvirt), so neither refused nor read. */
+    char *remote = strdup(text);
+    char *uri = strstr(remote, "qemu:///system");
+    assert_non_null(uri);
+    char remote_text[2048];
+    snprintf(remote_text, sizeof(remote_text), "%.*sqemu+ssh://hatchery@p10-a/system%s",
+             (int)(uri - remote), remote, uri + strlen("qemu:///system"));
+    char *remote_path = write_temp(remote_text);
+    if (config_load(remote_path, &c, &errors) < 0)
+        fail_msg("%s", errors);
+    assert_null(c->pools[0].kernel);
+    config_free(c);
+    unlink(remote_path);
+    free(remote_path);
+    free(remote);
     write_text(manifest, "{\"arch\": \"ppc64le\"");
     expect_error(text, "not a JSON object");
     write_text(manifest, "{\"arch\": \"ppc64le\", \"agent_version\": \"0.2.0\"}");

@@ -39,6 +39,9 @@ struct guest {
 static struct guest guests[MAX_GUESTS];
 static size_t n_guests;
 static bool host_up = true;
+/* What provisioner_host_image reports for every host: the test driver's, unless a test
+ * says the image is missing there. */
+static enum image_state host_image_state = IMAGE_UNCHECKED;
 static int tagged_calls;
 
 static struct guest *guest_named(const char *name)
@@ -114,6 +117,18 @@ int provisioner_host_status(struct provisioner *prov, const char *host, struct h
     (void)host;
     memset(ret, 0, sizeof(*ret));
     ret->up = host_up;
+    return 0;
+}
+
+int provisioner_host_image(struct provisioner *prov, const char *host,
+                           const struct config_pool *pool, struct image_status *ret)
+{
+    (void)prov;
+    (void)pool;
+    memset(ret, 0, sizeof(*ret));
+    ret->state = host_image_state;
+    if (host_image_state == IMAGE_MISSING)
+        snprintf(ret->reason, sizeof(ret->reason), "image /srv/%s.qcow2 missing on the host", host);
     return 0;
 }
 
@@ -341,6 +356,7 @@ static int setup(void **state)
     delete_cb = NULL;
     jit_requests = deletes = 0;
     host_up = true;
+    host_image_state = IMAGE_UNCHECKED;
     return 0;
 }
 
@@ -665,6 +681,29 @@ static void adoption_after_a_restart(void **state)
     stop(s);
 }
 
+/* A pool whose image is not on its (remote) host gets no guest there, and says why; once
+ * the image is found, the queued job gets its runner. */
+static void a_host_without_the_image_gets_no_guest(void **state)
+{
+    (void)state;
+    host_image_state = IMAGE_MISSING;
+    struct scheduler *s = start();
+    queue_job(1010);
+    spin(1500);
+    assert_int_equal(n_guests, 0);
+    const char *why = scheduler_pool_waiting(s, "p");
+    assert_non_null(why);
+    assert_string_equal(why, "host h: image /srv/h.qcow2 missing on the host");
+    host_image_state = IMAGE_CHECKING;
+    spin(1100);
+    assert_int_equal(n_guests, 0);
+    host_image_state = IMAGE_READY;
+    for (int t = 0; t < 30 && n_guests == 0; t++)
+        spin(100);
+    assert_int_equal(n_guests, 1);
+    stop(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -677,6 +716,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_job_that_kills_its_agent_does_not_back_off_the_pool,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(adoption_after_a_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_host_without_the_image_gets_no_guest, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
