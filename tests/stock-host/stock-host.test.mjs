@@ -16,7 +16,12 @@ const machineSh = `${here}machine.sh`;
 const M = process.env.STOCK_HOST_MACHINE;
 const release = process.env.STOCK_HOST_RELEASE;
 const images = process.env.STOCK_HOST_IMAGES.split(' ');
-const imageOf = (arch) => `/var/lib/hatchery/images/${images.find((i) => i.startsWith(`runner-${arch}-`))}`;
+const imageFile = (arch) => images.find((i) => i.startsWith(`runner-${arch}-`));
+const imageOf = (arch) => `/var/lib/hatchery/images/${imageFile(arch)}`;
+// The remote host's copy: where QEMU (libvirt-qemu) may read it and hatcheryd (hatchery)
+// may not, as on a host of its own. hatcheryd must find it through libvirt.
+const remoteImages = '/srv/hatchery-remote-images';
+const remoteImageOf = (arch) => `${remoteImages}/${imageFile(arch)}`;
 const api = process.env.GITHUB_DOUBLE_URL;
 const JIT = 'jit-stock-host-5b1f0e9c2d7a4e3f8b6c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6';
 
@@ -75,9 +80,11 @@ let nextJob = 9400000000;
 let coldPpc;
 // Plays GitHub for one job: queued, in_progress to the pool's new idle runner, completed
 // once the runner is gone; returns the runner's name.
-async function serve(label, poolName, taken) {
+// `whileQueued(id)` runs once the job is queued, before a runner is waited for.
+async function serve(label, poolName, taken, { whileQueued } = {}) {
   const id = nextJob++;
   await post(workflowJob('queued', id, [label]));
+  if (whileQueued) await whileQueued(id);
   const r = await until(`an idle runner in ${poolName}`, () =>
     runners().find((x) => x.pool === poolName && x.state === 'idle' && !taken.has(x.name)));
   taken.add(r.name);
@@ -121,6 +128,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
     runRunbook('remote-key', '/root/rollout');
     runRunbook('remote-login', '/root/rollout');
     runRunbook('remote-trust', '/root/rollout', { REMOTE_HOST: '127.0.0.1', REMOTE_PORT: sshPort });
+    machine(`install -d -m 0750 -o root -g libvirt-qemu ${remoteImages}`);
     // 3. The config: the package's, with GitHub, this host and its pools added.
     port = await freePort();
     secret = readFileSync(`${M}/etc/hatchery/webhook-secret`, 'utf8').trim();
@@ -128,7 +136,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
     const pool = (arch, { template = false, remote = false } = {}) => `  - name: prod-${arch}${template ? '-tpl' : ''}${remote ? '-remote' : ''}
     labels: [linux.${arch}.prod${template ? '.tpl' : ''}${remote ? '.remote' : ''}]${template ? '\n    start: template' : ''}
     arch: ${arch}
-    image: ${imageOf(arch)}
+    image: ${remote ? remoteImageOf(arch) : imageOf(arch)}
     network: user
     disk_mib: 8192
     vcpus: 1
@@ -205,13 +213,33 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
     console.log(`both jobs served in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
   });
 
-  test('a job on a pool whose one host is reached only as qemu+ssh://, set up by the runbook', { timeout: 1800000 }, async () => {
+  test('a job on a pool whose one host is reached only as qemu+ssh://, its image found there through libvirt', { timeout: 1800000 }, async () => {
     const host = await until('the remote host up', () =>
       cli('hosts').hosts.find((h) => h.name === 'remote' && h.state === 'up'), 120000);
     assert.equal(host.transport, 'stream');
     assert.equal(host.guest_isolation, 'unchecked');
-    const name = await serve('linux.s390x.prod.remote', 'prod-s390x-remote', taken);
+    const image = remoteImageOf('s390x');
+    const metric = async () => /^hatchery_host_image_ready\{host="remote",pool="prod-s390x-remote"\} (\d)$/m
+      .exec(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text())?.[1];
+    const whileQueued = async (id) => {
+      // Not on the host yet: the job waits, and every view says why.
+      const job = await until('the job waiting for the image on the remote host', () =>
+        cli('jobs').jobs.find((j) => String(j.id) === String(id) && /missing on the host/.test(j.waiting ?? '')), 120000);
+      assert.equal(job.waiting, `host remote: image ${image} missing on the host`);
+      const pool = cli('pools').pools.find((p) => p.name === 'prod-s390x-remote');
+      assert.equal(pool.image_error, job.waiting);
+      assert.deepEqual(pool.image_hosts.map((h) => [h.host, h.state]), [['remote', 'missing']]);
+      assert.match(machine('hatchery pools').stdout, /^prod-s390x-remote .*error: host remote: image \S+ missing on the host/m);
+      assert.equal(await metric(), '0');
+      assert.doesNotMatch(journal(), /event=guest\.created guest=\S+ host=remote /);
+      // Put there (linked from this machine's copy), where hatcheryd cannot read it.
+      machine(`ln ${imageOf('s390x')}* ${remoteImages}/ || cp -a ${imageOf('s390x')}* ${remoteImages}/`);
+      assert.notEqual(machine(`runuser -u hatchery -- test -r ${image}`, { ok: false }).status, 0, 'hatcheryd can read the remote image');
+    };
+    const name = await serve('linux.s390x.prod.remote', 'prod-s390x-remote', taken, { whileQueued });
+    assert.match(journal(), new RegExp(`event=image\\.found_on_host host=remote pool=prod-s390x-remote image=${image} arch=s390x `));
     assert.match(journal(), new RegExp(`event=guest\\.created guest=${name} host=remote `));
+    assert.equal(await metric(), '1');
     assertServed(name, 's390x');
   });
 
