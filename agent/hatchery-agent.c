@@ -712,6 +712,19 @@ static int send_hello(double crng_wait, bool restored)
     return send_msg(hello);
 }
 
+/* 0 to 15 for a hex digit, -1 for anything else (sscanf's %x would take signs and
+ * spaces too, and bring glibc's scanf and float parsers into the static agent). */
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 /* This guest was restored from a saved memory image that other guests were restored from
  * too: until now its CRNG state, machine-id and nonce are theirs. The host's seed goes
  * into the kernel's pool, credited, and the CRNG reseeds from it at once (without the
@@ -722,10 +735,10 @@ static int restore_identity(const char *seed_hex)
     if (!seed_hex || strlen(seed_hex) != 2 * sizeof(seed))
         return -EINVAL;
     for (size_t i = 0; i < sizeof(seed); i++) {
-        unsigned int byte;
-        if (sscanf(seed_hex + 2 * i, "%2x", &byte) != 1)
+        int hi = hex_digit(seed_hex[2 * i]), lo = hex_digit(seed_hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
             return -EINVAL;
-        seed[i] = (unsigned char)byte;
+        seed[i] = (unsigned char)(hi << 4 | lo);
     }
     struct {
         int entropy_count;
@@ -1056,4 +1069,15 @@ int main(int argc, char **argv)
     if (channel >= 0)
         close(channel);
     return exit_status;
+}
+
+/* libjansson.a's assertions land here rather than in glibc's __assert_fail, which would
+ * bring glibc's wide-character printf into the static agent (64 KiB on ppc64le, which it
+ * would put past 1 MiB). Said on stderr, which reaches the console, then aborted as glibc
+ * would. */
+void __assert_fail(const char *assertion, const char *file, unsigned int line, const char *function)
+{
+    fprintf(stderr, "hatchery-agent: %s:%u: %s: assertion failed: %s\n", file, line, function,
+            assertion);
+    abort();
 }

@@ -360,18 +360,21 @@ describe('restore: a clone takes a new identity before any config', () => {
     rmSync(etc, { recursive: true, force: true });
   });
 
-  test('a seed that is not 64 bytes of hex: the clone says so and ends, with no hello', async () => {
-    const etc = mkdtempSync(join(tmpdir(), 'hatchery-agent-etc-'));
-    const sock = join(dir, 'restore-bad.sock');
-    const ctl = controllerAt(sock);
-    const agent = startRestorableAgent(sock, etc);
-    const c = await ctl;
-    await c.next('hello');
-    c.send({ type: 'restore', seed: 'zz'.repeat(64) });
-    await agent.exited;
-    assert.match(agent.stderrText, /cannot take a new identity after the restore/);
-    assert.equal(c.messages.filter((m) => m.type === 'hello').length, 0, 'no second hello');
-    c.server.close();
-    rmSync(etc, { recursive: true, force: true });
-  });
+  // Not hex at all, and hex with a sign or a space in it (which scanf's %x would take).
+  for (const [what, bad] of [['not hex', 'zz'.repeat(64)], ['a sign', `-1${'ab'.repeat(63)}`], ['a space', ` f${'ab'.repeat(63)}`]]) {
+    test(`a seed that is not 64 bytes of hex (${what}): the clone says so and ends, with no hello`, async () => {
+      const etc = mkdtempSync(join(tmpdir(), 'hatchery-agent-etc-'));
+      const sock = join(dir, `restore-bad-${what.replace(/\W/g, '')}.sock`);
+      const ctl = controllerAt(sock);
+      const agent = startRestorableAgent(sock, etc);
+      const c = await ctl;
+      await c.next('hello');
+      c.send({ type: 'restore', seed: bad });
+      await agent.exited;
+      assert.match(agent.stderrText, /cannot take a new identity after the restore/);
+      assert.equal(c.messages.filter((m) => m.type === 'hello').length, 0, 'no second hello');
+      c.server.close();
+      rmSync(etc, { recursive: true, force: true });
+    });
+  }
 });

@@ -76,7 +76,11 @@ file -b "$chroot_dir/build/src/obj-$triplet/agent-static/hatchery-agent" | tee "
 grep -q 'statically linked' "$out/agent-$arch.file" || { log "the agent is not static"; exit 1; }
 dpkg-deb -f "$agent_deb" Built-Using | grep -q 'jansson (= ' ||
   { log "$(basename "$agent_deb") names no Built-Using jansson"; exit 1; }
-log "$(basename "$agent_deb"): $(stat -c %s "$agent_deb") bytes, Built-Using: $(dpkg-deb -f "$agent_deb" Built-Using)"
+# It goes into every guest image: at most 1 MiB, as packaged (stripped by dh_strip).
+agent_bytes=$(dpkg-deb --fsys-tarfile "$agent_deb" | tar -xOf - --wildcards './usr/lib/hatchery/agent/*/hatchery-agent' | wc -c)
+[ "$agent_bytes" -gt 0 ] && [ "$agent_bytes" -le 1048576 ] ||
+  { log "the packaged agent is $agent_bytes bytes: over 1 MiB (1048576)"; exit 1; }
+log "$(basename "$agent_deb"): $(stat -c %s "$agent_deb") bytes, the agent $agent_bytes bytes, Built-Using: $(dpkg-deb -f "$agent_deb" Built-Using)"
 lintian --fail-on error,warning "$deb" "$agent_deb" | tee "$out/lintian-$arch.txt" >&2 ||
   { log "lintian: errors or warnings (above)"; exit 1; }
 
