@@ -443,8 +443,8 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                        d->config->pools[i].name, age > 0 ? age : 0);
     }
     json_decref(oldest);
-    /* Each VM pool's image manifest, read once for the two families: from this machine
-     * when a host of the pool is local, else the first a remote host's probe found. */
+    /* Each VM pool's image manifest, read once for the two families: this machine's for
+     * a pool with a host whose files are here, else the first a remote host's probe found. */
     struct image_manifest *manifests = calloc(d->config->n_pools + 1, sizeof(*manifests));
     bool *readable = calloc(d->config->n_pools + 1, sizeof(bool));
     header(&b, "hatchery_host_image_ready", "gauge",

@@ -802,6 +802,15 @@ static void image_probe_start(struct host *h, struct image_check *c)
     c->probing = true;
 }
 
+/* The pool's check on the remote host `h`, with a probe started when one is due. */
+static struct image_check *image_look(struct host *h, const struct config_pool *pool)
+{
+    struct image_check *c = image_check_for(h, pool);
+    if (c)
+        image_probe_start(h, c);
+    return c;
+}
+
 /* The ready manifest of `pool`'s image on a remote host `h`, or NULL. */
 static const struct image_manifest *remote_manifest(const struct host *h,
                                                     const struct config_pool *pool)
@@ -852,10 +861,9 @@ int provisioner_host_image(struct provisioner *p, const char *host_name,
         ret->state = IMAGE_UNCHECKED;
         return 0;
     }
-    struct image_check *c = image_check_for(h, pool);
+    struct image_check *c = image_look(h, pool);
     if (!c)
         return -ENOMEM;
-    image_probe_start(h, c);
     ret->checked_ms = c->found ? c->checked_ms : 0;
     if (!c->found) {
         ret->state = IMAGE_CHECKING;
@@ -2350,7 +2358,11 @@ void provisioner_templates_want(struct provisioner *p, const char *host_name,
             }
         }
     }
-    if (h->slot_work)
+    /* One at a time; and on a remote host, not before the image is found there (its
+     * manifest is in the key): the slots stay wanted meanwhile. */
+    if (!h->local_files && !h->simulated)
+        image_look(h, pool);
+    if (h->slot_work || !image_usable(h, pool))
         return;
     int64_t now = wall_clock_ms();
     for (struct template_slot *slot = h->slots; slot; slot = slot->next) {
