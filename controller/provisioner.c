@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "domain_xml.h"
+#include "host_caps.h"
 #include "host_image.h"
 #include "hatchery/agent_protocol.h"
 #include "hatchery/limits.h"
@@ -399,34 +400,6 @@ static void quiet_libvirt(void *data, virErrorPtr error)
 
 /* The uid QEMU runs guests as, from the capabilities' DAC security model: <secmodel>
  * <model>dac</model> <baselabel type='qemu'>+64055:+64055</baselabel>; -1 when absent. */
-static long long qemu_uid_of(const char *caps)
-{
-    long long uid = -1;
-    xmlDocPtr doc = xmlReadMemory(caps, (int)strlen(caps), "capabilities.xml", NULL,
-                                  XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
-    xmlXPathObjectPtr o =
-        ctx ? xmlXPathEvalExpression(
-                  BAD_CAST
-                  "string(/capabilities/host/secmodel[model='dac']/baselabel[@type='qemu'])",
-                  ctx)
-            : NULL;
-    if (o && o->type == XPATH_STRING && o->stringval) {
-        const char *label = (const char *)o->stringval;
-        char *end = NULL;
-        if (label[0] == '+') {
-            errno = 0;
-            long long v = strtoll(label + 1, &end, 10);
-            if (errno == 0 && end != label + 1 && *end == ':' && v >= 0)
-                uid = v;
-        }
-    }
-    xmlXPathFreeObject(o);
-    xmlXPathFreeContext(ctx);
-    xmlFreeDoc(doc);
-    return uid;
-}
-
 /* How a host's agent channels and consoles are reached. `socket` puts QEMU's channel socket
  * and its console file under state_dir, which only this daemon's user may enter: that
  * works only where QEMU runs as root (or as this user). On a stock host QEMU runs as
@@ -477,19 +450,11 @@ static void connect_work(uv_work_t *w)
     char *caps = virConnectGetCapabilities(f->conn);
     virConnectGetVersion(f->conn, &f->hypervisor_version);
     virConnectGetLibVersion(f->conn, &f->libvirt_version);
-    if (caps) {
-        /* KVM is there when the capabilities offer a kvm domain for the guest's arch. */
-        for (int a = 0; a < ARCH_MAX; a++) {
-            char needle[64];
-            snprintf(needle, sizeof(needle), "<arch>%s</arch>", pool_arch_names[a]);
-            const char *at = strstr(caps, needle);
-            const char *guest_end = at ? strstr(at, "</guest>") : NULL;
-            const char *kvm = at ? strstr(at, "<domain type='kvm'") : NULL;
-            f->kvm[a] = at && kvm && guest_end && kvm < guest_end;
-        }
-        f->qemu_uid = qemu_uid_of(caps);
-        free(caps);
-    }
+    struct host_caps found;
+    host_caps_parse(caps, &found);
+    free(caps);
+    memcpy(f->kvm, found.kvm, sizeof(f->kvm));
+    f->qemu_uid = found.qemu_uid;
 }
 
 static bool host_runs(const struct host *h, const char *name)
@@ -587,7 +552,13 @@ static void connect_done(uv_work_t *w, int status)
     h->up = true;
     h->attempt = 0;
     h->error[0] = 0;
-    log_info("host.up", "host=%s uri=%s", h->cfg.name, h->cfg.uri);
+    /* Which arches libvirt offers KVM for (host_caps.h): the rest run under TCG. */
+    char kvm[64] = "";
+    for (int a = 0; a < ARCH_MAX; a++)
+        if (h->kvm[a])
+            snprintf(kvm + strlen(kvm), sizeof(kvm) - strlen(kvm), "%s%s", kvm[0] ? "," : "",
+                     pool_arch_names[a]);
+    log_info("host.up", "host=%s uri=%s kvm=%s", h->cfg.name, h->cfg.uri, kvm[0] ? kvm : "none");
     for (struct image_check *c = h->images; c; c = c->next)
         c->checked_ms = 0; /* the host may have been rebuilt: looked at again */
     if (h->ever_up)
