@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Style checks as a test (STYLE.md): every C file is clang-formatted with the committed
-# .clang-format, and the banned functions (strcpy, sprintf, strncpy, strtok, atoi, gets)
-# appear nowhere. Prints each offence; exits 1 if there is any.
+# .clang-format, the banned functions (strcpy, sprintf, strncpy, strtok, atoi, gets)
+# appear nowhere, and no buffer is "wiped" with a memset right before its free. Prints each offence; exits 1 if there is any.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -17,6 +17,14 @@ banned=$(grep -nHE '\b(strcpy|sprintf|strncpy|strtok|atoi|gets)[[:space:]]*\(' $
 if [ -n "$banned" ]; then
   echo "banned functions (use snprintf, memcpy with a checked length, strtol, ...):"
   echo "$banned"
+  status=1
+fi
+# A wipe the optimiser removes: memset of a buffer right before it is freed is a dead
+# store (use explicit_bzero or OPENSSL_cleanse; tests/unit/wipe-release.sh checks one).
+dead_wipes=$(perl -0ne 'while (/memset\(\s*(\w+)\s*,\s*0\s*,[^;]*\);\s*(?:\/\*.*?\*\/\s*)?free\(\s*\1\s*\)/sg) { print "$ARGV: memset($1, 0, ...) right before free($1)\n" }' $files)
+if [ -n "$dead_wipes" ]; then
+  echo "wipes a release build removes (use explicit_bzero):"
+  echo "$dead_wipes"
   status=1
 fi
 [ "$status" = 0 ] && echo "lint: $(echo "$files" | wc -w) files clean"
