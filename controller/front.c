@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <linux/seccomp.h>
@@ -673,17 +674,52 @@ void front_free(struct front *f)
 
 /* What the front does after it listens: libuv's epoll loop and its timers, accept and the
  * socket calls on accepted connections, OpenSSL's getrandom, malloc's mmap and brk, stderr
- * for its log, and exiting. Everything else fails with EPERM; exec and ptrace kill. */
+ * for its log, and exiting; fcntl and ioctl for a few requests only (fd_control_rules).
+ * Everything else fails with EPERM; exec and ptrace kill. */
 static const char *const front_syscalls[] = {
-    "read",         "write",          "readv",           "writev",        "close",
-    "epoll_wait",   "epoll_pwait",    "epoll_pwait2",    "epoll_ctl",     "accept",
-    "accept4",      "recvfrom",       "sendto",          "recvmsg",       "sendmsg",
-    "shutdown",     "setsockopt",     "getsockopt",      "getsockname",   "getpeername",
-    "fcntl",        "ioctl",          "fstat",           "clock_gettime", "clock_getres",
-    "gettimeofday", "nanosleep",      "clock_nanosleep", "futex",         "brk",
-    "mmap",         "munmap",         "mremap",          "madvise",       "mprotect",
-    "rt_sigreturn", "rt_sigprocmask", "sigaltstack",     "getrandom",     "getpid",
-    "gettid",       "sched_yield",    "restart_syscall", "exit",          "exit_group",
+    "read",
+    "write",
+    "readv",
+    "writev",
+    "close",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "epoll_ctl",
+    "accept",
+    "accept4",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+    "shutdown",
+    "setsockopt",
+    "getsockopt",
+    "getsockname",
+    "getpeername",
+    "fstat",
+    "clock_gettime",
+    "clock_getres",
+    "gettimeofday",
+    "nanosleep",
+    "clock_nanosleep",
+    "futex",
+    "brk",
+    "mmap",
+    "munmap",
+    "mremap",
+    "madvise",
+    "mprotect",
+    "rt_sigreturn",
+    "rt_sigprocmask",
+    "sigaltstack",
+    "getrandom",
+    "getpid",
+    "gettid",
+    "sched_yield",
+    "restart_syscall",
+    "exit",
+    "exit_group",
 };
 
 static const char *const front_killing_syscalls[] = {
@@ -759,6 +795,32 @@ int front_refuse_io_uring(void)
         ctx, filter_add(ctx, SCMP_ACT_ERRNO(ENOSYS), io_uring_syscalls, N_OF(io_uring_syscalls)));
 }
 
+/* fcntl: a descriptor's own flags (libuv's and glibc's), never O_ASYNC, F_SETOWN or
+ * F_SETSIG, with which the kernel would signal any process on I/O (SIGKILL to the core,
+ * past the kill() ban). ioctl: libuv's non-blocking and close-on-exec requests only, not
+ * a terminal's (TIOCSTI types into an inherited one) or an interface's (SIOCSIFFLAGS).
+ * The request is an int: its upper half is not compared. */
+static int fd_control_rules(scmp_filter_ctx ctx)
+{
+    int fcntl_nr = seccomp_syscall_resolve_name("fcntl");
+    int ioctl_nr = seccomp_syscall_resolve_name("ioctl");
+    const int fcntl_plain[] = {F_GETFD, F_SETFD, F_GETFL};
+    const unsigned long ioctl_ok[] = {FIONBIO, FIOCLEX, FIONCLEX};
+    int r = 0;
+    for (size_t i = 0; r == 0 && fcntl_nr != __NR_SCMP_ERROR && i < N_OF(fcntl_plain); i++)
+        r = seccomp_rule_add(
+            ctx, SCMP_ACT_ALLOW, fcntl_nr, 1,
+            SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)fcntl_plain[i]));
+    if (r == 0 && fcntl_nr != __NR_SCMP_ERROR)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, fcntl_nr, 2,
+                             SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)F_SETFL),
+                             SCMP_A2(SCMP_CMP_MASKED_EQ, (scmp_datum_t)O_ASYNC, 0));
+    for (size_t i = 0; r == 0 && ioctl_nr != __NR_SCMP_ERROR && i < N_OF(ioctl_ok); i++)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, ioctl_nr, 1,
+                             SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, (scmp_datum_t)ioctl_ok[i]));
+    return r;
+}
+
 int front_sandbox_apply(void)
 {
     scmp_filter_ctx ctx;
@@ -769,6 +831,8 @@ int front_sandbox_apply(void)
     if (r == 0)
         r = filter_add(ctx, SCMP_ACT_KILL_PROCESS, front_killing_syscalls,
                        N_OF(front_killing_syscalls));
+    if (r == 0)
+        r = fd_control_rules(ctx);
     /* fstatat only with AT_EMPTY_PATH, as glibc's fstat() calls it (stat shows a file's
      * metadata at most, never its contents). */
     int nr = seccomp_syscall_resolve_name("newfstatat");

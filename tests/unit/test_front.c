@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,6 +31,13 @@ enum probe {
     PROBE_FORK,      /* fork() */
     PROBE_GETRANDOM, /* OpenSSL needs it */
     PROBE_FSTAT,     /* glibc's fstat on a descriptor */
+    PROBE_SETOWN,    /* fcntl F_SETOWN: I/O signals to another process */
+    PROBE_SETSIG,    /* fcntl F_SETSIG: which signal (SIGKILL) */
+    PROBE_ASYNC,     /* fcntl F_SETFL with O_ASYNC */
+    PROBE_NONBLOCK,  /* fcntl F_SETFL O_NONBLOCK: libuv's */
+    PROBE_GETFL,     /* fcntl F_GETFL */
+    PROBE_TIOCSTI,   /* ioctl TIOCSTI: keystrokes into an inherited terminal */
+    PROBE_FIONBIO,   /* ioctl FIONBIO: libuv's */
     PROBE_MAX,
 };
 
@@ -60,6 +68,17 @@ static void child(int fd, bool then_exec)
         rep.result[PROBE_GETRANDOM] = errno_of(getrandom(buf, sizeof(buf), 0));
         struct stat st;
         rep.result[PROBE_FSTAT] = errno_of(fstat(fd, &st));
+        /* On the report pipe: without the filter, F_SETOWN, F_SETSIG and O_ASYNC succeed
+         * and TIOCSTI answers ENOTTY; with it, each is EPERM. */
+        rep.result[PROBE_SETOWN] = errno_of(fcntl(fd, F_SETOWN, getppid()));
+        rep.result[PROBE_SETSIG] = errno_of(fcntl(fd, F_SETSIG, SIGKILL));
+        rep.result[PROBE_ASYNC] = errno_of(fcntl(fd, F_SETFL, O_ASYNC));
+        rep.result[PROBE_NONBLOCK] = errno_of(fcntl(fd, F_SETFL, 0));
+        rep.result[PROBE_GETFL] = errno_of(fcntl(fd, F_GETFL));
+        char key = 'x';
+        rep.result[PROBE_TIOCSTI] = errno_of(ioctl(fd, TIOCSTI, &key));
+        int off = 0;
+        rep.result[PROBE_FIONBIO] = errno_of(ioctl(fd, FIONBIO, &off));
     }
     if (write(fd, &rep, sizeof(rep)) != (ssize_t)sizeof(rep))
         _exit(3);
@@ -110,6 +129,13 @@ static void test_sandbox_denies_files_sockets_and_processes(void **state)
     assert_int_equal(rep.result[PROBE_FORK], EPERM);
     assert_int_equal(rep.result[PROBE_GETRANDOM], 0);
     assert_int_equal(rep.result[PROBE_FSTAT], 0);
+    assert_int_equal(rep.result[PROBE_SETOWN], EPERM);
+    assert_int_equal(rep.result[PROBE_SETSIG], EPERM);
+    assert_int_equal(rep.result[PROBE_ASYNC], EPERM);
+    assert_int_equal(rep.result[PROBE_NONBLOCK], 0);
+    assert_int_equal(rep.result[PROBE_GETFL], 0);
+    assert_int_equal(rep.result[PROBE_TIOCSTI], EPERM);
+    assert_int_equal(rep.result[PROBE_FIONBIO], 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
