@@ -8,6 +8,7 @@
 
 #include "admin.h"
 #include "config.h"
+#include "log.h"
 #include "front.h"
 #include "github.h"
 #include "provisioner.h"
@@ -64,6 +65,7 @@ struct daemon {
         uint64_t latency_count;
         double latency_sum_s;
     } webhooks;
+    struct log_throttle rejections_logged; /* webhook.rejected lines: anyone can cause them */
 };
 
 /* Renders /metrics in the Prometheus text format (version 0.0.4). The caller frees. */

@@ -85,6 +85,22 @@ struct webhook_call {
     char runner_name[WEBHOOK_MAX_NAME_BYTES + 1];
 };
 
+/* A refused delivery, counted always and logged within a bound: anyone can send them. */
+static void log_rejection(struct daemon *d, const char *peer, int status, const char *reason)
+{
+    d->webhooks.by_result[status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
+    int64_t suppressed;
+    bool pass = log_throttle_pass(&d->rejections_logged, wall_clock_ms(), &suppressed);
+    if (suppressed)
+        log_warn("webhook.rejected_unlogged",
+                 "count=%lld window_s=%d reason=\"more refused deliveries than %d in %d s: "
+                 "counted in hatchery_webhook_deliveries_total, not logged\"",
+                 (long long)suppressed, LOG_THROTTLE_WINDOW_MS / 1000, LOG_THROTTLE_LINES,
+                 LOG_THROTTLE_WINDOW_MS / 1000);
+    if (pass)
+        log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", peer, status, reason);
+}
+
 static void webhook_call_done(struct webhook_call *call)
 {
     record_latency(call->daemon, (double)(uv_hrtime() - call->started_ns) / 1e9);
@@ -167,9 +183,7 @@ static void webhook_check_done(uv_work_t *work, int status)
         break;
     case WEBHOOK_REJECTED:
     case WEBHOOK_OUTCOME_MAX:
-        d->webhooks.by_result[res->status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
-        log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", front_call_peer(fc),
-                 res->status, res->reason);
+        log_rejection(d, front_call_peer(fc), res->status, res->reason);
         respond_json(fc, res->status, json_pack("{s:b, s:s}", "ok", 0, "error", res->reason));
         break;
     }
@@ -228,9 +242,7 @@ static void on_front_request(void *data, struct front_call *call, enum front_rou
 static void on_front_rejected(void *data, const struct front_rejection *rej)
 {
     struct daemon *d = data;
-    d->webhooks.by_result[rej->status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
-    log_warn("webhook.rejected", "peer=%s status=%d reason=\"%s\"", rej->peer, rej->status,
-             rej->reason);
+    log_rejection(d, rej->peer, rej->status, rej->reason);
     record_latency(d, rej->latency_s);
 }
 

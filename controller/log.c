@@ -391,3 +391,20 @@ void log_emit(enum log_level level, const char *event, const char *fmt, ...)
     }
     fprintf(stderr, "%.*s%s\n", (int)l.len, buf, l.truncated ? " truncated=1" : "");
 }
+
+bool log_throttle_pass(struct log_throttle *t, int64_t now_ms, int64_t *ret_suppressed)
+{
+    *ret_suppressed = 0;
+    if (t->window_start_ms == 0 || now_ms - t->window_start_ms >= LOG_THROTTLE_WINDOW_MS ||
+        now_ms < t->window_start_ms) {
+        *ret_suppressed = t->suppressed;
+        t->window_start_ms = now_ms;
+        t->lines = t->suppressed = 0;
+    }
+    if (t->lines >= LOG_THROTTLE_LINES) {
+        t->suppressed++;
+        return false;
+    }
+    t->lines++;
+    return true;
+}

@@ -179,3 +179,28 @@ describe('webhooks', () => {
     assert.match(d.logs, /event=webhook.rejected .*status=401/, 'the log does show the rejections');
   });
 });
+
+// Anyone can send a delivery with a bad signature: each is counted, but no more than 10
+// lines in 10 s say so (the rest are counted in one line when the next window opens), so
+// a flood of them cannot flood the journal.
+describe('refused deliveries in a flood', () => {
+  const d = new Daemon({ secret: 'flood secret 0b5e' });
+  before(() => d.start());
+  after(async () => { await d.stop(); d.cleanup(); });
+
+  test('are all counted, logged at most 10 times in 10 s, and the rest said in one line', { timeout: 60000 }, async () => {
+    const payload = examples('workflow_job')[5];
+    const refuse = async () => assert.equal((await d.post('workflow_job', payload, { secret: 'not the secret' })).status, 401);
+    const t0 = Date.now();
+    for (let i = 0; i < 40; i++) await refuse();
+    assert.ok(Date.now() - t0 < 9000, 'the 40 were sent within one window');
+    const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+    assert.match(metrics, /^hatchery_webhook_deliveries_total\{result="unauthorized"\} 40$/m);
+    const lines = () => (d.logs.match(/event=webhook\.rejected /g) ?? []).length;
+    assert.equal(lines(), 10);
+    await new Promise((r) => setTimeout(r, 10000 - (Date.now() - t0) + 200));
+    await refuse();
+    await d.until('the unlogged ones said', () => /event=webhook\.rejected_unlogged count=30 /.test(d.logs), { ms: 5000 });
+    assert.equal(lines(), 11);
+  });
+});
