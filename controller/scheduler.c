@@ -67,6 +67,7 @@ struct runner {
 
 struct scheduler {
     struct scheduler_deps deps;
+    bool closing; /* scheduler_free was called: runners still held are freed by their holds */
     struct runner *runners;
     struct runner *by_id[RUNNER_BUCKETS];
     int64_t next_id;
@@ -317,6 +318,10 @@ static void runner_forget(struct runner *r)
     struct scheduler *s = r->s;
     if (r->holds > 0) {
         r->forget_pending = true; /* the last callback that holds it frees it */
+        return;
+    }
+    if (s->closing) { /* already off the list; the loop runs on only to close */
+        uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
         return;
     }
     for (struct runner **pp = &s->runners; *pp; pp = &(*pp)->next)
@@ -643,8 +648,10 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
                  exit->meaning[0] ? exit->meaning : "no meaning given");
     /* A runner that could not even be started (126: not its user, 127: not there) is an
      * image fault, not a job's: it counts toward the pool's back-off as a failed boot does,
-     * from where the count stood before this runner started, so it grows. */
-    if (exit->code == 126 || exit->code == 127) {
+     * from where the count stood before this runner started, so it grows. Not once a job
+     * runs on it: a job with root in its guest can send any exit, and must not be able to
+     * back its pool off for everyone. */
+    if ((exit->code == 126 || exit->code == 127) && r->state != RUNNER_BUSY && r->job_id == 0) {
         int slot = pool_slot(r->s, r->pool);
         if (slot >= 0)
             r->s->failures[slot] = r->pool_failures_at_start;
@@ -1849,10 +1856,16 @@ void scheduler_free(struct scheduler *s)
         return;
     uv_close((uv_handle_t *)&s->tick, NULL);
     uv_close((uv_handle_t *)&s->reconcile, NULL);
-    /* Runners stay as records: the next start repairs them. */
+    /* Runners stay as records: the next start repairs them. One that a store write or a
+     * GitHub call still holds is freed when that comes back (hold_release), not before:
+     * the loop runs on until it has. */
+    s->closing = true;
     for (struct runner *r = s->runners; r;) {
         struct runner *next = r->next;
-        uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
+        if (r->holds > 0)
+            r->forget_pending = true;
+        else
+            uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
         r = next;
     }
     s->runners = NULL;

@@ -189,6 +189,55 @@ static github_done_cb delete_cb;
 static void *delete_data;
 static int deletes;
 
+/* Calls not answered yet: closing the client cancels them, as github_client_free does
+ * before hatcheryd frees its scheduler. */
+#define MAX_PENDING 32
+static struct pending_call {
+    github_jit_cb jit;
+    github_done_cb done;
+    void *data;
+} pending[MAX_PENDING];
+static size_t n_pending;
+
+static void pending_add(github_jit_cb jit, github_done_cb done, void *data)
+{
+    assert_true(n_pending < MAX_PENDING);
+    pending[n_pending++] = (struct pending_call){jit, done, data};
+}
+
+/* Takes the call made with `data` off the list: the test answers it. */
+static void pending_take(void *data)
+{
+    for (size_t i = 0; i < n_pending; i++)
+        if (pending[i].data == data) {
+            pending[i] = pending[--n_pending];
+            return;
+        }
+}
+
+static void answer_jit(int err, const char *message, int64_t runner_id, struct secret *jit)
+{
+    pending_take(jit_data);
+    jit_cb(jit_data, err, message, runner_id, jit);
+}
+
+static void answer_delete(int err, const char *message)
+{
+    pending_take(delete_data);
+    delete_cb(delete_data, err, message);
+}
+
+static void github_close(void)
+{
+    while (n_pending) {
+        struct pending_call c = pending[--n_pending];
+        if (c.jit)
+            c.jit(c.data, -ECANCELED, "client closed", 0, NULL);
+        else
+            c.done(c.data, -ECANCELED, "client closed");
+    }
+}
+
 int github_jitconfig_generate(struct github_client *client, const struct github_scope *scope,
                               const char *name, const char *const *labels, size_t n_labels,
                               const char *work_folder, github_jit_cb cb, void *data)
@@ -202,6 +251,7 @@ int github_jitconfig_generate(struct github_client *client, const struct github_
     jit_cb = cb;
     jit_data = data;
     jit_requests++;
+    pending_add(cb, NULL, data);
     return 0;
 }
 
@@ -214,6 +264,7 @@ int github_runner_delete(struct github_client *client, const struct github_scope
     delete_cb = cb;
     delete_data = data;
     deletes++;
+    pending_add(NULL, cb, data);
     return 0;
 }
 
@@ -338,6 +389,7 @@ static struct scheduler *start(void)
 
 static void stop(struct scheduler *s)
 {
+    github_close(); /* hatcheryd frees its GitHub client first */
     scheduler_free(s);
     spin(50);
     free(s);
@@ -354,6 +406,7 @@ static int setup(void **state)
     n_guests = 0;
     jit_cb = NULL;
     delete_cb = NULL;
+    n_pending = 0;
     jit_requests = deletes = 0;
     host_up = true;
     host_image_state = IMAGE_UNCHECKED;
@@ -453,7 +506,7 @@ static void configure(struct guest *g, int64_t github_runner_id)
 {
     struct secret *jit = NULL;
     assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
-    jit_cb(jit_data, 0, NULL, github_runner_id, jit);
+    answer_jit(0, NULL, github_runner_id, jit);
     struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
     g->events->on_hello(g->data, g, &hello);
 }
@@ -487,7 +540,7 @@ static void one_runner_through_every_state(void **state)
     /* The JIT answer and the hello meet, in either order: here the answer first. */
     struct secret *jit = NULL;
     assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
-    jit_cb(jit_data, 0, NULL, 4242, jit);
+    answer_jit(0, NULL, 4242, jit);
     assert_false(g->config_sent);
     struct agent_hello hello = {.version = "0.3.0", .arch = "ppc64le"};
     g->events->on_hello(g->data, g, &hello);
@@ -509,7 +562,7 @@ static void one_runner_through_every_state(void **state)
     g->events->on_gone(g->data, g);
     assert_string_equal(state_of(s, g->name), "deleting");
     assert_int_equal(deletes, 1);
-    delete_cb(delete_data, 0, NULL);
+    answer_delete(0, NULL);
     spin(300); /* the final record's commit */
     assert_string_equal(state_of(s, g->name), "deleted");
     json_t *row = runner_row(s, g->name);
@@ -549,7 +602,7 @@ static void timeouts_and_lost_jobs(void **state)
     assert_true(g->torn_down);
     assert_non_null(strstr(reason_of(s, g->name), "no hello"));
     g->events->on_gone(g->data, g);
-    jit_cb(jit_data, -EIO, "late", 0, NULL); /* the JIT answer after all */
+    answer_jit(-EIO, "late", 0, NULL); /* the JIT answer after all */
     spin(300);
     assert_string_equal(state_of(s, g->name), "deleted");
 
@@ -681,6 +734,39 @@ static void adoption_after_a_restart(void **state)
     stop(s);
 }
 
+/* Exit 127 (the runner is not there) backs the pool off as a failed boot does; the same
+ * exit from a runner GitHub gave a job does not: the job, root in its guest, may send any. */
+static void exit_127_backs_off_only_before_a_job(void **state)
+{
+    (void)state;
+    struct scheduler *s = start();
+    struct guest *g = first_runner(1011);
+    bring_online(g, 5151);
+    store_job(1011, JOB_IN_PROGRESS);
+    scheduler_job_event(s, 1011, JOB_IN_PROGRESS, g->name);
+    struct agent_exit forged = {.code = 127, .duration_s = 40};
+    g->events->on_exited(g->data, g, &forged);
+    g->events->on_gone(g->data, g);
+    json_t *pool = scheduler_pool_json(s, "p");
+    assert_int_equal(json_integer_value(json_object_get(pool, "failures_in_a_row")), 0);
+    json_decref(pool);
+    queue_job(1012);
+    for (int t = 0; t < 20 && n_guests < 2; t++)
+        spin(100);
+    assert_int_equal(n_guests, 2); /* at once: no back-off */
+    /* The next runner's own 127, before any job: an image fault. */
+    struct guest *h = &guests[1];
+    bring_online(h, 5252);
+    struct agent_exit missing = {.code = 127};
+    h->events->on_exited(h->data, h, &missing);
+    h->events->on_gone(h->data, h);
+    pool = scheduler_pool_json(s, "p");
+    assert_int_equal(json_integer_value(json_object_get(pool, "failures_in_a_row")), 1);
+    assert_true(json_real_value(json_object_get(pool, "backoff_s")) > 0);
+    json_decref(pool);
+    stop(s);
+}
+
 /* A pool whose image is not on its (remote) host gets no guest there, and says why; once
  * the image is found, the queued job gets its runner. */
 static void a_host_without_the_image_gets_no_guest(void **state)
@@ -717,6 +803,7 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(adoption_after_a_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(a_host_without_the_image_gets_no_guest, setup, teardown),
+        cmocka_unit_test_setup_teardown(exit_127_backs_off_only_before_a_job, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
