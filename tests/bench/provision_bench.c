@@ -457,7 +457,9 @@ static int template(const char *arch_name, const char *dir)
 
 int main(int argc, char **argv)
 {
-    if (!mkdtemp(state_dir))
+    /* QEMU running as another user (libvirt-qemu, on a stock host) must pass through to
+     * the overlays under it. */
+    if (!mkdtemp(state_dir) || chmod(state_dir, 0711) < 0)
         return 1;
     log_level_set(LOG_WARN);
     virSetErrorFunc(NULL, quiet);
