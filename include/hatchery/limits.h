@@ -21,7 +21,9 @@
 #define HTTP_MAX_URL_BYTES                       2048
 
 /* Webhooks. */
-#define WEBHOOK_MAX_LABELS            32
+/* A job's labels: a pool's CONFIG_MAX_POOL_LABELS and `self-hosted`, which every pool
+ * implies (README: "How a job finds its pool"). */
+#define WEBHOOK_MAX_LABELS            33
 #define WEBHOOK_MAX_LABEL_BYTES       256
 #define WEBHOOK_MAX_NAME_BYTES        512
 #define WEBHOOK_MAX_DELIVERY_ID_BYTES 128
@@ -48,7 +50,7 @@
 #define CONFIG_MAX_HOSTS       256
 #define CONFIG_MAX_POOLS       256
 #define CONFIG_MAX_SCOPES      256
-#define CONFIG_MAX_POOL_LABELS WEBHOOK_MAX_LABELS
+#define CONFIG_MAX_POOL_LABELS 32
 #define CONFIG_MAX_NAME_BYTES  128
 #define SECRET_MAX_BYTES       (64 * 1024)
 

@@ -3,7 +3,7 @@
 // the secret never shows up anywhere the daemon writes.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { Daemon, examples, rawExchange } from './lib/daemon.mjs';
+import { Daemon, examples, rawExchange, workflowJob } from './lib/daemon.mjs';
 
 describe('webhooks', () => {
   const d = new Daemon({ secret: 'It is a Secret to Everybody 7f3a' });
@@ -202,5 +202,32 @@ describe('refused deliveries in a flood', () => {
     await refuse();
     await d.until('the unlogged ones said', () => /event=webhook\.rejected_unlogged count=30 /.test(d.logs), { ms: 5000 });
     assert.equal(lines(), 11);
+  });
+});
+
+// A pool may name 32 labels, and every pool implies `self-hosted`: a job naming all 33
+// matches it; one more label cannot match any pool and is refused with the limit.
+describe('a pool of 32 labels', () => {
+  const labels = Array.from({ length: 32 }, (_, i) => `w${String(i + 1).padStart(2, '0')}`);
+  const d = new Daemon({
+    pools: `pools:
+  - name: wide
+    labels: [${labels.join(', ')}]
+    arch: x86_64
+    image: /var/lib/hatchery/images/x86_64.qcow2
+    max_runners: 1
+`,
+  });
+  before(() => d.start());
+  after(async () => { await d.stop(); d.cleanup(); });
+
+  test('matches a job of its 32 labels and self-hosted; 34 labels are refused', async () => {
+    let res = await d.post('workflow_job', workflowJob('queued', 9100000001, ['self-hosted', ...labels]));
+    assert.equal(res.status, 202, res.body);
+    const job = d.jobs().find((j) => j.id === 9100000001);
+    assert.equal(job?.pool, 'wide');
+    res = await d.post('workflow_job', workflowJob('queued', 9100000002, ['self-hosted', ...labels, 'w33']));
+    assert.equal(res.status, 400);
+    assert.match(res.body, /workflow_job\.labels has more than 33 entries/);
   });
 });
