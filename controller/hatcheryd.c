@@ -178,7 +178,7 @@ static void webhook_check_done(uv_work_t *work, int status)
         break;
     case WEBHOOK_IGNORED:
         d->webhooks.by_result[DELIVERY_IGNORED]++;
-        log_debug("webhook.ignored", "event=%s reason=\"%s\"", res->event_name, res->reason);
+        log_debug("webhook.ignored", "github_event=%s reason=\"%s\"", res->event_name, res->reason);
         front_respond(fc, 204, NULL, NULL, 0);
         break;
     case WEBHOOK_REJECTED:

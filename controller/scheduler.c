@@ -261,14 +261,14 @@ static bool runner_move(struct runner *r, enum runner_event ev)
 {
     int to = runner_lifecycle_next(r->state, ev);
     if (to < 0) {
-        log_warn("runner.transition_refused", "runner=%s pool=%s state=%s event=%s", r->name,
+        log_warn("runner.transition_refused", "runner=%s pool=%s state=%s cause=%s", r->name,
                  r->pool->name, runner_state_names[r->state], runner_event_names[ev]);
         r->s->stats.transitions_refused++;
         return false;
     }
     if ((enum runner_state)to == r->state)
         return true;
-    log_info("runner.state", "runner=%s pool=%s host=%s from=%s to=%s event=%s", r->name,
+    log_info("runner.state", "runner=%s pool=%s host=%s from=%s to=%s cause=%s", r->name,
              r->pool->name, r->host, runner_state_names[r->state], runner_state_names[to],
              runner_event_names[ev]);
     r->state = (enum runner_state)to;
@@ -1126,7 +1126,7 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
     if (r && (status == JOB_IN_PROGRESS || status == JOB_COMPLETED) &&
         runner_lifecycle_next(r->state, ev) < 0) {
         /* A late or repeated webhook (the runner ended already): nothing to do. */
-        log_info("runner.job_event_ignored", "runner=%s state=%s event=%s job=%lld", r->name,
+        log_info("runner.job_event_ignored", "runner=%s state=%s cause=%s job=%lld", r->name,
                  runner_state_names[r->state], runner_event_names[ev], (long long)job_id);
         r = NULL;
     }

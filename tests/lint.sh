@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Style checks as a test (STYLE.md): every C file is clang-formatted with the committed
 # .clang-format, the banned functions (strcpy, sprintf, strncpy, strtok, atoi, gets)
-# appear nowhere, and no buffer is "wiped" with a memset right before its free. Prints each offence; exits 1 if there is any.
+# appear nowhere, no buffer is "wiped" with a memset right before its free, and no log
+# line's format repeats a key (tests/tools/log-keys.pl). Prints each offence; exits 1 if there is any.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -25,6 +26,10 @@ dead_wipes=$(perl -0ne 'while (/memset\(\s*(\w+)\s*,\s*0\s*,[^;]*\);\s*(?:\/\*.*
 if [ -n "$dead_wipes" ]; then
   echo "wipes a release build removes (use explicit_bzero):"
   echo "$dead_wipes"
+  status=1
+fi
+# A log line that repeats a key means something else to each logfmt reader.
+if ! perl tests/tools/log-keys.pl $(echo "$files" | tr ' ' '\n' | grep -E '^(controller|agent)/.*\.c$'); then
   status=1
 fi
 [ "$status" = 0 ] && echo "lint: $(echo "$files" | wc -w) files clean"
