@@ -287,3 +287,31 @@ describe('a pool image with its manifest', () => {
     assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
   });
 });
+
+// `hatchery hosts` prints the warm templates after the hosts, below a blank line (see
+// print_hosts in controller/hatchery.c): host names are completed from the host table
+// only. The daemon here has no GitHub, so it keeps no template: the CLI's answer is
+// stood in for by a script that prints a host table and a template table in its format.
+test('bash completion takes host names from the host table, not the template table below it', () => {
+  const dir = tempDir();
+  try {
+    writeFileSync(join(dir, 'hatchery'), `#!/bin/sh
+cat <<'OUT'
+HOST    STATE  URI              TRANSPORT  VCPUS  MEMORY_MIB  GUESTS  ISOLATION  ERROR
+p10-a   up     qemu:///system   stream     0/16   0/32768     0/8     in_place   -
+
+TEMPLATE                       HOST   POOL  STATE  FILE_MB  RESTORES    REASON
+hatchery-tpl-it-prod-0         p10-a  prod  ready  156.5    3 (0 cold)  -
+OUT
+`, { mode: 0o755 });
+    const completion = new URL('../../deploy/bash-completion/hatchery', import.meta.url).pathname;
+    const script = `source ${completion}
+COMP_WORDS=(hatchery drain ''); COMP_CWORD=2
+_hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`;
+    const r = spawnSync('bash', ['-c', script], { encoding: 'utf8', env: { ...process.env, PATH: `${dir}:${process.env.PATH}` } });
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(r.stdout.split('\n').filter(Boolean).sort(), ['--json', 'p10-a']);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
