@@ -1862,9 +1862,10 @@ void scheduler_free(struct scheduler *s)
     s->closing = true;
     for (struct runner *r = s->runners; r;) {
         struct runner *next = r->next;
-        if (r->holds > 0)
+        if (r->holds > 0) {
             r->forget_pending = true;
-        else
+            uv_timer_stop(&r->timer); /* no deadline acts on it now */
+        } else
             uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
         r = next;
     }
