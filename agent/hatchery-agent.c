@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "hatchery/agent_protocol.h"
+#include "hatchery/hex.h"
 #include "hatchery/version.h"
 
 #define PORT_WAIT_S        60 /* modules may load after the agent starts */
@@ -710,19 +711,6 @@ static int send_hello(double crng_wait, bool restored)
         json_object_set_new(hello, "rng_sample", json_string(sample_hex));
     }
     return send_msg(hello);
-}
-
-/* 0 to 15 for a hex digit, -1 for anything else (sscanf's %x would take signs and
- * spaces too, and bring glibc's scanf and float parsers into the static agent). */
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* This guest was restored from a saved memory image that other guests were restored from

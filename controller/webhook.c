@@ -13,18 +13,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include "hatchery/hex.h"
 #include "hatchery/limits.h"
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 int webhook_signature_verify(const struct secret *secret, const char *header, const char *body,
                              size_t body_len)
@@ -37,7 +27,7 @@ int webhook_signature_verify(const struct secret *secret, const char *header, co
         return -EBADMSG;
     unsigned char given[32];
     for (int i = 0; i < 32; i++) {
-        int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+        int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return -EBADMSG;
         given[i] = (unsigned char)(hi << 4 | lo);
