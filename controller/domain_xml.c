@@ -80,6 +80,18 @@ static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
         W(start(w, "model"));
         W(attr(w, "type", "virtio"));
         W(end(w));
+        /* The guest's address is learnt from its DHCP lease, and until then libvirt lets
+         * nothing but DHCP through: with the default (any first packet) it would let all
+         * of IPv4 through meanwhile. */
+        if (!user && s->network_filter) {
+            W(start(w, "filterref"));
+            W(attr(w, "filter", s->network_filter));
+            W(start(w, "parameter"));
+            W(attr(w, "name", "CTRL_IP_LEARNING"));
+            W(attr(w, "value", "dhcp"));
+            W(end(w));
+            W(end(w));
+        }
         /* Without ipxe-qemu there is no option ROM to load. s390x's devices are CCW, not
          * PCI: they have no ROM, and libvirt refuses the element there. */
         if (s->arch != ARCH_S390X) {
@@ -348,5 +360,59 @@ char *domain_xml_overlay_volume(const char *name, const char *backing, int64_t c
               end(w) >= 0 && end(w) >= 0 && start(w, "backingStore") >= 0 &&
               element(w, "path", backing) >= 0 && start(w, "format") >= 0 &&
               attr(w, "type", "qcow2") >= 0 && end(w) >= 0 && end(w) >= 0 && end(w) >= 0;
+    return xml_end(w, buf, ok);
+}
+
+/* What a guest on a libvirt network may send, in the order libvirt's nwfilter evaluates it
+ * (its root chain, by priority). clean-traffic comes first: no MAC, IP or ARP spoofing,
+ * and nothing but IPv4 and ARP (no IPv6 at all); its last rule, at -650, accepts the IPv4
+ * that gets that far. Before it, at -690 and -680, these: */
+static const struct filter_rule {
+    const char *action;   /* accept or drop */
+    const char *priority; /* lower first */
+    const char *protocol; /* udp, tcp, or NULL for any */
+    const char *port;     /* destination port, or NULL */
+    const char *net;      /* destination network and mask bits, or NULL */
+    const char *mask;
+} guest_filter_rules[] = {
+    /* DHCP (to the broadcast address, before the drop of 240/4) and DNS, anywhere: the
+     * guest needs them to come up, and the network's resolver is on its gateway, the host. */
+    {"accept", "-690", "udp", "67", NULL, NULL},
+    {"accept", "-690", "udp", "53", NULL, NULL},
+    {"accept", "-690", "tcp", "53", NULL, NULL},
+    /* Then nothing that is not the internet: this network and the host on it, every
+     * private, shared, loopback and link-local range (the LAN, cloud metadata at
+     * 169.254.169.254), multicast and the reserved rest. */
+    {"drop", "-680", NULL, NULL, "0.0.0.0", "8"},
+    {"drop", "-680", NULL, NULL, "10.0.0.0", "8"},
+    {"drop", "-680", NULL, NULL, "100.64.0.0", "10"},
+    {"drop", "-680", NULL, NULL, "127.0.0.0", "8"},
+    {"drop", "-680", NULL, NULL, "169.254.0.0", "16"},
+    {"drop", "-680", NULL, NULL, "172.16.0.0", "12"},
+    {"drop", "-680", NULL, NULL, "192.0.0.0", "24"},
+    {"drop", "-680", NULL, NULL, "192.168.0.0", "16"},
+    {"drop", "-680", NULL, NULL, "224.0.0.0", "4"},
+    {"drop", "-680", NULL, NULL, "240.0.0.0", "4"},
+};
+
+char *domain_xml_guest_filter(const char *name)
+{
+    xmlBufferPtr buf;
+    xmlTextWriterPtr w = xml_begin(&buf);
+    bool ok = w && start(w, "filter") >= 0 && attr(w, "name", name) >= 0 &&
+              attr(w, "chain", "root") >= 0 && start(w, "filterref") >= 0 &&
+              attr(w, "filter", "clean-traffic") >= 0 && end(w) >= 0;
+    for (size_t i = 0; ok && i < sizeof(guest_filter_rules) / sizeof(guest_filter_rules[0]); i++) {
+        const struct filter_rule *r = &guest_filter_rules[i];
+        ok = start(w, "rule") >= 0 && attr(w, "action", r->action) >= 0 &&
+             attr(w, "direction", "out") >= 0 && attr(w, "priority", r->priority) >= 0 &&
+             start(w, "ip") >= 0 && (!r->protocol || attr(w, "protocol", r->protocol) >= 0) &&
+             (!r->port ||
+              (attr(w, "dstportstart", r->port) >= 0 && attr(w, "dstportend", r->port) >= 0)) &&
+             (!r->net ||
+              (attr(w, "dstipaddr", r->net) >= 0 && attr(w, "dstipmask", r->mask) >= 0)) &&
+             end(w) >= 0 && end(w) >= 0;
+    }
+    ok = ok && end(w) >= 0;
     return xml_end(w, buf, ok);
 }

@@ -29,10 +29,11 @@ struct domain_spec {
     const char *volume;
     const char *kernel; /* direct kernel boot, when set */
     const char *initrd;
-    const char *cmdline;      /* from the config only: never a secret */
-    bool vof;                 /* ppc64le: QEMU's fast VOF firmware instead of SLOF */
-    const char *network;      /* "user", "none", or a libvirt network name */
-    const char *channel_path; /* the agent's virtio-serial port, bound by QEMU */
+    const char *cmdline;        /* from the config only: never a secret */
+    bool vof;                   /* ppc64le: QEMU's fast VOF firmware instead of SLOF */
+    const char *network;        /* "user", "none", or a libvirt network name */
+    const char *network_filter; /* on a libvirt network: the nwfilter its interface takes */
+    const char *channel_path;   /* the agent's virtio-serial port, bound by QEMU */
     const char *console_log;
     /* A remote host: no path of ours exists there. The channel's socket path is left to
      * libvirt and the console is a pty; both are reached through libvirt streams
@@ -54,5 +55,8 @@ char *domain_xml_build(const struct domain_spec *spec, char *err, size_t err_siz
 char *domain_xml_dir_pool(const char *name, const char *path, const char *mode);
 /* A qcow2 overlay volume of `capacity_mib` on the qcow2 image `backing`: */
 char *domain_xml_overlay_volume(const char *name, const char *backing, int64_t capacity_mib);
+
+/* The guest filter (guest_filter.h) named `name`, as an nwfilter definition: */
+char *domain_xml_guest_filter(const char *name);
 
 #endif

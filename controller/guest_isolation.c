@@ -87,8 +87,21 @@ int guest_firewall_record_check(const char *path, char *why, size_t why_size)
     return 0;
 }
 
+static bool named_network(const struct config_pool *pool)
+{
+    return pool->backend == BACKEND_VM && pool->network && strcmp(pool->network, "none") != 0 &&
+           strcmp(pool->network, "user") != 0;
+}
+
+bool guest_isolation_filtered(const struct config_host *host, const struct config_pool *pool)
+{
+    return named_network(pool) && host->guest_isolation != ISOLATION_UNCHECKED &&
+           strncmp(host->uri, "test:", 5) != 0;
+}
+
 enum guest_isolation_state guest_isolation_check(const struct config_host *host,
-                                                 const struct config_pool *pool, char *why,
+                                                 const struct config_pool *pool,
+                                                 const char *filter_missing, char *why,
                                                  size_t why_size)
 {
     why[0] = '\0';
@@ -100,12 +113,11 @@ enum guest_isolation_state guest_isolation_check(const struct config_host *host,
         return GUEST_ISOLATION_NOT_NEEDED;
     if (host->guest_isolation == ISOLATION_UNCHECKED)
         return GUEST_ISOLATION_UNCHECKED;
-    if (strcmp(pool->network, "user") != 0) {
-        snprintf(why, why_size,
-                 "network '%s': a libvirt network's guest filter is not verified by hatcheryd; "
-                 "use network: user with the guest firewall, or say guest_isolation: unchecked "
-                 "for host '%s' if the network keeps guests off it",
-                 pool->network, host->name);
+    if (named_network(pool)) {
+        if (!filter_missing)
+            return GUEST_ISOLATION_IN_PLACE;
+        snprintf(why, why_size, "network '%s': the guest filter is not in place: %s", pool->network,
+                 filter_missing);
         return GUEST_ISOLATION_MISSING;
     }
     if (!config_host_is_local(host->uri)) {
@@ -122,7 +134,8 @@ enum guest_isolation_state guest_isolation_check(const struct config_host *host,
 }
 
 enum guest_isolation_state guest_isolation_host(const struct config *config,
-                                                const struct config_host *host, char *why,
+                                                const struct config_host *host,
+                                                const char *filter_missing, char *why,
                                                 size_t why_size)
 {
     enum guest_isolation_state state = GUEST_ISOLATION_NOT_NEEDED;
@@ -132,7 +145,8 @@ enum guest_isolation_state guest_isolation_host(const struct config *config,
         if (!config_pool_uses_host(pool, host->name))
             continue;
         char reason[256];
-        enum guest_isolation_state s = guest_isolation_check(host, pool, reason, sizeof(reason));
+        enum guest_isolation_state s =
+            guest_isolation_check(host, pool, filter_missing, reason, sizeof(reason));
         if (s > state) {
             state = s;
             if (s == GUEST_ISOLATION_MISSING)

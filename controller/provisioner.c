@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "domain_xml.h"
+#include "guest_filter.h"
+#include "guest_isolation.h"
 #include "host_caps.h"
 #include "host_image.h"
 #include "hatchery/agent_protocol.h"
@@ -52,6 +54,8 @@ struct host_found {
     bool inventory_failed;
     unsigned long hypervisor_version, libvirt_version; /* a template is tied to both */
     long long qemu_uid; /* the uid QEMU's guests run as (libvirt's DAC label), or -1 */
+    bool filter_tried;  /* a QEMU host: the guest filter was defined, or `filter_error` */
+    char filter_error[256];
 };
 
 /* Threads: a host is the loop's. Workers read its config, and reach its connection only
@@ -72,6 +76,9 @@ struct host {
     bool simulated; /* from the URI: libvirt's test driver, where no guest ever runs */
     bool streams;   /* channels and consoles through libvirt streams (host_transport) */
     bool kvm[ARCH_MAX];
+    /* The guest filter (guest_filter.h) on the current connection: defined, or why not. */
+    bool guest_filter;
+    char guest_filter_error[256];
     int lifecycle_id;
     int attempt;
     int64_t reconnects;
@@ -182,6 +189,7 @@ struct guest {
     char save_file[PATH_MAX];
     struct template_slot *slot; /* the template it was restored from */
     char fallback[300];         /* why its template could not be restored: booted cold */
+    bool filter_restored;       /* create_work found the guest filter gone and put it back */
     char template_key[65];      /* a template being built: its key, in its metadata */
     char found_domain[256];     /* adopt_work's answer: the domain serving this runner */
     provisioner_template_cb template_cb;
@@ -455,6 +463,13 @@ static void connect_work(uv_work_t *w)
     free(caps);
     memcpy(f->kvm, found.kvm, sizeof(f->kvm));
     f->qemu_uid = found.qemu_uid;
+    /* The guest filter, as this hatcheryd writes it, on every QEMU host: a guest on one of
+     * its libvirt networks starts only once it is there (guest_isolation.h). */
+    if (!h->lxc && !h->simulated) {
+        f->filter_tried = true;
+        if (guest_filter_ensure(f->conn, true, f->filter_error, sizeof(f->filter_error)) >= 0)
+            f->filter_error[0] = '\0';
+    }
 }
 
 static bool host_runs(const struct host *h, const char *name)
@@ -540,6 +555,14 @@ static void connect_done(uv_work_t *w, int status)
     h->n_active = f->n_active;
     h->inventory_failed = f->inventory_failed;
     host_transport(h, f->qemu_uid);
+    h->guest_filter = f->filter_tried && !f->filter_error[0];
+    snprintf(h->guest_filter_error, sizeof(h->guest_filter_error), "%s",
+             f->filter_tried ? f->filter_error : "");
+    if (f->filter_tried)
+        log_info("host.guest_filter", "host=%s filter=%s state=%s%s%s%s", h->cfg.name,
+                 GUEST_FILTER_NAME, h->guest_filter ? "defined" : "unavailable",
+                 h->guest_filter ? "" : " error=\"", h->guest_filter_error,
+                 h->guest_filter ? "" : "\"");
     memset(f, 0, sizeof(*f));
     /* Keepalive makes a dead remote host show as a closed connection (not on test:///). */
     virConnectSetKeepAlive(h->conn, 5, 3);
@@ -646,6 +669,11 @@ int provisioner_host_status(struct provisioner *p, const char *name, struct host
     snprintf(ret->error, sizeof(ret->error), "%s", h->up ? "" : h->error);
     ret->used = h->used;
     ret->streams = h->streams;
+    ret->guest_filter = h->up && h->guest_filter;
+    snprintf(ret->guest_filter_error, sizeof(ret->guest_filter_error), "%s",
+             !h->up                     ? "the host is not connected"
+             : h->guest_filter_error[0] ? h->guest_filter_error
+                                        : "not defined on this host");
     return 0;
 }
 
@@ -997,6 +1025,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         .cmdline = g->cmdline,
         .vof = pool->firmware == FIRMWARE_VOF,
         .network = pool->network,
+        .network_filter = guest_isolation_filtered(&h->cfg, pool) ? GUEST_FILTER_NAME : NULL,
         .channel_path = g->channel_path,
         .console_log = g->console_log,
         .root_dir = pool->image,
@@ -1025,6 +1054,16 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
     if (!g->xml) {
         snprintf(g->error, sizeof(g->error), "domain XML: %s", err);
         return;
+    }
+    /* Put back if it went since the connection was made (libvirt would refuse the domain
+     * anyway: this says why, and heals an undefine). */
+    if (spec.network_filter) {
+        int r = guest_filter_ensure(conn, false, err, sizeof(err));
+        if (r < 0) {
+            snprintf(g->error, sizeof(g->error), "%s", err);
+            return;
+        }
+        g->filter_restored = r > 0;
     }
     virDomainPtr dom = virDomainCreateXML(conn, g->xml, 0);
     if (!dom) {
@@ -1701,6 +1740,9 @@ static void create_done(uv_work_t *w, int status)
         teardown_start(g);
         return;
     }
+    if (g->filter_restored)
+        log_warn("host.guest_filter_restored", "host=%s filter=%s guest=%s", g->host->cfg.name,
+                 GUEST_FILTER_NAME, g->name);
     log_info("guest.created", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
              g->pool->name);
     if (g->slot && g->fallback[0]) {

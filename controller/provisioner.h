@@ -59,8 +59,15 @@ struct host_status {
     char error[256]; /* why it is down, or empty */
     struct host_usage used;
     bool streams; /* agent channels and consoles through libvirt streams (see host_transport) */
+    bool guest_filter; /* the guest filter (guest_filter.h) is defined on the connection */
+    char guest_filter_error[256]; /* else why not */
 };
 int provisioner_host_status(struct provisioner *prov, const char *host, struct host_status *ret);
+/* What guest_isolation_check() takes: NULL when the guest filter is in place, else why not. */
+static inline const char *host_status_filter_missing(const struct host_status *st)
+{
+    return st->guest_filter ? NULL : st->guest_filter_error;
+}
 
 /* A VM pool's image on one host. On a host whose files are this machine's, the caller
  * reads them (IMAGE_LOCAL); on libvirt's test driver there are none (IMAGE_UNCHECKED). On a

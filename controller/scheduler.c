@@ -867,7 +867,8 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
         }
         /* No networked guest where what keeps it off its host is not in place. */
         char reason[256];
-        if (guest_isolation_check(h, pool, reason, sizeof(reason)) == GUEST_ISOLATION_MISSING) {
+        if (guest_isolation_check(h, pool, host_status_filter_missing(&st), reason,
+                                  sizeof(reason)) == GUEST_ISOLATION_MISSING) {
             if (!unsafe++)
                 snprintf(unsafe_why, sizeof(unsafe_why), "host %s unsafe: %s", h->name, reason);
             continue;
@@ -994,9 +995,13 @@ static void keep_templates(struct scheduler *s)
         for (size_t i = 0; i < c->n_hosts; i++) {
             const struct config_host *h = &c->hosts[i];
             char why[256];
-            /* A template boots the pool's guest, network and all. */
+            /* A template boots the pool's guest, network and all. While the host is away,
+             * its guest filter is not known: its templates are kept wanted meanwhile. */
+            struct host_status st;
+            bool up = provisioner_host_status(prov(s), h->name, &st) == 0 && st.up;
             if (!config_pool_uses_host(pool, h->name) || s->drained[i] ||
-                guest_isolation_check(h, pool, why, sizeof(why)) == GUEST_ISOLATION_MISSING)
+                guest_isolation_check(h, pool, up ? host_status_filter_missing(&st) : NULL, why,
+                                      sizeof(why)) == GUEST_ISOLATION_MISSING)
                 continue;
             int64_t n = pool->max_runners < h->max_guests ? pool->max_runners : h->max_guests;
             provisioner_templates_want(prov(s), h->name, pool, (int)n);

@@ -34,12 +34,9 @@ static struct domain_spec vm(enum pool_arch arch)
     };
 }
 
-static void check(const char *name, const struct domain_spec *spec)
+/* `xml` (freed here) against its golden file, and against libvirt's `schema`. */
+static void check_xml(const char *name, char *xml, const char *schema)
 {
-    char err[256];
-    char *xml = domain_xml_build(spec, err, sizeof(err));
-    if (!xml)
-        fail_msg("%s: %s", name, err);
     char path[512];
     snprintf(path, sizeof(path), "%s/%s.xml", golden_dir, name);
     if (getenv("UPDATE_GOLDEN")) {
@@ -61,12 +58,21 @@ static void check(const char *name, const struct domain_spec *spec)
     assert_int_equal(write(fd, xml, strlen(xml)), (ssize_t)strlen(xml));
     close(fd);
     char cmd[640];
-    snprintf(cmd, sizeof(cmd), "virt-xml-validate %s domain >/dev/null 2>&1", tmp);
+    snprintf(cmd, sizeof(cmd), "virt-xml-validate %s %s >/dev/null 2>&1", tmp, schema);
     int rc = system(cmd);
     unlink(tmp);
     if (rc != 0)
         fail_msg("%s: virt-xml-validate refused:\n%s", name, xml);
     free(xml);
+}
+
+static void check(const char *name, const struct domain_spec *spec)
+{
+    char err[256];
+    char *xml = domain_xml_build(spec, err, sizeof(err));
+    if (!xml)
+        fail_msg("%s: %s", name, err);
+    check_xml(name, xml, "domain");
 }
 
 static void test_ppc64le(void **state)
@@ -91,7 +97,31 @@ static void test_s390x(void **state)
     struct domain_spec s = vm(ARCH_S390X);
     s.pool = "linux.s390x";
     s.network = "ci-net";
+    s.network_filter = "hatchery-guest-isolation";
     check("s390x", &s);
+}
+
+/* The guest filter a libvirt network's guests take (guest_filter.h): libvirt's nwfilter
+ * schema accepts it, and its order is the one that isolates. */
+static void test_guest_filter(void **state)
+{
+    (void)state;
+    char *xml = domain_xml_guest_filter("hatchery-guest-isolation");
+    assert_non_null(xml);
+    /* DHCP and DNS first, then the drops, all before clean-traffic's accept at -650. */
+    const char *dhcp = strstr(xml, "dstportstart=\"67\"");
+    const char *lan = strstr(xml, "dstipaddr=\"192.168.0.0\" dstipmask=\"16\"");
+    assert_non_null(strstr(xml, "<filterref filter=\"clean-traffic\"/>"));
+    assert_non_null(dhcp);
+    assert_non_null(lan);
+    assert_true(dhcp < lan);
+    int rules = 0;
+    for (const char *p = strstr(xml, "priority=\""); p; p = strstr(p + 1, "priority=\"")) {
+        assert_true(strtol(p + strlen("priority=\""), NULL, 10) < -650);
+        rules++;
+    }
+    assert_int_equal(rules, 13);
+    check_xml("guest-filter", xml, "nwfilter");
 }
 
 /* A remote host: the channel's path is libvirt's to choose, the console a pty, and no
@@ -169,6 +199,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ppc64le),
         cmocka_unit_test(test_s390x),
+        cmocka_unit_test(test_guest_filter),
         cmocka_unit_test(test_remote_streams),
         cmocka_unit_test(test_x86_64),
         cmocka_unit_test(test_lxc),

@@ -94,28 +94,46 @@ static void test_check_by_host_and_pool(void **state)
     struct config_pool container = {.name = "c", .backend = BACKEND_CONTAINER, .network = "user"};
     char why[512];
 
-    assert_int_equal(guest_isolation_check(&local, &none, why, sizeof(why)),
+    assert_int_equal(guest_isolation_check(&local, &none, NULL, why, sizeof(why)),
                      GUEST_ISOLATION_NOT_NEEDED);
-    assert_int_equal(guest_isolation_check(&testdrv, &user, why, sizeof(why)),
+    assert_int_equal(guest_isolation_check(&testdrv, &user, NULL, why, sizeof(why)),
                      GUEST_ISOLATION_NOT_NEEDED);
-    assert_int_equal(guest_isolation_check(&local, &container, why, sizeof(why)),
+    assert_int_equal(guest_isolation_check(&local, &container, NULL, why, sizeof(why)),
                      GUEST_ISOLATION_NOT_NEEDED);
     /* A remote host's firewall cannot be seen from here. */
-    assert_int_equal(guest_isolation_check(&remote, &user, why, sizeof(why)),
+    assert_int_equal(guest_isolation_check(&remote, &user, NULL, why, sizeof(why)),
                      GUEST_ISOLATION_MISSING);
     assert_non_null(strstr(why, "user-mode networking on a remote host"));
-    assert_int_equal(guest_isolation_check(&local, &bridged, why, sizeof(why)),
+    /* A libvirt network: the guest filter, local or remote alike. Missing, the reason. */
+    const char *no_filter = "nwfilter hatchery-guest-isolation cannot be defined: no driver";
+    assert_int_equal(guest_isolation_check(&local, &bridged, no_filter, why, sizeof(why)),
                      GUEST_ISOLATION_MISSING);
-    assert_non_null(strstr(why, "network 'br0'"));
+    assert_string_equal(why, "network 'br0': the guest filter is not in place: nwfilter "
+                             "hatchery-guest-isolation cannot be defined: no driver");
+    assert_int_equal(guest_isolation_check(&remote, &bridged, no_filter, why, sizeof(why)),
+                     GUEST_ISOLATION_MISSING);
+    assert_int_equal(guest_isolation_check(&local, &bridged, NULL, why, sizeof(why)),
+                     GUEST_ISOLATION_IN_PLACE);
+    assert_int_equal(guest_isolation_check(&remote, &bridged, NULL, why, sizeof(why)),
+                     GUEST_ISOLATION_IN_PLACE);
+    /* Which guests take the filter: a VM on a libvirt network where isolation is required. */
+    assert_true(guest_isolation_filtered(&local, &bridged));
+    assert_true(guest_isolation_filtered(&remote, &bridged));
+    assert_false(guest_isolation_filtered(&local, &user));
+    assert_false(guest_isolation_filtered(&local, &none));
+    assert_false(guest_isolation_filtered(&testdrv, &bridged));
     /* The operator says guests are isolated some other way. */
     remote.guest_isolation = ISOLATION_UNCHECKED;
-    assert_int_equal(guest_isolation_check(&remote, &user, why, sizeof(why)),
+    assert_int_equal(guest_isolation_check(&remote, &user, NULL, why, sizeof(why)),
                      GUEST_ISOLATION_UNCHECKED);
+    assert_int_equal(guest_isolation_check(&remote, &bridged, no_filter, why, sizeof(why)),
+                     GUEST_ISOLATION_UNCHECKED);
+    assert_false(guest_isolation_filtered(&remote, &bridged));
     /* Here, the answer is the record's. */
     char record_why[512];
     bool in_place =
         guest_firewall_record_check(GUEST_FIREWALL_RECORD, record_why, sizeof(record_why)) == 0;
-    assert_int_equal(guest_isolation_check(&local, &user, why, sizeof(why)),
+    assert_int_equal(guest_isolation_check(&local, &user, NULL, why, sizeof(why)),
                      in_place ? GUEST_ISOLATION_IN_PLACE : GUEST_ISOLATION_MISSING);
 
     /* A host's state is its worst pool's, among the pools that may use it. */
@@ -124,10 +142,13 @@ static void test_check_by_host_and_pool(void **state)
     pools[1].hosts = only_remote;
     pools[1].n_hosts = 1;
     struct config c = {.pools = pools, .n_pools = 2};
-    assert_int_equal(guest_isolation_host(&c, &local, why, sizeof(why)),
+    assert_int_equal(guest_isolation_host(&c, &local, no_filter, why, sizeof(why)),
                      GUEST_ISOLATION_NOT_NEEDED);
     remote.guest_isolation = ISOLATION_REQUIRED;
-    assert_int_equal(guest_isolation_host(&c, &remote, why, sizeof(why)), GUEST_ISOLATION_MISSING);
+    assert_int_equal(guest_isolation_host(&c, &remote, NULL, why, sizeof(why)),
+                     GUEST_ISOLATION_IN_PLACE);
+    assert_int_equal(guest_isolation_host(&c, &remote, no_filter, why, sizeof(why)),
+                     GUEST_ISOLATION_MISSING);
     assert_non_null(strstr(why, "network 'br0'"));
 }
 
