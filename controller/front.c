@@ -3,7 +3,9 @@
 #define _GNU_SOURCE /* close_range */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <seccomp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -295,8 +297,35 @@ static void fail_first(int fd, const char *what, const char *err, int r)
     send_first(fd, FRAME_FAILED, reason, code);
 }
 
+/* Who the front becomes when the core runs as root (hatcheryd --allow-root): nobody, so
+ * that not even a front that escaped its filter holds root's uid. */
+struct front_user {
+    bool drop;
+    uid_t uid;
+    gid_t gid;
+};
+
+static int drop_to(const struct front_user *u)
+{
+    if (!u->drop)
+        return 0;
+    if (setgroups(0, NULL) < 0 || setresgid(u->gid, u->gid, u->gid) < 0 ||
+        setresuid(u->uid, u->uid, u->uid) < 0)
+        return -errno;
+    /* No way back: a uid 0 that can be regained was not dropped. */
+    if (setuid(0) == 0 || geteuid() != u->uid || getegid() != u->gid)
+        return -EPERM;
+    /* The kernel clears the parent-death signal on a change of credentials. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        return -errno;
+    if (getppid() == 1)
+        _exit(1);
+    return 0;
+}
+
 __attribute__((noreturn)) static void front_main(const struct config *config,
-                                                 const struct secret *secret, int fd)
+                                                 const struct secret *secret,
+                                                 const struct front_user *user, int fd)
 {
     prctl(PR_SET_NAME, "hatcheryd-front", 0, 0, 0);
     /* A core killed outright takes the front with it. */
@@ -352,6 +381,12 @@ __attribute__((noreturn)) static void front_main(const struct config *config,
     }
     fp.core.data = &fp;
     log_stream_only();
+    /* Its sockets are bound and its TLS files read: root (if it was) is not needed. */
+    r = drop_to(user);
+    if (r < 0) {
+        fail_first(fd, "front", "cannot drop root to nobody", r);
+        _exit(1);
+    }
     r = front_sandbox_apply();
     if (r < 0 && r != -ENOSYS) {
         fail_first(fd, "front", "cannot confine the front (seccomp)", r);
@@ -403,6 +438,15 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
         snprintf(err, err_size, "socketpair: %s", strerror(errno));
         return -errno;
     }
+    /* Looked up before the fork: the core may have threads by now. */
+    struct front_user user = {.drop = geteuid() == 0, .uid = 65534, .gid = 65534};
+    if (user.drop) {
+        const struct passwd *pw = getpwnam("nobody");
+        if (pw && pw->pw_uid != 0) {
+            user.uid = pw->pw_uid;
+            user.gid = pw->pw_gid;
+        }
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
@@ -414,7 +458,7 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
     }
     if (pid == 0) {
         close(sv[0]);
-        front_main(config, webhook_secret, sv[1]);
+        front_main(config, webhook_secret, &user, sv[1]);
     }
     close(sv[1]);
     struct front *f = calloc(1, sizeof(*f));

@@ -816,11 +816,13 @@ static int lock_state_dir(const char *dir, int *ret_fd)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: hatcheryd --config FILE\n"
+    fprintf(out, "usage: hatcheryd --config FILE [--allow-root REASON]\n"
                  "       hatcheryd --check-config FILE\n"
                  "       hatcheryd --version\n"
                  "\n"
                  "  -c, --config FILE        run with this configuration\n"
+                 "      --allow-root REASON  run as root anyway, for the reason given (logged "
+                 "at every start); the HTTP front drops to nobody\n"
                  "  -n, --check-config FILE  check the configuration and its secret files, "
                  "then exit 0 (valid) or 1\n"
                  "  -V, --version            print the version\n");
@@ -950,11 +952,13 @@ int main(int argc, char **argv)
     static const struct option options[] = {
         {"config", required_argument, NULL, 'c'},
         {"check-config", required_argument, NULL, 'n'},
+        {"allow-root", required_argument, NULL, 'R'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *config_path = NULL;
+    const char *root_reason = NULL;
     bool check_only = false;
     int opt;
     while ((opt = getopt_long(argc, argv, "c:n:Vh", options, NULL)) != -1) {
@@ -965,6 +969,9 @@ int main(int argc, char **argv)
         case 'n':
             config_path = optarg;
             check_only = true;
+            break;
+        case 'R':
+            root_reason = optarg;
             break;
         case 'V':
             printf("hatcheryd %s\n", HATCHERY_VERSION);
@@ -980,6 +987,18 @@ int main(int argc, char **argv)
     if (!config_path || optind != argc) {
         usage(stderr);
         return 2;
+    }
+    /* Root is refused: the daemon needs only its state_dir and libvirt's socket (the
+     * package's unit runs it as hatchery). An operator who must run it as root says why. */
+    if (root_reason && strspn(root_reason, " \t") == strlen(root_reason)) {
+        fprintf(stderr, "hatcheryd: --allow-root needs a reason, in words\n");
+        return 2;
+    }
+    if (!check_only && geteuid() == 0 && !root_reason) {
+        fprintf(stderr, "hatcheryd: refusing to run as root: run it as a user of its own (the "
+                        "package's unit runs it as hatchery, in the libvirt group), or say why "
+                        "it must be root with --allow-root REASON\n");
+        return 1;
     }
 
     struct daemon d = {.lock_fd = -1};
@@ -1125,6 +1144,8 @@ int main(int argc, char **argv)
     }
 
     check_pool_images(d.config);
+    if (geteuid() == 0)
+        log_warn("daemon.running_as_root", "reason=\"%s\" front_user=nobody", root_reason);
     log_info("daemon.ready",
              "version=%s controller=%s listen=%s metrics_listen=%s tls=%s front_pid=%d "
              "front=%s admin=%s state=%s pools=%zu hosts=%zu github=%s",

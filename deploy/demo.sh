@@ -82,7 +82,10 @@ YAML
 curl -sf -X POST --data 'sleep=6 exit=0' "$GITHUB_DOUBLE_URL/__double/jit" >/dev/null
 
 step "starting hatcheryd"
-build/hatcheryd --config "$work/hatchery.yaml" 2>"$work/hatcheryd.log" &
+# hatcheryd refuses root unless told why.
+root_args=()
+[ "$(id -u)" != 0 ] || root_args=(--allow-root "the demo runs as root to drive this machine's libvirtd")
+build/hatcheryd --config "$work/hatchery.yaml" "${root_args[@]}" 2>"$work/hatcheryd.log" &
 pid=$!
 for _ in $(seq 100); do grep -q 'event=host.up' "$work/hatcheryd.log" 2>/dev/null && break; sleep 0.1; done
 cli() { build/hatchery --socket "$work/admin.sock" "$@"; }

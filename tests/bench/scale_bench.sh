@@ -58,7 +58,10 @@ for i in $(seq "$hosts"); do
 EOF
 done
 curl -sf -X POST "$GITHUB_DOUBLE_URL/__double/stateful" >/dev/null
-"${HATCHERYD_BIN:-build-bench/hatcheryd}" --config "$work/hatchery.yaml" 2>"$work/log" &
+# hatcheryd refuses root unless told why.
+root_args=()
+[ "$(id -u)" != 0 ] || root_args=(--allow-root "the benchmark runs as root on a test machine")
+"${HATCHERYD_BIN:-build-bench/hatcheryd}" --config "$work/hatchery.yaml" "${root_args[@]}" 2>"$work/log" &
 pid=$!
 for _ in $(seq 100); do [ "$(grep -c 'event=host.up' "$work/log" 2>/dev/null)" = "$hosts" ] && break; sleep 0.1; done
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }

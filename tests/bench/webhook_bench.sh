@@ -62,7 +62,10 @@ http {
 }
 NGINX
 nginx -c "$work/nginx.conf"
-build-bench/hatcheryd --config "$work/hatchery.yaml" 2>"$work/hatcheryd.log" &
+# hatcheryd refuses root unless told why.
+root_args=()
+[ "$(id -u)" != 0 ] || root_args=(--allow-root "the benchmark runs as root on a test machine")
+build-bench/hatcheryd --config "$work/hatchery.yaml" "${root_args[@]}" 2>"$work/hatcheryd.log" &
 daemon_pid=$!
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port_h/healthz" >/dev/null && break; sleep 0.1; done
 

@@ -98,6 +98,22 @@ describe('config', () => {
   test('usage errors exit 2', () => {
     assert.equal(spawnSync(HATCHERYD, [], { encoding: 'utf8' }).status, 2);
     assert.equal(spawnSync(HATCHERYD, ['--bogus'], { encoding: 'utf8' }).status, 2);
+    // A reason is words, not nothing.
+    const empty = spawnSync(HATCHERYD, ['--config', '/nonexistent.yaml', '--allow-root', ' '], { encoding: 'utf8' });
+    assert.equal(empty.status, 2);
+    assert.match(empty.stderr, /--allow-root needs a reason/);
+  });
+
+  test('root is refused unless an operator says why (--allow-root REASON)', { skip: process.getuid() !== 0 && 'needs root' }, () => {
+    const dir = tempDir();
+    const config = writeConfig(dir, { port: 1, secret: 's' });
+    const r = spawnSync(HATCHERYD, ['--config', config], { encoding: 'utf8', timeout: 10000 });
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /refusing to run as root: run it as a user of its own .*--allow-root REASON/);
+    assert.doesNotMatch(r.stderr, /event=daemon/, 'refused before it did anything');
+    // Checking a config as root is not running: allowed.
+    assert.equal(check(config).status, 0, check(config).stderr);
+    spawnSync('rm', ['-rf', dir]);
   });
 });
 

@@ -3,6 +3,7 @@
 // descriptor of the core's (the store, libvirt), ignoring signals meant for the core, and
 // taking the core down with it when it dies, so that systemd restarts both.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { readdirSync, readlinkSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, examples, frontPid, processStatus, request } from './lib/daemon.mjs';
@@ -28,6 +29,18 @@ describe('the HTTP front', () => {
     assert.match(metrics, /^hatchery_http_front_sandboxed 1$/m);
     // The core itself is not confined: it must reach libvirt, the store and GitHub.
     assert.equal(statusOf(d.proc.pid).Seccomp, '0');
+  });
+
+  test('started by a core that runs as root (--allow-root), it is nobody, with no way back', { skip: process.getuid() !== 0 && 'needs root' }, () => {
+    const st = statusOf(front);
+    const nobody = spawnSync('id', ['-u', 'nobody'], { encoding: 'utf8' }).stdout.trim();
+    assert.deepEqual(st.Uid.split(/\s+/), [nobody, nobody, nobody, nobody], 'real, effective, saved and fs uid');
+    const nogroup = spawnSync('id', ['-g', 'nobody'], { encoding: 'utf8' }).stdout.trim();
+    assert.deepEqual(st.Gid.split(/\s+/), [nogroup, nogroup, nogroup, nogroup], 'real, effective, saved and fs gid');
+    assert.equal(st.Groups.trim(), '', 'no supplementary groups');
+    assert.equal(st.CapEff, '0000000000000000');
+    assert.equal(statusOf(d.proc.pid).Uid.split(/\s+/)[1], '0', 'the core is root');
+    assert.match(d.logs, /event=daemon\.running_as_root reason="the tests run as root on a throwaway machine" front_user=nobody/);
   });
 
   test('holds no descriptor of the core: not the store, not libvirt, not the admin socket', async () => {

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { after, before, test } from 'node:test';
-import { Daemon, HATCHERYD, freePort, writeConfig, workflowJob } from './lib/daemon.mjs';
+import { Daemon, HATCHERYD, ROOT_ARGS, freePort, writeConfig, workflowJob } from './lib/daemon.mjs';
 
 const JOURNALD = '/lib/systemd/systemd-journald';
 let journald;
@@ -33,7 +33,7 @@ before(async () => {
   d.port = await freePort();
   d.config = writeConfig(d.dir, { port: d.port, secret: d.secret });
   proc = spawn('nsenter', ['-t', String(journald.pid), '-m', '--', 'systemd-cat', '-t', 'hatcheryd', 'sh', '-c',
-    'JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec "$0" --config "$1"', HATCHERYD, d.config],
+    'JOURNAL_STREAM=$(stat -L -c %d:%i /proc/self/fd/2) exec "$0" --config "$@"', HATCHERYD, d.config, ...ROOT_ARGS],
   { stdio: 'ignore' });
   d.proc = proc;
   d.exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));

@@ -58,7 +58,10 @@ log "--check-config: OK"
 pid=
 start() {
   # Not through in_root: $! must be hatcheryd itself, not a subshell.
-  chroot --userspec="$user:$user" "$target" "$daemon" --config "$config" >>"$target/tmp/hatcheryd.log" 2>&1 &
+  # hatcheryd refuses root unless told why.
+  local root_args=()
+  [ "$user" != root ] || root_args=(--allow-root "the smoke test runs it in a throwaway root")
+  chroot --userspec="$user:$user" "$target" "$daemon" --config "$config" "${root_args[@]}" >>"$target/tmp/hatcheryd.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do
     curl -fsS -o /dev/null http://127.0.0.1:8080/healthz 2>/dev/null && return 0
