@@ -56,6 +56,7 @@ struct host_found {
     long long qemu_uid; /* the uid QEMU's guests run as (libvirt's DAC label), or -1 */
     bool filter_tried;  /* a QEMU host: the guest filter was defined, or `filter_error` */
     char filter_error[256];
+    struct guest_filter_host filter_host;
 };
 
 /* Threads: a host is the loop's. Workers read its config, and reach its connection only
@@ -76,9 +77,11 @@ struct host {
     bool simulated; /* from the URI: libvirt's test driver, where no guest ever runs */
     bool streams;   /* channels and consoles through libvirt streams (host_transport) */
     bool kvm[ARCH_MAX];
-    /* The guest filter (guest_filter.h) on the current connection: defined, or why not. */
+    /* The guest filter (guest_filter.h) on the current connection: defined, or why not;
+     * and the host's addresses it keeps guests off (under lock: create workers read it). */
     bool guest_filter;
     char guest_filter_error[256];
+    struct guest_filter_host filter_host;
     int lifecycle_id;
     int attempt;
     int64_t reconnects;
@@ -174,7 +177,8 @@ struct guest {
     /* Direct kernel boot: the pool's (its config, or its manifest on this machine), else
      * what the image's manifest on its remote host names. NULL: boots from its disk. */
     char *kernel, *initrd, *cmdline;
-    char error[512];
+    char error[512];                /* the last worker's error (each worker clears it first) */
+    char why_failed[512];           /* guest_fail's reason, kept through the teardown */
     char machine_id[64], nonce[72]; /* from its hello: no other live guest may have them */
     bool failed;
     bool domain_stopped;
@@ -467,6 +471,7 @@ static void connect_work(uv_work_t *w)
      * its libvirt networks starts only once it is there (guest_isolation.h). */
     if (!h->lxc && !h->simulated) {
         f->filter_tried = true;
+        guest_filter_host_addresses(f->conn, h->local_files, &f->filter_host);
         if (guest_filter_ensure(f->conn, true, f->filter_error, sizeof(f->filter_error)) >= 0)
             f->filter_error[0] = '\0';
     }
@@ -549,6 +554,7 @@ static void connect_done(uv_work_t *w, int status)
     memcpy(h->kvm, f->kvm, sizeof(h->kvm));
     h->hypervisor_version = f->hypervisor_version;
     h->libvirt_version = f->libvirt_version;
+    h->filter_host = f->filter_host;
     uv_mutex_unlock(&h->lock);
     host_active_free(h);
     h->active = f->active;
@@ -1007,6 +1013,12 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
     const struct config_pool *pool = g->pool;
     bool lxc = pool->backend == BACKEND_CONTAINER;
     char err[256] = "";
+    uv_mutex_lock(&h->lock);
+    struct guest_filter_host filter_host = h->filter_host;
+    uv_mutex_unlock(&h->lock);
+    const char *host_ips[GUEST_FILTER_MAX_HOST_IPS];
+    for (size_t i = 0; i < filter_host.n; i++)
+        host_ips[i] = filter_host.ips[i];
     struct domain_spec spec = {
         .name = g->name,
         .controller_id = g->prov->controller_id,
@@ -1026,6 +1038,8 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         .vof = pool->firmware == FIRMWARE_VOF,
         .network = pool->network,
         .network_filter = guest_isolation_filtered(&h->cfg, pool) ? GUEST_FILTER_NAME : NULL,
+        .filter_host_ips = host_ips,
+        .n_filter_host_ips = filter_host.n,
         .channel_path = g->channel_path,
         .console_log = g->console_log,
         .root_dir = pool->image,
@@ -1282,6 +1296,7 @@ static void guest_fail(struct guest *g, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(g->error, sizeof(g->error), fmt, ap);
     va_end(ap);
+    memcpy(g->why_failed, g->error, sizeof(g->why_failed));
     log_warn("guest.failed", "guest=%s host=%s state=%s reason=\"%s\"", g->name, g->host->cfg.name,
              guest_state_names[g->state], g->error);
     /* A clone that failed before its hello: the template's fault until shown otherwise. */
@@ -2015,7 +2030,11 @@ static void template_on_gone(void *data, struct guest *g)
     int64_t bytes =
         g->saved && g->host->local_files && stat(g->save_file, &st) == 0 ? (int64_t)st.st_size : -1;
     if (g->template_cb)
-        g->template_cb(g->template_data, g->saved ? 0 : -EIO, g->saved ? NULL : g->error, bytes);
+        g->template_cb(g->template_data, g->saved ? 0 : -EIO,
+                       g->saved           ? NULL
+                       : g->why_failed[0] ? g->why_failed
+                                          : g->error,
+                       bytes);
 }
 
 static const struct guest_events template_events = {
