@@ -90,6 +90,12 @@ static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
             W(attr(w, "name", "CTRL_IP_LEARNING"));
             W(attr(w, "value", "dhcp"));
             W(end(w));
+            for (size_t i = 0; i < s->n_filter_host_ips; i++) {
+                W(start(w, "parameter"));
+                W(attr(w, "name", "HOST_IP"));
+                W(attr(w, "value", s->filter_host_ips[i]));
+                W(end(w));
+            }
             W(end(w));
         }
         /* Without ipxe-qemu there is no option ROM to load. s390x's devices are CCW, not
@@ -366,7 +372,7 @@ char *domain_xml_overlay_volume(const char *name, const char *backing, int64_t c
 /* What a guest on a libvirt network may send, in the order libvirt's nwfilter evaluates it
  * (its root chain, by priority). clean-traffic comes first: no MAC, IP or ARP spoofing,
  * and nothing but IPv4 and ARP (no IPv6 at all); its last rule, at -650, accepts the IPv4
- * that gets that far. Before it, at -690 and -680, these: */
+ * that gets that far. Before it, at -690 to -680, these: */
 static const struct filter_rule {
     const char *action;   /* accept or drop */
     const char *priority; /* lower first */
@@ -380,6 +386,8 @@ static const struct filter_rule {
     {"accept", "-690", "udp", "67", NULL, NULL},
     {"accept", "-690", "udp", "53", NULL, NULL},
     {"accept", "-690", "tcp", "53", NULL, NULL},
+    /* The host's own addresses (HOST_IP, one rule per value), public ones included. */
+    {"drop", "-685", NULL, NULL, "$HOST_IP", NULL},
     /* Then nothing that is not the internet: this network and the host on it, every
      * private, shared, loopback and link-local range (the LAN, cloud metadata at
      * 169.254.169.254), multicast and the reserved rest. */
@@ -409,9 +417,8 @@ char *domain_xml_guest_filter(const char *name)
              start(w, "ip") >= 0 && (!r->protocol || attr(w, "protocol", r->protocol) >= 0) &&
              (!r->port ||
               (attr(w, "dstportstart", r->port) >= 0 && attr(w, "dstportend", r->port) >= 0)) &&
-             (!r->net ||
-              (attr(w, "dstipaddr", r->net) >= 0 && attr(w, "dstipmask", r->mask) >= 0)) &&
-             end(w) >= 0 && end(w) >= 0;
+             (!r->net || attr(w, "dstipaddr", r->net) >= 0) &&
+             (!r->mask || attr(w, "dstipmask", r->mask) >= 0) && end(w) >= 0 && end(w) >= 0;
     }
     ok = ok && end(w) >= 0;
     return xml_end(w, buf, ok);

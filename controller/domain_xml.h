@@ -29,11 +29,13 @@ struct domain_spec {
     const char *volume;
     const char *kernel; /* direct kernel boot, when set */
     const char *initrd;
-    const char *cmdline;        /* from the config only: never a secret */
-    bool vof;                   /* ppc64le: QEMU's fast VOF firmware instead of SLOF */
-    const char *network;        /* "user", "none", or a libvirt network name */
-    const char *network_filter; /* on a libvirt network: the nwfilter its interface takes */
-    const char *channel_path;   /* the agent's virtio-serial port, bound by QEMU */
+    const char *cmdline;                /* from the config only: never a secret */
+    bool vof;                           /* ppc64le: QEMU's fast VOF firmware instead of SLOF */
+    const char *network;                /* "user", "none", or a libvirt network name */
+    const char *network_filter;         /* on a libvirt network: the nwfilter its interface takes */
+    const char *const *filter_host_ips; /* its HOST_IP values: the host's own addresses */
+    size_t n_filter_host_ips;
+    const char *channel_path; /* the agent's virtio-serial port, bound by QEMU */
     const char *console_log;
     /* A remote host: no path of ours exists there. The channel's socket path is left to
      * libvirt and the console is a pty; both are reached through libvirt streams

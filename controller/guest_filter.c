@@ -1,9 +1,13 @@
 /* The guest filter on a host (guest_filter.h). */
 #include "guest_filter.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <libvirt/virterror.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "domain_xml.h"
 
@@ -36,4 +40,39 @@ int guest_filter_ensure(virConnectPtr conn, bool redefine, char *why, size_t why
     }
     virNWFilterFree(filter);
     return redefine ? 0 : 1;
+}
+
+static void add_address(struct guest_filter_host *ret, const struct in_addr *a)
+{
+    char ip[INET_ADDRSTRLEN];
+    if (!inet_ntop(AF_INET, a, ip, sizeof(ip)) || ret->n >= GUEST_FILTER_MAX_HOST_IPS)
+        return;
+    for (size_t i = 0; i < ret->n; i++)
+        if (strcmp(ret->ips[i], ip) == 0)
+            return;
+    snprintf(ret->ips[ret->n++], sizeof(ret->ips[0]), "%s", ip);
+}
+
+void guest_filter_host_addresses(virConnectPtr conn, bool local, struct guest_filter_host *ret)
+{
+    memset(ret, 0, sizeof(*ret));
+    if (local) {
+        struct ifaddrs *all = NULL;
+        if (getifaddrs(&all) == 0)
+            for (struct ifaddrs *i = all; i; i = i->ifa_next)
+                if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+                    add_address(ret, &((const struct sockaddr_in *)i->ifa_addr)->sin_addr);
+        freeifaddrs(all);
+    } else {
+        char *name = virConnectGetHostname(conn);
+        struct addrinfo hints = {.ai_family = AF_INET}, *res = NULL;
+        if (name && getaddrinfo(name, NULL, &hints, &res) == 0)
+            for (struct addrinfo *r = res; r; r = r->ai_next)
+                add_address(ret, &((const struct sockaddr_in *)r->ai_addr)->sin_addr);
+        if (res)
+            freeaddrinfo(res);
+        free(name);
+    }
+    if (ret->n == 0)
+        snprintf(ret->ips[ret->n++], sizeof(ret->ips[0]), "127.0.0.1");
 }

@@ -9,10 +9,25 @@
 #define HATCHERY_GUEST_FILTER_H
 
 #include <libvirt/libvirt.h>
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 
 #define GUEST_FILTER_NAME "hatchery-guest-isolation"
+
+/* The host's own IPv4 addresses, which the filter drops too (its HOST_IP parameter): a
+ * host's public address is no private range, and a guest must not reach the host's
+ * services there either. */
+#define GUEST_FILTER_MAX_HOST_IPS 16
+struct guest_filter_host {
+    char ips[GUEST_FILTER_MAX_HOST_IPS][INET_ADDRSTRLEN];
+    size_t n;
+};
+
+/* Fills `ret`: on a host of this machine, every IPv4 address of its interfaces; on a remote
+ * host, what its name (as libvirt reports it) resolves to. Never empty (127.0.0.1 stands
+ * in: libvirt refuses a filter whose variable has no value). Blocking. */
+void guest_filter_host_addresses(virConnectPtr conn, bool local, struct guest_filter_host *ret);
 
 /* Makes sure the filter is defined on `conn`: (re)defined as hatcheryd writes it when
  * `redefine` (at each connection, so an upgrade's rules and a changed definition are put

@@ -98,6 +98,9 @@ static void test_s390x(void **state)
     s.pool = "linux.s390x";
     s.network = "ci-net";
     s.network_filter = "hatchery-guest-isolation";
+    const char *host_ips[] = {"192.0.2.2", "203.0.113.7"};
+    s.filter_host_ips = host_ips;
+    s.n_filter_host_ips = 2;
     check("s390x", &s);
 }
 
@@ -120,7 +123,9 @@ static void test_guest_filter(void **state)
         assert_true(strtol(p + strlen("priority=\""), NULL, 10) < -650);
         rules++;
     }
-    assert_int_equal(rules, 13);
+    assert_int_equal(rules, 14);
+    /* The host's own addresses, whatever their range, are dropped too. */
+    assert_non_null(strstr(xml, "<ip dstipaddr=\"$HOST_IP\"/>"));
     check_xml("guest-filter", xml, "nwfilter");
 }
 
