@@ -12,8 +12,11 @@
 #
 # usage (as root; on amd64 through qemu-user-static and binfmt, or natively on ppc64le
 # or s390x):
-#   images/runner/build-image.sh [--preload ARCHIVE]... [--mirror URL] [--size-mib N]
-#                                [--debian-cache DIR] ARCH RUNNER_TARBALL OUT.qcow2
+#   hatchery-build-image [--preload ARCHIVE]... [--mirror URL] [--size-mib N]
+#                        [--debian-cache DIR] ARCH RUNNER_TARBALL OUT.qcow2
+# (the hatchery-image-tools package's name for it; images/runner/build-image.sh in a
+# checkout, which builds the agent from the checkout when hatchery-guest-agent is not
+# installed)
 #
 #   RUNNER_TARBALL  actions-runner-linux-ARCH-VERSION.tar.gz. actions/runner is not
 #                   released for ppc64le or s390x: build it from source with .NET 8 from
@@ -39,10 +42,12 @@
 # /var/lib/systemd/random-seed, no SSH host key and no runner credential in the image.
 # The domain gives each guest a virtio-rng, and the agent waits for the CRNG.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+# Where its files are: beside it in a checkout (images/runner/), or where the package put
+# them (/usr/lib/hatchery/image/runner/, reached through /usr/sbin/hatchery-build-image).
+here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
 root=$(cd "$here/../.." && pwd)
 die() { echo "build-image: $*" >&2; exit 1; }
-usage() { echo "usage: build-image.sh [--preload ARCHIVE]... [--mirror URL] [--size-mib N] [--debian-cache DIR] ARCH RUNNER_TARBALL OUT.qcow2" >&2; exit 2; }
+usage() { echo "usage: $(basename "$0") [--preload ARCHIVE]... [--mirror URL] [--size-mib N] [--debian-cache DIR] ARCH RUNNER_TARBALL OUT.qcow2" >&2; exit 2; }
 
 preloads=()
 mirror=http://deb.debian.org/debian
@@ -73,6 +78,8 @@ for tool in mmdebstrap mkfs.ext4 qemu-img sha256sum; do
   command -v "$tool" >/dev/null || die "$tool is missing (deploy/install-deps.sh installs it)"
 done
 [ -f "$tarball" ] || die "no runner tarball at $tarball"
+[ -x "/usr/lib/hatchery/agent/$arch/hatchery-agent" ] || [ -x "$root/agent/build-static.sh" ] ||
+  die "no agent for $arch guests: install hatchery-guest-agent:$deb_arch (on another architecture, first: dpkg --add-architecture $deb_arch)"
 version=$(basename "$tarball" | sed -n "s/^actions-runner-linux-$arch-\([0-9][0-9.]*[0-9]\)\.tar\.gz\$/\1/p")
 [ -n "$version" ] || die "$tarball is not named actions-runner-linux-$arch-VERSION.tar.gz"
 listing=$(tar -tzf "$tarball") || die "$tarball is not a gzip tar archive"
@@ -92,7 +99,7 @@ done
 if [ "$(dpkg --print-architecture)" != "$deb_arch" ]; then
   command -v arch-test >/dev/null || die "arch-test is missing (deploy/install-deps.sh installs it)"
   "$here/../enable-binfmt.sh" "$deb_arch" ||
-    die "this machine cannot run $deb_arch binaries (images/enable-binfmt.sh)"
+    die "this machine cannot run $deb_arch binaries (enable-binfmt.sh, above)"
 fi
 log() { echo "build-image($arch): $*" >&2; }
 
@@ -157,13 +164,19 @@ echo "$version" >"$rootfs/opt/actions-runner/RUNNER_VERSION"
 chroot "$rootfs" chown -R runner:runner /opt/actions-runner
 
 # 4. hatchery-agent, static, as a unit that starts at boot and powers off after the job.
+#    The installed hatchery-guest-agent's (its version is the package's); in a checkout
+#    without it, or with HATCHERY_AGENT_FROM_SOURCE set, built from the checkout.
 agent_src=/usr/lib/hatchery/agent/$arch/hatchery-agent
 if [ -x "$agent_src" ] && [ -z "${HATCHERY_AGENT_FROM_SOURCE:-}" ]; then
   install -m 0755 "$agent_src" "$rootfs/usr/local/bin/hatchery-agent"
-else
+  agent_version=$(dpkg-query -W -f '${source:Upstream-Version}' "hatchery-guest-agent:$deb_arch" 2>/dev/null) ||
+    die "$agent_src belongs to no installed hatchery-guest-agent:$deb_arch"
+elif [ -x "$root/agent/build-static.sh" ]; then
   "$root/agent/build-static.sh" "$arch" "$rootfs/usr/local/bin/hatchery-agent"
+  agent_version=$("$root/agent/build-static.sh" --version)
+else
+  die "no agent for $arch guests: install hatchery-guest-agent:$deb_arch (on another architecture, first: dpkg --add-architecture $deb_arch)"
 fi
-agent_version=$("$root/agent/build-static.sh" --version)
 install -m 0644 "$here/hatchery-agent.service" "$rootfs/etc/systemd/system/hatchery-agent.service"
 chroot "$rootfs" systemctl enable hatchery-agent.service systemd-networkd.service \
   systemd-resolved.service >/dev/null 2>&1

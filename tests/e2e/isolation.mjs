@@ -66,6 +66,8 @@ export async function isolationTargets(daemonPort) {
   return {
     targets,
     loPort,
+    anyPort,
+    hostIp,
     egress,
     // What the probes must say with the firewall applied: only the outside opens.
     guarded: Object.fromEntries(targets.map((t) => [t, t === egress.target ? 'open' : 'closed'])),

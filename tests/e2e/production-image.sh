@@ -27,7 +27,7 @@ key=$( { cat "$root/images/runner/build-image.sh" "$root/images/runner/hatchery-
 image="$cache/runner-$arch-$key.qcow2"
 if [ ! -f "$image.json" ]; then
   t0=$SECONDS
-  "$root/images/runner/build-image.sh" --debian-cache "$cache/debian" --preload "$preload" \
+  HATCHERY_AGENT_FROM_SOURCE=1 "$root/images/runner/build-image.sh" --debian-cache "$cache/debian" --preload "$preload" \
     "$arch" "$tarball" "$image" >&2
   echo "production($arch): image built in $((SECONDS - t0)) s" >&2
   # Older images of this arch are stale inputs: keep the cache to one per arch.

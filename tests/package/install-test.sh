@@ -6,7 +6,8 @@
 #      made (the user in the libvirt group); both units pass `systemd-analyze verify`; the
 #      smoke test (smoke.sh) runs the daemon as the hatchery user with the packaged config
 #      and leaves a job in the store.
-#   2. `apt-get install` this build over it, with the guest agents: the config and the
+#   2. `apt-get install` this build over it, with the guest agent and the image tools
+#      (hatchery-build-image's usage, man page and first errors): the config and the
 #      secret are kept as they were, the store is opened (and migrated when its schema is
 #      older) and still holds the job; the smoke test runs again.
 #   3. `apt-get purge --autoremove`: nothing is left, compared file by file with the root
@@ -26,6 +27,8 @@ fail() { log "FAILED: $*"; exit 1; }
   fail "cannot run $arch binaries here"
 deb=$(ls "$debs"/hatchery_*_"$arch".deb | head -n 1)
 agents=$(ls "$debs"/hatchery-guest-agent_*_"$arch".deb 2>/dev/null | head -n 1 || true)
+# The image tools (arch: all) come with the native build.
+tools=$(ls "$debs"/hatchery-image-tools_*_all.deb 2>/dev/null | head -n 1 || true)
 version=$(dpkg-deb -f "$deb" Version)
 
 work=$(mktemp -d)
@@ -109,7 +112,8 @@ secret_sum=$(sha256sum <"$r/etc/hatchery/webhook-secret")
 
 # 2. The upgrade.
 t0=$SECONDS
-in_root apt-get install -y -qq "/tmp/debs/$(basename "$deb")" ${agents:+"/tmp/debs/$(basename "$agents")"} >/dev/null
+in_root apt-get install -y -qq "/tmp/debs/$(basename "$deb")" ${agents:+"/tmp/debs/$(basename "$agents")"} \
+  ${tools:+"/tmp/debs/$(basename "$tools")"} >/dev/null
 log "upgraded to $version with apt in $((SECONDS - t0)) s"
 [ "$(in_root dpkg-query -W -f '${Version}' hatchery)" = "$version" ] || fail "hatchery is not at $version"
 [ "$(sha256sum <"$r/etc/hatchery/hatchery.yaml")" = "$config_sum" ] || fail "the upgrade changed the config"
@@ -125,10 +129,27 @@ if [ -n "$agents" ]; then
   log "the agent for $guest: static, $(stat -c %s "$r/usr/lib/hatchery/agent/$guest/hatchery-agent") bytes"
 fi
 
+if [ -n "$tools" ]; then
+  # The image recipe as the package installs it: its own name, its man page, and the
+  # errors an operator meets first (the building itself: stock_host.trixie).
+  out=$(in_root hatchery-build-image 2>&1) && fail "hatchery-build-image without arguments succeeded"
+  grep -q '^usage: hatchery-build-image ' <<<"$out" || fail "hatchery-build-image's usage: $out"
+  out=$(in_root runuser -u nobody -- hatchery-build-image s390x /tmp/none.tar.gz /tmp/x.qcow2 2>&1) &&
+    fail "hatchery-build-image ran as nobody"
+  grep -q 'must run as root' <<<"$out" || fail "hatchery-build-image as nobody: $out"
+  out=$(in_root hatchery-build-image s390x /tmp/none.tar.gz /tmp/x.qcow2 2>&1) &&
+    fail "hatchery-build-image built from no tarball"
+  grep -q 'no runner tarball at /tmp/none.tar.gz' <<<"$out" || fail "hatchery-build-image without a tarball: $out"
+  in_root man -w hatchery-build-image >/dev/null || fail "no man page hatchery-build-image(8)"
+  [ -x "$r/usr/lib/hatchery/image/enable-binfmt.sh" ] || fail "no enable-binfmt.sh beside the recipe"
+  log "hatchery-image-tools: hatchery-build-image and its man page installed, its first errors clear"
+fi
+
 # 3. The purge. An operator's image where the example config keeps them must outlive it.
 mkdir -p "$r/var/lib/hatchery/images"
 echo "an operator's image" >"$r/var/lib/hatchery/images/runner-ppc64le.qcow2"
-in_root apt-get purge --autoremove -y -qq hatchery ${agents:+hatchery-guest-agent} >/dev/null
+in_root apt-get purge --autoremove -y -qq hatchery ${agents:+hatchery-guest-agent} \
+  ${tools:+hatchery-image-tools} >/dev/null
 [ -f "$r/var/lib/hatchery/images/runner-ppc64le.qcow2" ] || fail "purge deleted an operator's image"
 [ ! -e "$r/var/lib/hatchery/hatchery.db" ] || fail "purge left the store"
 rm -rf "$r/var/lib/hatchery"

@@ -26,8 +26,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "machine: $*" >&2; }
 
 # What a Power host running Hatchery has from Debian (libvirt, QEMU for both guest
-# architectures, sudo for the runbook, SSH for a controller of remote hosts), and what
-# building our packages in it needs (debian/control's Build-Depends).
+# architectures, sudo for the runbook, SSH for a controller of remote hosts, what
+# hatchery-image-tools depends on to build an image of another architecture), and what
+# building our packages in it needs (debian/control's Build-Depends). No qemu-user-static:
+# this machine's binfmt_misc registrations are the kernel's, shared with the container,
+# and a systemd-binfmt inside it would unregister them all when it stops.
 packages=(
   systemd systemd-sysv systemd-container dbus adduser sudo iptables ca-certificates
   libvirt-daemon-system qemu-system-ppc qemu-system-s390x qemu-utils
@@ -35,6 +38,7 @@ packages=(
   libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
   libsystemd-dev libseccomp-dev libcmocka-dev
   sqlite3 file procps openssh-server openssh-client
+  mmdebstrap arch-test
 )
 
 pid_of() { cat "$1.pid" 2>/dev/null; }
