@@ -57,6 +57,9 @@ in_root addgroup --quiet --system libvirt
 # iptables, a dependency (the guest firewall), is there before, as on most hosts: its own
 # dependencies' conffiles (netbase's /etc/hosts) are not the package's to purge.
 in_root apt-get install -y -qq --no-install-recommends iptables >/dev/null
+# So is e2fsprogs (hatchery-image-tools' mkfs.ext4), Priority: important on every Debian
+# host, which autoremove never takes away.
+in_root apt-get install -y -qq --no-install-recommends e2fsprogs >/dev/null
 
 # Every file outside the package manager's own state, with its mode and owner; and the
 # account files' contents. Taken before the install and after the purge.
@@ -79,7 +82,7 @@ if [ -z "$prev" ]; then
   dpkg-deb -Zxz -b "$work/prev" "$prev" >/dev/null
 fi
 mkdir -p "$r/tmp/debs"
-cp "$prev" "$deb" ${agents:+"$agents"} "$r/tmp/debs/"
+cp "$prev" "$deb" ${agents:+"$agents"} ${tools:+"$tools"} "$r/tmp/debs/"
 t0=$SECONDS
 in_root apt-get install -y -qq "/tmp/debs/$(basename "$prev")" >/dev/null
 log "installed $(dpkg-deb -f "$prev" Version) with apt in $((SECONDS - t0)) s"
