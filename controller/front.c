@@ -176,9 +176,12 @@ static void on_front_http(struct http_server *server, struct http_conn *conn,
     size_t path_len = strcspn(url, "?#");
     bool is_get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
     /* With metrics_listen, the public listener serves /webhook and /healthz only, and the
-     * metrics listener /metrics and /healthz only. */
+     * metrics listener /metrics and /healthz only. Without it, the public listener serves
+     * /metrics to this machine's loopback only: the pools, hosts and jobs it tells of are
+     * nobody's business on the internet. */
     bool is_metrics_listener = server == &fp->metrics_http;
-    bool serves_metrics = is_metrics_listener || !fp->metrics_http_on;
+    bool serves_metrics =
+        is_metrics_listener || (!fp->metrics_http_on && http_conn_peer_is_loopback(conn));
 #define PATH_IS(p) (path_len == strlen(p) && strncmp(url, p, path_len) == 0)
     if (PATH_IS("/webhook") && !is_metrics_listener) {
         if (strcmp(req->method, "POST") != 0) {

@@ -320,6 +320,7 @@ struct http_conn {
     size_t writes_pending;
     char peer[64];
     char peer_address[48];
+    bool peer_loopback; /* 127.0.0.0/8, ::1, or ::ffff:127.0.0.0/104 */
     struct http_conn *prev, *next;
 };
 
@@ -338,6 +339,11 @@ static void timer_set(struct http_conn *conn, enum timer_mode mode);
 const char *http_conn_peer(const struct http_conn *conn)
 {
     return conn->peer;
+}
+
+bool http_conn_peer_is_loopback(const struct http_conn *conn)
+{
+    return conn->peer_loopback;
 }
 
 static void conn_free(struct http_conn *conn)
@@ -757,11 +763,17 @@ static void peer_name(struct http_conn *conn)
     char ip[48] = "?";
     int port = 0;
     if (addr.ss_family == AF_INET) {
-        uv_ip4_name((struct sockaddr_in *)&addr, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in *)&addr)->sin_port);
+        const struct sockaddr_in *in = (const struct sockaddr_in *)&addr;
+        uv_ip4_name(in, ip, sizeof(ip));
+        port = ntohs(in->sin_port);
+        conn->peer_loopback = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
     } else if (addr.ss_family == AF_INET6) {
-        uv_ip6_name((struct sockaddr_in6 *)&addr, ip, sizeof(ip));
-        port = ntohs(((struct sockaddr_in6 *)&addr)->sin6_port);
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)&addr;
+        uv_ip6_name(in6, ip, sizeof(ip));
+        port = ntohs(in6->sin6_port);
+        conn->peer_loopback =
+            IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) ||
+            (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127);
     }
     snprintf(conn->peer_address, sizeof(conn->peer_address), "%s", ip);
     snprintf(conn->peer, sizeof(conn->peer), addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip,

@@ -5,6 +5,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { connect } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, examples, freePort, rawExchange, request, tempDir } from './lib/daemon.mjs';
 
@@ -344,6 +345,28 @@ describe('http listener under abuse', () => {
     console.log(`# /healthz under a /metrics flood: median ${ms[10].toFixed(1)} ms, max ${ms[19].toFixed(1)} ms`);
     assert.ok(ms[10] < 100, `median ${ms[10]} ms`);
     assert.ok(ms[19] < 1000, `slowest ${ms[19]} ms`);
+  });
+});
+
+describe('/metrics on the public listener', () => {
+  // Listening on every address; asked through this machine's own address, the peer is not
+  // loopback, as a client on the network would not be.
+  const d = new Daemon({ listenHost: '0.0.0.0' });
+  const hostIp = Object.values(networkInterfaces()).flat().find((a) => a.family === 'IPv4' && !a.internal)?.address;
+  before(() => d.start());
+  after(async () => {
+    await d.stop();
+    d.cleanup();
+  });
+
+  test('is served to this machine\'s loopback only, unless metrics_listen says where', { skip: !hostIp && 'no address but loopback' }, async () => {
+    const away = await request(d.port, { path: '/metrics', host: hostIp });
+    assert.equal(away.status, 404);
+    assert.doesNotMatch(away.body, /hatchery_/);
+    assert.equal((await request(d.port, { path: '/healthz', host: hostIp })).status, 200);
+    const local = await request(d.port, { path: '/metrics' });
+    assert.equal(local.status, 200);
+    assert.match(local.body, /^hatchery_build_info/m);
   });
 });
 

@@ -27,7 +27,8 @@ log() { echo "machine: $*" >&2; }
 
 # What a Power host running Hatchery has from Debian (libvirt, QEMU for both guest
 # architectures, sudo for the runbook, SSH for a controller of remote hosts, what
-# hatchery-image-tools depends on to build an image of another architecture), and what
+# hatchery-image-tools depends on to build an image of another architecture, e2fsprogs
+# among them, which every Debian host has: Priority important), and what
 # building our packages in it needs (debian/control's Build-Depends). No qemu-user-static:
 # this machine's binfmt_misc registrations are the kernel's, shared with the container,
 # and a systemd-binfmt inside it would unregister them all when it stops.
@@ -38,7 +39,7 @@ packages=(
   libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
   libsystemd-dev libseccomp-dev libcmocka-dev
   sqlite3 file procps openssh-server openssh-client
-  mmdebstrap arch-test
+  e2fsprogs mmdebstrap arch-test
 )
 
 pid_of() { cat "$1.pid" 2>/dev/null; }

@@ -48,13 +48,13 @@ export const DEFAULT_POOLS = `pools:
     max_runners: 1
 `;
 
-export function writeConfig(dir, { port, secret = 'test-webhook-secret', http = '', extra = '', pools = DEFAULT_POOLS, hostsExtra = '' } = {}) {
+export function writeConfig(dir, { port, secret = 'test-webhook-secret', http = '', extra = '', pools = DEFAULT_POOLS, hostsExtra = '', listenHost = '127.0.0.1' } = {}) {
   const secretFile = join(dir, 'webhook-secret');
   writeFileSync(secretFile, secret + '\n', { mode: 0o600 });
   chmodSync(secretFile, 0o600);
   const configFile = join(dir, 'hatchery.yaml');
   writeFileSync(configFile, `controller_id: it
-listen: 127.0.0.1:${port}
+listen: ${listenHost}:${port}
 state_dir: ${join(dir, 'state')}
 admin_socket: ${join(dir, 'admin.sock')}
 webhook_secret_file: ${secretFile}
@@ -177,12 +177,12 @@ export function randomDelivery() {
   return `${hex(Date.now() & 0xffffffff, 8)}-${hex(process.pid & 0xffff, 4)}-11ef-8000-${hex(deliveryCounter, 12)}`;
 }
 
-export function request(port, { method = 'GET', path = '/', headers = {}, body = null, tls = null } = {}) {
+export function request(port, { method = 'GET', path = '/', headers = {}, body = null, tls = null, host = '127.0.0.1' } = {}) {
   // A header set to undefined is left out (to test missing headers).
   headers = Object.fromEntries(Object.entries(headers).filter(([, v]) => v !== undefined));
   return new Promise((resolve, reject) => {
     const fn = tls ? httpsRequest : httpRequest;
-    const req = fn({ host: '127.0.0.1', port, method, path, headers, agent: false, ...(tls ?? {}) }, (res) => {
+    const req = fn({ host, port, method, path, headers, agent: false, ...(tls ?? {}) }, (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
