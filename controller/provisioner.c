@@ -564,11 +564,12 @@ static void connect_done(uv_work_t *w, int status)
     h->guest_filter = f->filter_tried && !f->filter_error[0];
     snprintf(h->guest_filter_error, sizeof(h->guest_filter_error), "%s",
              f->filter_tried ? f->filter_error : "");
-    if (f->filter_tried)
-        log_info("host.guest_filter", "host=%s filter=%s state=%s%s%s%s", h->cfg.name,
-                 GUEST_FILTER_NAME, h->guest_filter ? "defined" : "unavailable",
-                 h->guest_filter ? "" : " error=\"", h->guest_filter_error,
-                 h->guest_filter ? "" : "\"");
+    if (f->filter_tried && h->guest_filter)
+        log_info("host.guest_filter", "host=%s filter=%s state=defined", h->cfg.name,
+                 GUEST_FILTER_NAME);
+    else if (f->filter_tried)
+        log_info("host.guest_filter", "host=%s filter=%s state=unavailable error=\"%s\"",
+                 h->cfg.name, GUEST_FILTER_NAME, h->guest_filter_error);
     memset(f, 0, sizeof(*f));
     /* Keepalive makes a dead remote host show as a closed connection (not on test:///). */
     virConnectSetKeepAlive(h->conn, 5, 3);
