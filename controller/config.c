@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -103,9 +104,17 @@ enum key_type {
     KEY_TYPE_MAX,
 };
 
+/* What a KEY_STRING must look like, checked where it is read (so at its own line). */
+enum string_form {
+    FORM_ANY,
+    FORM_PATH, /* absolute, no control character: used from whatever directory the daemon has */
+    FORM_NAME, /* letters, digits, '-', '_', '.': a libvirt object's name, spliced nowhere */
+};
+
 struct key {
     const char *name;
     enum key_type type;
+    enum string_form form; /* KEY_STRING */
     size_t offset;
     size_t count_offset; /* KEY_STRING_LIST, KEY_SEQUENCE: where the element count goes */
     int64_t min, max;    /* KEY_INT: value bounds; lists: length bounds */
@@ -135,6 +144,16 @@ struct key {
         .name = #field_, .type = KEY_STRING, .offset = offsetof(struct_, field_),                  \
         .required = (req), .default_string = (dflt)                                                \
     }
+#define PATH_KEY(struct_, field_, req, dflt)                                                       \
+    {                                                                                              \
+        .name = #field_, .type = KEY_STRING, .form = FORM_PATH,                                    \
+        .offset = offsetof(struct_, field_), .required = (req), .default_string = (dflt)           \
+    }
+#define NAME_KEY(struct_, field_, req, dflt)                                                       \
+    {                                                                                              \
+        .name = #field_, .type = KEY_STRING, .form = FORM_NAME,                                    \
+        .offset = offsetof(struct_, field_), .required = (req), .default_string = (dflt)           \
+    }
 #define LIST_KEY(struct_, field_, lo, hi, req)                                                     \
     {                                                                                              \
         .name = #field_, .type = KEY_STRING_LIST, .offset = offsetof(struct_, field_),             \
@@ -158,8 +177,8 @@ static const struct key http_keys[] = {
             HTTP_MAX_CONNECTIONS_DEFAULT),
     INT_KEY(struct config_http, max_connections_per_address, 0, HTTP_MAX_CONNECTIONS_MAX,
             HTTP_MAX_CONNECTIONS_PER_ADDRESS_DEFAULT),
-    STRING_KEY(struct config_http, tls_cert_file, false, NULL),
-    STRING_KEY(struct config_http, tls_key_file, false, NULL),
+    PATH_KEY(struct config_http, tls_cert_file, false, NULL),
+    PATH_KEY(struct config_http, tls_key_file, false, NULL),
     {.name = NULL},
 };
 
@@ -171,8 +190,8 @@ static const struct key host_keys[] = {
     INT_KEY_REQUIRED(struct config_host, vcpus, 1, 4096),
     INT_KEY_REQUIRED(struct config_host, memory_mib, 64, INT64_C(1) << 32),
     INT_KEY_REQUIRED(struct config_host, max_guests, 0, 4096),
-    STRING_KEY(struct config_host, storage_pool, false, "hatchery"),
-    STRING_KEY(struct config_host, storage_dir, false, "/var/lib/hatchery/volumes"),
+    NAME_KEY(struct config_host, storage_pool, false, "hatchery"),
+    PATH_KEY(struct config_host, storage_dir, false, "/var/lib/hatchery/volumes"),
     INT_KEY(struct config_host, down_grace_s, 0, 86400, 120),
     ENUM_KEY(struct config_host, agent_transport, host_transport_names, false, TRANSPORT_AUTO),
     ENUM_KEY(struct config_host, guest_isolation, host_guest_isolation_names, false,
@@ -185,18 +204,18 @@ static const struct key pool_keys[] = {
     LIST_KEY(struct config_pool, labels, 1, CONFIG_MAX_POOL_LABELS, true),
     ENUM_KEY(struct config_pool, arch, pool_arch_names, true, 0),
     ENUM_KEY(struct config_pool, backend, pool_backend_names, false, BACKEND_VM),
-    STRING_KEY(struct config_pool, image, true, NULL),
+    PATH_KEY(struct config_pool, image, true, NULL),
     INT_KEY(struct config_pool, vcpus, 1, 1024, 2),
     INT_KEY(struct config_pool, memory_mib, 64, INT64_C(1) << 32, 4096),
     INT_KEY(struct config_pool, min_idle, 0, 1024, 0),
     INT_KEY_REQUIRED(struct config_pool, max_runners, 0, 4096),
     LIST_KEY(struct config_pool, hosts, 1, CONFIG_MAX_HOSTS, false),
-    STRING_KEY(struct config_pool, kernel, false, NULL),
-    STRING_KEY(struct config_pool, initrd, false, NULL),
+    PATH_KEY(struct config_pool, kernel, false, NULL),
+    PATH_KEY(struct config_pool, initrd, false, NULL),
     STRING_KEY(struct config_pool, cmdline, false, NULL),
     ENUM_KEY(struct config_pool, firmware, pool_firmware_names, false, FIRMWARE_DEFAULT),
     ENUM_KEY(struct config_pool, start, pool_start_names, false, START_COLD),
-    STRING_KEY(struct config_pool, network, false, "user"),
+    NAME_KEY(struct config_pool, network, false, "user"),
     INT_KEY(struct config_pool, disk_mib, 64, INT64_C(1) << 24, 20480),
     INT_KEY(struct config_pool, boot_timeout_s, 5, 3600, 300),
     INT_KEY(struct config_pool, job_timeout_s, 60, 7 * 24 * 3600, 6 * 3600),
@@ -218,10 +237,10 @@ static const struct key scope_keys[] = {
 static const struct key github_keys[] = {
     STRING_KEY(struct config_github, api_url, false, "https://api.github.com"),
     INT_KEY(struct config_github, app_id, 0, INT64_MAX, 0),
-    STRING_KEY(struct config_github, app_private_key_file, false, NULL),
+    PATH_KEY(struct config_github, app_private_key_file, false, NULL),
     INT_KEY(struct config_github, installation_id, 0, INT64_MAX, 0),
-    STRING_KEY(struct config_github, token_file, false, NULL),
-    STRING_KEY(struct config_github, ca_file, false, NULL),
+    PATH_KEY(struct config_github, token_file, false, NULL),
+    PATH_KEY(struct config_github, ca_file, false, NULL),
     INT_KEY(struct config_github, timeout_ms, 100, 600000, 30000),
     INT_KEY(struct config_github, max_retries, 0, 20, 5),
     INT_KEY(struct config_github, max_response_bytes, 4096, 256 * 1024 * 1024, 8 * 1024 * 1024),
@@ -240,9 +259,9 @@ static const struct key top_keys[] = {
     STRING_KEY(struct config, controller_id, true, NULL),
     STRING_KEY(struct config, listen, false, "127.0.0.1:8080"),
     STRING_KEY(struct config, metrics_listen, false, NULL),
-    STRING_KEY(struct config, state_dir, true, NULL),
-    STRING_KEY(struct config, admin_socket, true, NULL),
-    STRING_KEY(struct config, webhook_secret_file, true, NULL),
+    PATH_KEY(struct config, state_dir, true, NULL),
+    PATH_KEY(struct config, admin_socket, true, NULL),
+    PATH_KEY(struct config, webhook_secret_file, true, NULL),
     {.name = "log_level",
      .type = KEY_STRING,
      .offset = offsetof(struct config, log_level),
@@ -369,6 +388,28 @@ static int parse_string(struct loader *l, const yaml_node_t *node, const char *p
 static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key *table, void *base,
                           const char *prefix);
 
+static bool valid_name(const char *s, size_t max);
+
+/* A path or a name as its key's form wants it; else the error, at the value's line. */
+static void check_form(struct loader *l, const yaml_node_t *value, const struct key *k,
+                       const char *path, const char *s)
+{
+    if (k->form == FORM_PATH) {
+        bool control = false;
+        for (const char *c = s; *c; c++)
+            control = control || (unsigned char)*c < 0x20 || *c == 0x7f;
+        if (s[0] != '/')
+            fail(l, value, path, "'%s' is not an absolute path", s);
+        else if (control)
+            fail(l, value, path, "a path with a control character in it");
+        else if (strlen(s) >= PATH_MAX)
+            fail(l, value, path, "a path longer than %d bytes", PATH_MAX - 1);
+    } else if (k->form == FORM_NAME && !valid_name(s, CONFIG_MAX_NAME_BYTES)) {
+        fail(l, value, path, "'%s' must be 1-%d letters, digits, '-', '_' or '.'", s,
+             CONFIG_MAX_NAME_BYTES);
+    }
+}
+
 static void parse_value(struct loader *l, yaml_node_t *value, const struct key *k, void *base,
                         const char *path)
 {
@@ -377,6 +418,7 @@ static void parse_value(struct loader *l, yaml_node_t *value, const struct key *
         char **slot = field(base, k->offset);
         if (parse_string(l, value, path, slot) < 0)
             return;
+        check_form(l, value, k, path, *slot);
         if (k->enum_values) {
             for (size_t i = 0; i < k->n_enum_values; i++)
                 if (strcmp(*slot, k->enum_values[i]) == 0)

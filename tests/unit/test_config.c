@@ -145,6 +145,40 @@ static void test_bad_values(void **state)
                  ":14: pools[0].labels: needs between 1 and");
 }
 
+/* Paths and names that reach libvirt's XML, a shell or the filesystem: refused at their
+ * own lines, not at the top of the file. */
+static void test_paths_and_names(void **state)
+{
+    (void)state;
+    expect_error(variant("state_dir: /var/lib/hatchery", "state_dir: var/lib/hatchery"),
+                 ":3: state_dir: 'var/lib/hatchery' is not an absolute path");
+    expect_error(
+        variant("webhook_secret_file: /etc/hatchery/secret", "webhook_secret_file: secret"),
+        ":5: webhook_secret_file: 'secret' is not an absolute path");
+    expect_error(variant("    image: /nonexistent/hatchery-unit-test/ppc64le.qcow2",
+                         "    image: images/ppc64le.qcow2"),
+                 ":16: pools[0].image: 'images/ppc64le.qcow2' is not an absolute path");
+    expect_error(
+        variant("    max_guests: 8", "    max_guests: 8\n    storage_dir: \"relative dir/<v>\""),
+        ":12: hosts[0].storage_dir: 'relative dir/<v>' is not an absolute path");
+    expect_error(
+        variant("    max_guests: 8", "    max_guests: 8\n    storage_dir: \"/var/lib/\\tx\""),
+        ":12: hosts[0].storage_dir: a path with a control character in it");
+    expect_error(
+        variant("    max_guests: 8", "    max_guests: 8\n    storage_pool: \"x</name><name>y&z\""),
+        ":12: hosts[0].storage_pool: 'x</name><name>y&z' must be 1-128 letters");
+    expect_error(variant("    max_runners: 4", "    max_runners: 4\n    network: \"br0; reboot\""),
+                 ":18: pools[0].network: 'br0; reboot' must be 1-128 letters");
+    expect_error(variant(NULL, "http:\n  tls_cert_file: c.pem\n  tls_key_file: /k.pem\n"),
+                 ":20: http.tls_cert_file: 'c.pem' is not an absolute path");
+    /* All of them in one pass. */
+    char *errors = load_errors(
+        variant("state_dir: /var/lib/hatchery", "state_dir: rel\nadmin_socket: rel.sock"));
+    assert_non_null(strstr(errors, "state_dir: 'rel' is not an absolute path"));
+    assert_non_null(strstr(errors, "admin_socket: 'rel.sock' is not an absolute path"));
+    free(errors);
+}
+
 static void test_missing_and_cross_references(void **state)
 {
     (void)state;
@@ -499,6 +533,7 @@ int main(void)
         cmocka_unit_test(test_good_config_and_defaults),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_bad_values),
+        cmocka_unit_test(test_paths_and_names),
         cmocka_unit_test(test_missing_and_cross_references),
         cmocka_unit_test(test_pool_scopes),
         cmocka_unit_test(test_host_transport),
