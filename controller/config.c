@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -523,6 +524,49 @@ static void parse_value(struct loader *l, yaml_node_t *value, const struct key *
     }
 }
 
+/* Edit distance (insertions, deletions, substitutions, and swaps of two neighbours)
+ * between two short key names, or SIZE_MAX past 63 bytes. */
+static size_t key_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    size_t d[64][64];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+/* The key of `table` an unknown `name` was most likely meant to be: within two edits (one
+ * for names of four bytes or fewer), or NULL. */
+static const char *nearest_key(const struct key *table, size_t n_keys, const char *name)
+{
+    size_t best = SIZE_MAX, limit = strlen(name) <= 4 ? 1 : 2;
+    const char *found = NULL;
+    for (size_t i = 0; i < n_keys; i++) {
+        size_t d = key_distance(name, table[i].name);
+        if (d <= limit && d < best) {
+            best = d;
+            found = table[i].name;
+        }
+    }
+    return found;
+}
+
 static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key *table, void *base,
                           const char *prefix)
 {
@@ -533,7 +577,11 @@ static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key 
     size_t n_keys = 0;
     while (table[n_keys].name)
         n_keys++;
-    bool seen[32] = {false};
+    bool seen[64] = {false};
+    if (n_keys > sizeof(seen) / sizeof(seen[0])) {
+        fail(l, node, *prefix ? prefix : "(top level)", "hatcheryd's key table is too large");
+        return;
+    }
 
     for (yaml_node_pair_t *p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
          p++) {
@@ -550,7 +598,11 @@ static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key 
         while (i < n_keys && strcmp(table[i].name, name) != 0)
             i++;
         if (i == n_keys) {
-            fail(l, key_node, path, "unknown key");
+            const char *near = nearest_key(table, n_keys, name);
+            if (near)
+                fail(l, key_node, path, "unknown key (did you mean '%s'?)", near);
+            else
+                fail(l, key_node, path, "unknown key");
             continue;
         }
         if (seen[i]) {

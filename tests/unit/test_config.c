@@ -117,7 +117,15 @@ static void test_unknown_key(void **state)
     (void)state;
     expect_error(variant(NULL, "colour: blue\n"), ":19: colour: unknown key");
     expect_error(variant("    max_runners: 4", "    max_runers: 4"),
-                 ":17: pools[0].max_runers: unknown key");
+                 ":17: pools[0].max_runers: unknown key (did you mean 'max_runners'?)");
+    expect_error(variant("    max_runners: 4", "    max_runner: 4"),
+                 ":17: pools[0].max_runner: unknown key (did you mean 'max_runners'?)");
+    expect_error(variant("listen: 127.0.0.1:9000", "lsiten: 127.0.0.1:9000"),
+                 ":2: lsiten: unknown key (did you mean 'listen'?)");
+    /* Nothing near: no guess. */
+    char *errors = load_errors(variant(NULL, "colour: blue\n"));
+    assert_non_null(strstr(errors, ":19: colour: unknown key\n"));
+    free(errors);
 }
 
 static void test_bad_values(void **state)
