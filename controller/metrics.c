@@ -10,6 +10,7 @@
 
 #include "daemon.h"
 #include "guest_isolation.h"
+#include "job.h"
 #include "image_manifest.h"
 #include "textbuf.h"
 #include "wall_clock.h"
@@ -66,20 +67,58 @@ static void pool_histogram(struct textbuf *b, const struct scheduler_stats *st, 
     }
 }
 
-struct job_count_ctx {
+/* The store's job counts, laid out so that every configured pool and every status has a
+ * series, zeros included (a query over a series that comes and goes sees gaps, not 0). A
+ * pool no longer configured keeps its non-zero rows. */
+struct job_counts {
     struct textbuf *b;
-    bool unmatched;
+    const struct config *config;
+    int64_t (*by_pool)[JOB_STATUS_MAX]; /* [n_pools] */
+    int64_t unmatched[JOB_STATUS_MAX];
+    bool unconfigured; /* second pass: print the rows of pools not in the config */
 };
 
 static void job_count_row(void *data, const char *pool, const char *status, int64_t count)
 {
-    struct job_count_ctx *ctx = data;
-    if (ctx->unmatched && !pool)
-        textbuf_printf(ctx->b, "hatchery_jobs_unmatched{status=\"%s\"} %lld\n", status,
+    struct job_counts *jc = data;
+    enum job_status st;
+    if (job_status_parse(status, &st) < 0)
+        return;
+    if (!pool) {
+        if (!jc->unconfigured)
+            jc->unmatched[st] = count;
+        return;
+    }
+    for (size_t i = 0; i < jc->config->n_pools; i++)
+        if (strcmp(jc->config->pools[i].name, pool) == 0) {
+            if (!jc->unconfigured && jc->by_pool)
+                jc->by_pool[i][st] = count;
+            return;
+        }
+    if (jc->unconfigured)
+        textbuf_printf(jc->b, "hatchery_jobs{pool=\"%s\",status=\"%s\"} %lld\n", pool, status,
                        (long long)count);
-    else if (!ctx->unmatched && pool)
-        textbuf_printf(ctx->b, "hatchery_jobs{pool=\"%s\",status=\"%s\"} %lld\n", pool, status,
-                       (long long)count);
+}
+
+static void job_metrics(struct textbuf *b, const struct daemon *d)
+{
+    struct job_counts jc = {.b = b, .config = d->config};
+    jc.by_pool = d->config->n_pools ? calloc(d->config->n_pools, sizeof(*jc.by_pool)) : NULL;
+    store_job_counts(d->store, job_count_row, &jc);
+    header(b, "hatchery_jobs", "gauge", "Jobs in the store, by pool and status.");
+    for (size_t i = 0; jc.by_pool && i < d->config->n_pools; i++)
+        for (int st = 0; st < JOB_STATUS_MAX; st++)
+            textbuf_printf(b, "hatchery_jobs{pool=\"%s\",status=\"%s\"} %lld\n",
+                           d->config->pools[i].name, job_status_names[st],
+                           (long long)jc.by_pool[i][st]);
+    jc.unconfigured = true;
+    store_job_counts(d->store, job_count_row, &jc);
+    header(b, "hatchery_jobs_unmatched", "gauge",
+           "Jobs in the store that no pool matches, by status.");
+    for (int st = 0; st < JOB_STATUS_MAX; st++)
+        textbuf_printf(b, "hatchery_jobs_unmatched{status=\"%s\"} %lld\n", job_status_names[st],
+                       (long long)jc.unmatched[st]);
+    free(jc.by_pool);
 }
 
 /* Prometheus's process_* family, from /proc/self (Linux only, as hatcheryd is). */
@@ -501,13 +540,7 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                            image_manifest_runner_below_floor(&manifests[i]) == 1);
     free(manifests);
     free(readable);
-    header(&b, "hatchery_jobs", "gauge", "Jobs in the store, by pool and status.");
-    struct job_count_ctx ctx = {.b = &b, .unmatched = false};
-    store_job_counts(d->store, job_count_row, &ctx);
-    header(&b, "hatchery_jobs_unmatched", "gauge",
-           "Jobs in the store that no pool matches, by status.");
-    ctx.unmatched = true;
-    store_job_counts(d->store, job_count_row, &ctx);
+    job_metrics(&b, d);
 
     if (b.error) {
         textbuf_free(&b);

@@ -174,6 +174,14 @@ describe('http listener', () => {
     const age = Number(/^hatchery_pool_oldest_queued_job_seconds\{pool="linux.ppc64le"\} ([0-9.]+)$/m.exec(res.body)?.[1]);
     assert.ok(age > 0 && age < 600, `oldest queued: ${age} s`);
     assert.match(res.body, /^hatchery_pool_oldest_queued_job_seconds\{pool="k8s"\} 0\.000$/m);
+    // Every configured pool and every status has its series, zeros included, so that a
+    // query sees 0 rather than a gap; so has every status of the unmatched jobs.
+    for (const pool of ['linux.ppc64le', 'linux.s390x', 'k8s'])
+      for (const status of ['waiting', 'queued', 'in_progress', 'completed'])
+        assert.match(res.body, new RegExp(`^hatchery_jobs\\{pool="${pool.replace('.', '\\.')}",status="${status}"\\} \\d+$`, 'm'), `${pool} ${status}`);
+    assert.match(res.body, /^hatchery_jobs\{pool="k8s",status="waiting"\} 0$/m);
+    for (const status of ['waiting', 'queued', 'in_progress', 'completed'])
+      assert.match(res.body, new RegExp(`^hatchery_jobs_unmatched\\{status="${status}"\\} \\d+$`, 'm'));
   });
 
   test('an unmatched job counts once as a job and once per delivery, as the names say', async () => {
