@@ -492,9 +492,20 @@ static void print_hosts(json_t *answer)
         json_t *error = json_object_get(h, "error");
         if (!error || json_is_null(error))
             error = json_object_get(h, "unsafe");
+        /* A drained host takes no new guest whatever its state: said beside it. */
+        char *state = fmt_value(json_object_get(h, "state"));
+        if (json_is_true(json_object_get(h, "drained")) && state) {
+            char both[64];
+            snprintf(both, sizeof(both), "%.40s,drained", state);
+            char *copy = strdup(both);
+            if (copy) {
+                free(state);
+                state = copy;
+            }
+        }
         char *cells[9] = {
             fmt_value(json_object_get(h, "name")),
-            fmt_value(json_object_get(h, "state")),
+            state,
             fmt_value(json_object_get(h, "uri")),
             fmt_value(json_object_get(h, "transport")),
             fmt_used(h, "vcpus_used", "vcpus"),

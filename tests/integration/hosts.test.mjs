@@ -47,6 +47,17 @@ describe('hosts', () => {
         assert.match(table.stdout, /^down-host\s+down\s+/m);
     });
 
+    test('drain: the host shows drained in its STATE until undrained; an unknown host is an error', () => {
+        assert.equal(d.cli('drain', 'host-a').code, 0);
+        assert.equal(d.cliJson('hosts').hosts.find((h) => h.name === 'host-a').drained, true);
+        assert.match(d.cli('hosts').stdout, /^host-a\s+up,drained\s+test:\/\/\/default\s/m);
+        const nowhere = d.cli('drain', 'nowhere');
+        assert.notEqual(nowhere.code, 0);
+        assert.match(nowhere.stderr, /no such host/);
+        assert.equal(d.cli('undrain', 'host-a').code, 0);
+        assert.match(d.cli('hosts').stdout, /^host-a\s+up\s+test:\/\/\/default\s/m);
+    });
+
     test('/metrics reports each host', async () => {
         const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
         assert.match(text, /^hatchery_host_up\{host="host-a"\} 1$/m);
