@@ -83,6 +83,8 @@ struct webhook_call {
     char pool[CONFIG_MAX_NAME_BYTES + 1];
     char delivery[WEBHOOK_MAX_DELIVERY_ID_BYTES + 1];
     char runner_name[WEBHOOK_MAX_NAME_BYTES + 1];
+    char repository[256];
+    char labels[512]; /* the job's labels as received: why it matched no pool */
 };
 
 /* A refused delivery, counted always and logged within a bound: anyone can send them. */
@@ -120,9 +122,16 @@ static void on_delivery_stored(void *data, int result)
         d->webhooks.by_result[DELIVERY_STORED]++;
         if (call->unmatched)
             d->webhooks.unmatched_deliveries++;
-        log_info("webhook.stored", "delivery=%s job=%lld status=%s pool=%s", call->delivery,
-                 (long long)call->job_id, job_status_names[call->status],
-                 call->unmatched ? "(unmatched)" : call->pool);
+        if (call->unmatched)
+            log_info("webhook.stored",
+                     "delivery=%s job=%lld status=%s pool=(unmatched) repo=%s "
+                     "labels=\"%s\"",
+                     call->delivery, (long long)call->job_id, job_status_names[call->status],
+                     call->repository, call->labels);
+        else
+            log_info("webhook.stored", "delivery=%s job=%lld status=%s pool=%s repo=%s",
+                     call->delivery, (long long)call->job_id, job_status_names[call->status],
+                     call->pool, call->repository);
         if (d->scheduler)
             scheduler_job_event(d->scheduler, call->job_id, call->status,
                                 call->runner_name[0] ? call->runner_name : NULL);
@@ -160,6 +169,10 @@ static void webhook_check_done(uv_work_t *work, int status)
         snprintf(call->delivery, sizeof(call->delivery), "%s", res->event->delivery_id);
         snprintf(call->runner_name, sizeof(call->runner_name), "%s",
                  res->event->runner_name ? res->event->runner_name : "");
+        snprintf(call->repository, sizeof(call->repository), "%s",
+                 res->event->repository ? res->event->repository : "");
+        snprintf(call->labels, sizeof(call->labels), "%s",
+                 res->event->labels_json ? res->event->labels_json : "");
         int r = store_job_event_submit(d->store, res->event, on_delivery_stored, call);
         res->event = NULL; /* the store owns it now, even on failure */
         if (r < 0) {

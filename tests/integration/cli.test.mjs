@@ -37,6 +37,9 @@ describe('hatchery CLI', () => {
     assert.match(r.stdout, /^linux\.ppc64le .* GitHub is not configured$/m);
     const json = d.cliJson('capacity');
     assert.equal(json.pools.find((p) => p.pool === 'linux.ppc64le').jobs.queued, 2);
+    // The log says whose job matched no pool, and with which labels.
+    assert.match(d.logs, /event=webhook\.stored .*job=3000000003 status=queued pool=\(unmatched\) repo=Codertocat\/Hello-World labels="\[\\"windows\\"\]"/);
+    assert.match(d.logs, /event=webhook\.stored .*job=3000000000 status=queued pool=linux\.ppc64le repo=Codertocat\/Hello-World\n/);
   });
 
   test('jobs lists them, filters by status, and --json carries 64-bit ids', () => {
