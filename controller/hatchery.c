@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,41 +78,9 @@ static void usage(FILE *out)
 }
 
 /* `hatchery image-check`: the runner version of an image's manifest (IMAGE.json, written by
- * images/runner/build-image.sh) or of a mounted image root, against GitHub's releases. */
-static int image_check(int argc, char **argv)
+ * hatchery-build-image) or of a mounted image root, against GitHub's releases. */
+static int image_check(const char *const paths[2], time_t now, int warn_days)
 {
-    const char *paths[2] = {NULL, NULL};
-    size_t n_paths = 0;
-    time_t now = time(NULL);
-    int warn_days = 7;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--now") == 0 && i + 1 < argc) {
-            now = runner_version_time(argv[++i]);
-            if (now < 0) {
-                fprintf(
-                    stderr,
-                    "hatchery: image-check: --now takes a UTC time like 2026-11-27T00:00:00Z\n");
-                return RUNNER_BAD_INPUT;
-            }
-        } else if (strcmp(argv[i], "--warn-days") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 0 || n > 365) {
-                fprintf(stderr, "hatchery: image-check: --warn-days takes 0..365\n");
-                return RUNNER_BAD_INPUT;
-            }
-            warn_days = (int)n;
-        } else if (argv[i][0] != '-' && n_paths < 2) {
-            paths[n_paths++] = argv[i];
-        } else {
-            fprintf(stderr, "hatchery: image-check: unexpected argument %s\n", argv[i]);
-            return RUNNER_BAD_INPUT;
-        }
-    }
-    if (n_paths != 2) {
-        fprintf(stderr, "usage: hatchery image-check IMAGE RELEASES [--now ISO] [--warn-days N]\n");
-        return RUNNER_BAD_INPUT;
-    }
     char version[64] = "";
     struct stat st;
     json_error_t err;
@@ -733,62 +702,193 @@ static void print_health(json_t *answer)
            (long long)json_integer_value(json_object_get(answer, "uptime_s")));
 }
 
+/* A usage error: one line, and where the whole help is. */
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("hatchery: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs(" (hatchery --help)\n", stderr);
+    return EXIT_USAGE;
+}
+
+/* The options, anywhere on the line (getopt_long permutes), and which commands take the
+ * ones that are not global. */
+enum {
+    OPT_JSON = 'j',
+    OPT_SOCKET = 's',
+    OPT_HELP = 'h',
+    OPT_VERSION = 'V',
+    OPT_STATUS = 256,
+    OPT_LIMIT,
+    OPT_ALL,
+    OPT_POOL,
+    OPT_HOST,
+    OPT_NOW,
+    OPT_WARN_DAYS,
+};
+static const struct option cli_options[] = {
+    {"json", no_argument, NULL, OPT_JSON},
+    {"socket", required_argument, NULL, OPT_SOCKET},
+    {"help", no_argument, NULL, OPT_HELP},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"status", required_argument, NULL, OPT_STATUS},
+    {"limit", required_argument, NULL, OPT_LIMIT},
+    {"all", no_argument, NULL, OPT_ALL},
+    {"pool", required_argument, NULL, OPT_POOL},
+    {"host", required_argument, NULL, OPT_HOST},
+    {"now", required_argument, NULL, OPT_NOW},
+    {"warn-days", required_argument, NULL, OPT_WARN_DAYS},
+    {NULL, 0, NULL, 0},
+};
+
+struct cli_args {
+    const char *socket_path;
+    bool as_json, all;
+    const char *status, *pool, *host, *now;
+    long limit, warn_days;
+    unsigned given;       /* 1 << (OPT_x - OPT_STATUS) for each command option given */
+    bool answered;        /* --help or --version: printed, nothing else to do */
+    const char *words[4]; /* the command and its operands, in order */
+    size_t n_words;
+};
+
+#define GIVEN(o) (1u << ((o)-OPT_STATUS))
+
+static const char *option_name(int opt)
+{
+    for (const struct option *o = cli_options; o->name; o++)
+        if (o->val == opt)
+            return o->name;
+    return "?";
+}
+
+/* Fills `a` from argv: EXIT_OK (with `answered` set when --help or --version printed all
+ * there is to print), or the exit status of a usage error. */
+static int parse_args(int argc, char **argv, struct cli_args *a)
+{
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":hV", cli_options, NULL)) != -1) {
+        char *end = NULL;
+        switch (opt) {
+        case OPT_JSON:
+            a->as_json = true;
+            break;
+        case OPT_SOCKET:
+            a->socket_path = optarg;
+            break;
+        case OPT_HELP:
+            usage(stdout);
+            a->answered = true;
+            return EXIT_OK;
+        case OPT_VERSION:
+            printf("hatchery %s\n", HATCHERY_VERSION);
+            a->answered = true;
+            return EXIT_OK;
+        case OPT_STATUS:
+            a->status = optarg;
+            break;
+        case OPT_LIMIT:
+            a->limit = strtol(optarg, &end, 10);
+            if (*end || a->limit <= 0 || a->limit > ADMIN_MAX_LIST_ROWS)
+                return usage_error("--limit takes 1..%d", ADMIN_MAX_LIST_ROWS);
+            break;
+        case OPT_ALL:
+            a->all = true;
+            break;
+        case OPT_POOL:
+            a->pool = optarg;
+            break;
+        case OPT_HOST:
+            a->host = optarg;
+            break;
+        case OPT_NOW:
+            a->now = optarg;
+            break;
+        case OPT_WARN_DAYS:
+            a->warn_days = strtol(optarg, &end, 10);
+            if (*end || a->warn_days < 0 || a->warn_days > 365) {
+                fprintf(stderr, "hatchery: image-check: --warn-days takes 0..365\n");
+                return RUNNER_BAD_INPUT;
+            }
+            break;
+        case ':':
+            return usage_error("%s needs a value", argv[optind - 1]);
+        default:
+            return usage_error("unknown option %s", argv[optind - 1]);
+        }
+        if (opt >= OPT_STATUS)
+            a->given |= GIVEN(opt);
+    }
+    for (int i = optind; i < argc; i++) {
+        if (a->n_words == sizeof(a->words) / sizeof(a->words[0]))
+            return usage_error("unexpected argument %s", argv[i]);
+        a->words[a->n_words++] = argv[i];
+    }
+    return EXIT_OK;
+}
+
+/* Whether the command takes the options given (`allowed`), and `min`..`max` operands. */
+static int check_shape(const struct cli_args *a, unsigned allowed, size_t min, size_t max,
+                       const char *operands)
+{
+    for (int o = OPT_STATUS; o <= OPT_WARN_DAYS; o++)
+        if ((a->given & GIVEN(o)) && !(allowed & GIVEN(o)))
+            return usage_error("%s takes no --%s", a->words[0], option_name(o));
+    size_t n = a->n_words - 1;
+    if (n < min)
+        return usage_error("%s needs %s", a->words[0], operands);
+    if (n > max)
+        return usage_error("%s: unexpected argument %s", a->words[0], a->words[1 + max]);
+    return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
-    const char *socket_path = getenv("HATCHERY_SOCKET");
-    if (!socket_path || !*socket_path)
-        socket_path = DEFAULT_SOCKET;
-    bool as_json = false;
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            as_json = true;
-        else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-            socket_path = argv[++i];
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return EXIT_OK;
-        } else if (strcmp(argv[i], "--version") == 0) {
-            printf("hatchery %s\n", HATCHERY_VERSION);
-            return EXIT_OK;
-        } else {
-            fprintf(stderr, "hatchery: unknown option %s\n", argv[i]);
-            usage(stderr);
-            return EXIT_USAGE;
+    struct cli_args a = {.socket_path = getenv("HATCHERY_SOCKET"), .warn_days = 7};
+    if (!a.socket_path || !*a.socket_path)
+        a.socket_path = DEFAULT_SOCKET;
+    int r = parse_args(argc, argv, &a);
+    if (r != EXIT_OK || a.answered)
+        return r;
+    if (a.n_words == 0)
+        return usage_error("which command?");
+    const char *cmd = a.words[0];
+    const char *socket_path = a.socket_path;
+    bool as_json = a.as_json;
+    if (strcmp(cmd, "image-check") == 0) {
+        if (check_shape(&a, GIVEN(OPT_NOW) | GIVEN(OPT_WARN_DAYS), 2, 2, "IMAGE and RELEASES") !=
+            EXIT_OK) {
+            fprintf(stderr,
+                    "usage: hatchery image-check IMAGE RELEASES [--now ISO] [--warn-days N]\n");
+            return RUNNER_BAD_INPUT;
         }
+        time_t now = time(NULL);
+        if (a.now && (now = runner_version_time(a.now)) < 0) {
+            fprintf(stderr,
+                    "hatchery: image-check: --now takes a UTC time like 2026-11-27T00:00:00Z\n");
+            return RUNNER_BAD_INPUT;
+        }
+        const char *paths[2] = {a.words[1], a.words[2]};
+        return image_check(paths, now, (int)a.warn_days);
     }
-    if (i >= argc) {
-        usage(stderr);
-        return EXIT_USAGE;
-    }
-    const char *cmd = argv[i++];
-    if (strcmp(cmd, "image-check") == 0)
-        return image_check(argc - i, argv + i);
     enum admin_command command = admin_command_parse(cmd);
-    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, cmd);
     void (*print)(json_t *) = NULL;
     if (command == ADMIN_JOBS) {
         print = print_jobs;
-        for (; i < argc; i++) {
-            if (strcmp(argv[i], "--json") == 0) {
-                as_json = true;
-            } else if (strcmp(argv[i], "--status") == 0 && i + 1 < argc) {
-                json_object_set_new(request, ADMIN_KEY_STATUS, json_string(argv[++i]));
-            } else if (strcmp(argv[i], "--limit") == 0 && i + 1 < argc) {
-                char *end = NULL;
-                long n = strtol(argv[++i], &end, 10);
-                if (*end || n <= 0 || n > ADMIN_MAX_LIST_ROWS) {
-                    fprintf(stderr, "hatchery: --limit takes 1..%d\n", ADMIN_MAX_LIST_ROWS);
-                    json_decref(request);
-                    return EXIT_USAGE;
-                }
-                json_object_set_new(request, ADMIN_KEY_LIMIT, json_integer(n));
-            } else {
-                fprintf(stderr, "hatchery: jobs: unknown argument %s\n", argv[i]);
-                json_decref(request);
-                return EXIT_USAGE;
-            }
-        }
+        r = check_shape(&a, GIVEN(OPT_STATUS) | GIVEN(OPT_LIMIT), 0, 0, "");
+        /* Known here, so that a typo is a usage error, not the daemon's refusal. */
+        static const char *const statuses[] = {"waiting", "queued", "in_progress", "completed"};
+        bool known = !a.status;
+        for (size_t k = 0; !known && k < sizeof(statuses) / sizeof(statuses[0]); k++)
+            known = strcmp(a.status, statuses[k]) == 0;
+        if (r == EXIT_OK && !known)
+            r = usage_error("jobs: --status must be waiting, queued, in_progress or completed, "
+                            "not '%s'",
+                            a.status);
     } else if (command == ADMIN_POOLS || command == ADMIN_CAPACITY || command == ADMIN_HEALTH ||
                command == ADMIN_GITHUB || command == ADMIN_HOSTS || command == ADMIN_RELOAD) {
         print = command == ADMIN_POOLS      ? print_pools
@@ -797,71 +897,43 @@ int main(int argc, char **argv)
                 : command == ADMIN_GITHUB   ? print_github
                 : command == ADMIN_HOSTS    ? print_hosts
                                             : print_health;
-        for (; i < argc; i++) {
-            if (strcmp(argv[i], "--json") == 0) {
-                as_json = true;
-            } else {
-                fprintf(stderr, "hatchery: %s: unknown argument %s\n", cmd, argv[i]);
-                json_decref(request);
-                return EXIT_USAGE;
-            }
-        }
+        r = check_shape(&a, 0, 0, 0, "");
     } else if (command == ADMIN_RUNNERS) {
-        print = print_runners;
-        if (i < argc && strcmp(argv[i], "show") == 0) {
-            if (i + 1 >= argc || argv[i + 1][0] == '-') {
-                fprintf(stderr, "hatchery: runners show: which runner?\n");
-                json_decref(request);
-                return EXIT_USAGE;
-            }
-            print = print_runner;
-            json_object_set_new(request, ADMIN_KEY_NAME, json_string(argv[i + 1]));
-            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
-            i += 2;
-        }
-        for (; i < argc; i++) {
-            if (strcmp(argv[i], "--json") == 0)
-                as_json = true;
-            else if (strcmp(argv[i], "--all") == 0)
-                json_object_set_new(request, ADMIN_KEY_ALL, json_true());
-            else if ((strcmp(argv[i], "--pool") == 0 || strcmp(argv[i], "--host") == 0) &&
-                     i + 1 < argc) {
-                json_object_set_new(
-                    request, strcmp(argv[i], "--pool") == 0 ? ADMIN_KEY_POOL : ADMIN_KEY_HOST,
-                    json_string(argv[i + 1]));
-                i++;
-            } else {
-                fprintf(stderr, "hatchery: runners: unknown argument %s\n", argv[i]);
-                json_decref(request);
-                return EXIT_USAGE;
-            }
-        }
+        bool show = a.n_words > 1 && strcmp(a.words[1], "show") == 0;
+        print = show ? print_runner : print_runners;
+        r = show ? check_shape(&a, 0, 2, 2, "show RUNNER")
+                 : check_shape(&a, GIVEN(OPT_ALL) | GIVEN(OPT_POOL) | GIVEN(OPT_HOST), 0, 0, "");
     } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN || command == ADMIN_DELETE ||
                command == ADMIN_LOGS) {
         print = command == ADMIN_LOGS ? print_logs : print_done;
-        const char *key =
-            command == ADMIN_DRAIN || command == ADMIN_UNDRAIN ? ADMIN_KEY_HOST : ADMIN_KEY_RUNNER;
-        for (; i < argc; i++) {
-            if (strcmp(argv[i], "--json") == 0)
-                as_json = true;
-            else if (!json_object_get(request, key) && argv[i][0] != '-')
-                json_object_set_new(request, key, json_string(argv[i]));
-            else {
-                fprintf(stderr, "hatchery: %s: unexpected argument %s\n", cmd, argv[i]);
-                json_decref(request);
-                return EXIT_USAGE;
-            }
-        }
-        if (!json_object_get(request, key)) {
-            fprintf(stderr, "hatchery: %s needs a %s name\n", cmd, key);
-            json_decref(request);
-            return EXIT_USAGE;
-        }
+        r = check_shape(&a, 0, 1, 1,
+                        command == ADMIN_DRAIN || command == ADMIN_UNDRAIN ? "a HOST" : "a RUNNER");
     } else {
-        fprintf(stderr, "hatchery: unknown command '%s'\n", cmd);
-        usage(stderr);
-        json_decref(request);
-        return EXIT_USAGE;
+        r = usage_error("unknown command '%s'", cmd);
+    }
+    if (r != EXIT_OK)
+        return r;
+
+    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, cmd);
+    if (a.status)
+        json_object_set_new(request, ADMIN_KEY_STATUS, json_string(a.status));
+    if (a.limit)
+        json_object_set_new(request, ADMIN_KEY_LIMIT, json_integer(a.limit));
+    if (command == ADMIN_RUNNERS) {
+        if (print == print_runner) {
+            json_object_set_new(request, ADMIN_KEY_NAME, json_string(a.words[2]));
+            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
+        }
+        if (a.all)
+            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
+        if (a.pool)
+            json_object_set_new(request, ADMIN_KEY_POOL, json_string(a.pool));
+        if (a.host)
+            json_object_set_new(request, ADMIN_KEY_HOST, json_string(a.host));
+    } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN) {
+        json_object_set_new(request, ADMIN_KEY_HOST, json_string(a.words[1]));
+    } else if (command == ADMIN_DELETE || command == ADMIN_LOGS) {
+        json_object_set_new(request, ADMIN_KEY_RUNNER, json_string(a.words[1]));
     }
 
     json_t *answer = NULL;

@@ -54,9 +54,44 @@ describe('hatchery CLI', () => {
     assert.equal(queued.length, 4);
     assert.ok(queued.some((j) => j.id === 3000000002 && j.pool === 'linux.s390x'));
     assert.equal(d.cliJson('jobs', '--status', 'completed').jobs.length, 0);
+    // A status that does not exist is a usage error, said in one line, before any daemon.
     const bad = d.cli('jobs', '--status', 'sleeping');
-    assert.equal(bad.code, 1);
-    assert.match(bad.stderr, /status must be/);
+    assert.equal(bad.code, 2);
+    assert.equal(bad.stderr, "hatchery: jobs: --status must be waiting, queued, in_progress or completed, not 'sleeping' (hatchery --help)\n");
+  });
+
+  test('options go anywhere on the line, as --opt value or --opt=value; a usage error is one line and exit 2', () => {
+    const run = (...args) => spawnSync(HATCHERY_CLI, args, { encoding: 'utf8' });
+    // The same answer whichever way the options come.
+    const base = run('--socket', d.socket, '--json', 'jobs', '--status', 'queued');
+    assert.equal(base.status, 0, base.stderr);
+    for (const args of [
+      ['jobs', '--status=queued', '--json', `--socket=${d.socket}`],
+      ['jobs', '--json', '--socket', d.socket, '--status', 'queued'],
+    ]) {
+      const r = run(...args);
+      assert.equal(r.status, 0, `${args.join(' ')}: ${r.stderr}`);
+      assert.deepEqual(JSON.parse(r.stdout).jobs.map((j) => j.id), JSON.parse(base.stdout).jobs.map((j) => j.id));
+    }
+    assert.equal(run('health', '--socket', d.socket).status, 0);
+    assert.equal(run('runners', '--pool=linux.ppc64le', '--all', `--socket=${d.socket}`).status, 0);
+    // Usage errors: exit 2, one line naming what is wrong and where the help is.
+    for (const [args, said] of [
+      [['--bogus', 'jobs'], 'hatchery: unknown option --bogus (hatchery --help)\n'],
+      [['jobs', '--status'], 'hatchery: --status needs a value (hatchery --help)\n'],
+      [['pools', '--status', 'queued'], 'hatchery: pools takes no --status (hatchery --help)\n'],
+      [['drain'], 'hatchery: drain needs a HOST (hatchery --help)\n'],
+      [['drain', 'a', 'b'], 'hatchery: drain: unexpected argument b (hatchery --help)\n'],
+      [['runners', 'show'], 'hatchery: runners needs show RUNNER (hatchery --help)\n'],
+      [['frobnicate'], "hatchery: unknown command 'frobnicate' (hatchery --help)\n"],
+      [[], 'hatchery: which command? (hatchery --help)\n'],
+      [['jobs', '--limit', '0'], 'hatchery: --limit takes 1..10000 (hatchery --help)\n'],
+    ]) {
+      const r = run('--socket', d.socket, ...args);
+      assert.equal(r.status, 2, `${args.join(' ')}: exit ${r.status}`);
+      assert.equal(r.stderr, said, args.join(' '));
+      assert.equal(r.stdout, '');
+    }
   });
 
   test('pools lists the configuration', () => {
