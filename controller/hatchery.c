@@ -124,23 +124,33 @@ static int image_check(const char *const paths[2], time_t now, int warn_days)
     return c;
 }
 
+/* Why the last call() failed, for --json: the same words as on standard error. */
+static char call_error[512];
+
+__attribute__((format(printf, 1, 2))) static void call_failed(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(call_error, sizeof(call_error), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "hatchery: %s\n", call_error);
+}
+
 /* Sends one request and reads the whole answer (bounded). */
 static int call(const char *socket_path, json_t *request, json_t **ret_answer)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     if (strlen(socket_path) >= sizeof(addr.sun_path)) {
-        fprintf(stderr, "hatchery: socket path too long: %s\n", socket_path);
+        call_failed("socket path too long: %s", socket_path);
         return EXIT_USAGE;
     }
     memcpy(addr.sun_path, socket_path, strlen(socket_path));
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         int e = errno;
-        fprintf(stderr,
-                "hatchery: cannot reach hatcheryd at %s: %s\n"
-                "hatchery: is the daemon running? (systemctl status hatcheryd; or pass "
-                "--socket)\n",
-                socket_path, strerror(e));
+        call_failed("cannot reach hatcheryd at %s: %s", socket_path, strerror(e));
+        fprintf(stderr, "hatchery: is the daemon running? (systemctl status hatcheryd; or pass "
+                        "--socket)\n");
         if (fd >= 0)
             close(fd);
         return EXIT_UNREACHABLE;
@@ -152,10 +162,10 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
                 send(fd, "\n", 1, MSG_NOSIGNAL) == 1;
     free(text);
     if (!sent) {
-        fprintf(stderr, "hatchery: cannot send to %s: %s%s\n", socket_path, strerror(errno),
-                errno == EPIPE || errno == ECONNRESET
-                    ? " (the daemon closed the connection: is it stopping or overloaded?)"
-                    : "");
+        call_failed("cannot send to %s: %s%s", socket_path, strerror(errno),
+                    errno == EPIPE || errno == ECONNRESET
+                        ? " (the daemon closed the connection: is it stopping or overloaded?)"
+                        : "");
         close(fd);
         return EXIT_UNREACHABLE;
     }
@@ -164,7 +174,7 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
     for (;;) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (poll(&pfd, 1, ADMIN_TIMEOUT_MS * 2) <= 0) {
-            fprintf(stderr, "hatchery: no answer from %s\n", socket_path);
+            call_failed("no answer from %s", socket_path);
             free(buf);
             close(fd);
             return EXIT_UNREACHABLE;
@@ -173,8 +183,7 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
             cap = cap ? cap * 2 : 65536;
             char *grown = cap <= ADMIN_MAX_RESPONSE_BYTES ? realloc(buf, cap) : NULL;
             if (!grown) {
-                fprintf(stderr, "hatchery: answer larger than %d bytes\n",
-                        ADMIN_MAX_RESPONSE_BYTES);
+                call_failed("answer larger than %d bytes", ADMIN_MAX_RESPONSE_BYTES);
                 free(buf);
                 close(fd);
                 return EXIT_BAD_ANSWER;
@@ -185,10 +194,9 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 || (n == 0 && used == 0)) {
-            fprintf(stderr,
-                    "hatchery: the daemon closed the connection at %s without answering%s%s "
-                    "(is it stopping or overloaded?)\n",
-                    socket_path, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+            call_failed("the daemon closed the connection at %s without answering%s%s (is it "
+                        "stopping or overloaded?)",
+                        socket_path, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
             free(buf);
             close(fd);
             return EXIT_UNREACHABLE;
@@ -202,7 +210,7 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
     json_t *answer = buf ? json_loadb(buf, used, 0, &jerr) : NULL;
     free(buf);
     if (!json_is_object(answer)) {
-        fprintf(stderr, "hatchery: the daemon's answer is not a JSON object\n");
+        call_failed("the daemon's answer is not a JSON object");
         json_decref(answer);
         return EXIT_BAD_ANSWER;
     }
@@ -939,8 +947,17 @@ int main(int argc, char **argv)
     json_t *answer = NULL;
     int rc = call(socket_path, request, &answer);
     json_decref(request);
-    if (rc != EXIT_OK)
+    if (rc != EXIT_OK) {
+        /* A script asked for JSON: it gets JSON, the error and the exit status in it. */
+        if (as_json) {
+            json_t *err = json_pack("{s:b, s:s, s:i}", "ok", 0, "error", call_error, "exit", rc);
+            char *text = err ? json_dumps(err, JSON_INDENT(2)) : NULL;
+            puts(text ? text : "{\"ok\": false}");
+            free(text);
+            json_decref(err);
+        }
         return rc;
+    }
     if (!json_is_true(json_object_get(answer, "ok"))) {
         const char *e = json_string_value(json_object_get(answer, "error"));
         if (as_json) {

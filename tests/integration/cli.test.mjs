@@ -259,6 +259,11 @@ test('no daemon: a clear message and exit status 3', () => {
   assert.equal(r.status, 3);
   assert.match(r.stderr, /cannot reach hatcheryd at \/nonexistent\/admin.sock/);
   assert.match(r.stderr, /is the daemon running\?/);
+  assert.equal(r.stdout, '');
+  // Under --json the error is JSON too, with the exit status in it.
+  const j = spawnSync(HATCHERY_CLI, ['--socket', '/nonexistent/admin.sock', '--json', 'capacity'], { encoding: 'utf8' });
+  assert.equal(j.status, 3);
+  assert.deepEqual(JSON.parse(j.stdout), { ok: false, error: 'cannot reach hatcheryd at /nonexistent/admin.sock: No such file or directory', exit: 3 });
 });
 
 test('systemd: READY=1 once listening, WATCHDOG=1 pings, STOPPING=1 on SIGTERM', async () => {
