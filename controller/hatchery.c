@@ -860,6 +860,12 @@ int main(int argc, char **argv)
     if (!a.socket_path || !*a.socket_path)
         a.socket_path = DEFAULT_SOCKET;
     int r = parse_args(argc, argv, &a);
+    /* image-check's exit statuses are its own: 2 is "refused" there, bad input is 3. */
+    bool image_check_asked = false;
+    for (int k = 1; k < argc; k++)
+        image_check_asked = image_check_asked || strcmp(argv[k], "image-check") == 0;
+    if (r == EXIT_USAGE && image_check_asked)
+        return RUNNER_BAD_INPUT;
     if (r != EXIT_OK || a.answered)
         return r;
     if (a.n_words == 0)

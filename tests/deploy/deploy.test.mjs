@@ -213,6 +213,13 @@ test('the runner-version check (hatchery image-check, no daemon, no Node), on a 
   r = cli(join(dir, 'runner.qcow2.json'));
   assert.equal(r.status, 3);
   assert.match(r.stderr, /usage: hatchery image-check/);
+  // Bad input is 3 here whatever is wrong, an unknown option included: 2 means refused.
+  r = cli(join(dir, 'runner.qcow2.json'), releases, '--bogus');
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /unknown option --bogus/);
+  r = cli(join(dir, 'runner.qcow2.json'), releases, '--status', 'queued');
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /image-check takes no --status/);
   // A runner newer than every release is current.
   writeFileSync(join(dir, 'new.json'), JSON.stringify({ runner_version: '9.0.0' }));
   r = cli(join(dir, 'new.json'), releases, '--now', '2025-02-01T00:00:00Z');
