@@ -10,12 +10,7 @@
 #include <string.h>
 
 #include "domain_xml.h"
-
-static const char *virt_error(void)
-{
-    const char *m = virGetLastErrorMessage();
-    return m ? m : "unknown libvirt error";
-}
+#include "libvirt_error.h"
 
 int guest_filter_ensure(virConnectPtr conn, bool redefine, char *why, size_t why_size)
 {
@@ -35,7 +30,7 @@ int guest_filter_ensure(virConnectPtr conn, bool redefine, char *why, size_t why
     free(xml);
     if (!filter) {
         snprintf(why, why_size, "nwfilter %s cannot be defined: %s", GUEST_FILTER_NAME,
-                 virt_error());
+                 libvirt_error());
         return -1;
     }
     virNWFilterFree(filter);

@@ -10,12 +10,7 @@
 #include <string.h>
 
 #include "domain_xml.h"
-
-static const char *virt_error(void)
-{
-    const char *m = virGetLastErrorMessage();
-    return m && m[0] ? m : "unknown libvirt error";
-}
+#include "libvirt_error.h"
 
 /* The storage pool over `dir` on the host: the active one whose target it is, else a
  * transient directory pool of our own, made here (or by another worker a moment ago). */
@@ -35,7 +30,7 @@ static virStoragePoolPtr dir_pool(virConnectPtr conn, const char *dir, char *err
     free(xml);
     if (!pool) {
         char why[256];
-        snprintf(why, sizeof(why), "%s", virt_error());
+        snprintf(why, sizeof(why), "%s", libvirt_error());
         pool = virStoragePoolLookupByName(conn, name);
         if (pool && virStoragePoolIsActive(pool) != 1) {
             virStoragePoolFree(pool);
@@ -56,7 +51,7 @@ static int download(virConnectPtr conn, virStorageVolPtr vol, const char *path, 
 {
     virStorageVolInfo info;
     if (virStorageVolGetInfo(vol, &info) < 0) {
-        snprintf(err, err_size, "%s: %s", path, virt_error());
+        snprintf(err, err_size, "%s: %s", path, libvirt_error());
         return -EIO;
     }
     if (info.capacity > max) {
@@ -67,20 +62,20 @@ static int download(virConnectPtr conn, virStorageVolPtr vol, const char *path, 
     virStreamPtr st = buf ? virStreamNew(conn, 0) : NULL;
     if (!st) {
         free(buf);
-        snprintf(err, err_size, "%s: %s", path, buf ? virt_error() : "out of memory");
+        snprintf(err, err_size, "%s: %s", path, buf ? libvirt_error() : "out of memory");
         return -ENOMEM;
     }
     int r = 0;
     size_t n = 0;
     if (virStorageVolDownload(vol, st, 0, 0, 0) < 0) {
-        snprintf(err, err_size, "%s: download: %s", path, virt_error());
+        snprintf(err, err_size, "%s: download: %s", path, libvirt_error());
         r = -EIO;
     }
     /* The file may have grown since its size was read: never past max + 1. */
     while (r == 0) {
         int got = virStreamRecv(st, buf + n, max + 1 - n);
         if (got < 0) {
-            snprintf(err, err_size, "%s: download: %s", path, virt_error());
+            snprintf(err, err_size, "%s: download: %s", path, libvirt_error());
             r = -EIO;
         } else if (got == 0) {
             break;
@@ -90,7 +85,7 @@ static int download(virConnectPtr conn, virStorageVolPtr vol, const char *path, 
         }
     }
     if (r == 0 && virStreamFinish(st) < 0) {
-        snprintf(err, err_size, "%s: download: %s", path, virt_error());
+        snprintf(err, err_size, "%s: download: %s", path, libvirt_error());
         r = -EIO;
     } else if (r < 0) {
         virStreamAbort(st);
@@ -142,7 +137,7 @@ int host_image_probe(virConnectPtr conn, const char *image, enum pool_arch arch,
     /* Another pool over the directory may be one the operator keeps: refreshed, not
      * rebuilt. Files copied in since the last look appear only after a refresh. */
     if (virStoragePoolRefresh(pool, 0) < 0) {
-        snprintf(err, err_size, "image directory %s: refresh: %s", dir, virt_error());
+        snprintf(err, err_size, "image directory %s: refresh: %s", dir, libvirt_error());
         r = -EIO;
     }
     if (r == 0)

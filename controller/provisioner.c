@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "domain_xml.h"
+#include "libvirt_error.h"
 #include "guest_filter.h"
 #include "guest_isolation.h"
 #include "host_caps.h"
@@ -229,12 +230,6 @@ static void slot_broken(struct template_slot *slot, const char *reason);
 static void slot_restore_failed(struct template_slot *slot, const char *reason);
 static virDomainPtr runner_domain(virConnectPtr conn, const char *name);
 
-static const char *virt_error(void)
-{
-    virErrorPtr e = virGetLastError();
-    return e && e->message ? e->message : "unknown libvirt error";
-}
-
 static struct host *host_find(struct provisioner *p, const char *name)
 {
     for (struct host *h = p->hosts; h; h = h->next)
@@ -442,7 +437,7 @@ static void connect_work(uv_work_t *w)
     f->qemu_uid = -1;
     f->conn = virConnectOpen(h->cfg.uri);
     if (!f->conn) {
-        snprintf(f->error, sizeof(f->error), "%s", virt_error());
+        snprintf(f->error, sizeof(f->error), "%s", libvirt_error());
         return;
     }
     if (h->ever_up) {
@@ -1004,7 +999,7 @@ static virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *
         virStoragePoolCreate(pool, 0);
     }
     if (!pool)
-        snprintf(err, err_size, "storage pool %s: %s", h->cfg.storage_pool, virt_error());
+        snprintf(err, err_size, "storage pool %s: %s", h->cfg.storage_pool, libvirt_error());
     return pool;
 }
 
@@ -1060,7 +1055,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         virStoragePoolFree(sp);
         if (!vol) {
             snprintf(g->error, sizeof(g->error), "overlay volume on %s: %s", pool->image,
-                     virt_error());
+                     libvirt_error());
             return;
         }
         virStorageVolFree(vol);
@@ -1082,7 +1077,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
     }
     virDomainPtr dom = virDomainCreateXML(conn, g->xml, 0);
     if (!dom) {
-        snprintf(g->error, sizeof(g->error), "domain: %s", virt_error());
+        snprintf(g->error, sizeof(g->error), "domain: %s", libvirt_error());
         return;
     }
     virDomainFree(dom);
@@ -1199,7 +1194,7 @@ static void restore_on(struct guest *g, virConnectPtr conn)
     virStoragePoolFree(sp);
     if (!vol) {
         snprintf(g->error, sizeof(g->error), "overlay volume on template %s: %s", g->domain,
-                 backing ? virt_error() : "the template's volume is gone");
+                 backing ? libvirt_error() : "the template's volume is gone");
         free(backing);
         return;
     }
@@ -1208,7 +1203,7 @@ static void restore_on(struct guest *g, virConnectPtr conn)
     char *saved =
         virDomainSaveImageGetXMLDesc(conn, g->save_file, VIR_DOMAIN_SAVE_IMAGE_XML_SECURE);
     if (!saved) {
-        snprintf(g->error, sizeof(g->error), "template %.100s: %.300s", g->domain, virt_error());
+        snprintf(g->error, sizeof(g->error), "template %.100s: %.300s", g->domain, libvirt_error());
         return;
     }
     g->xml = restore_xml(g, saved, err, sizeof(err));
@@ -1219,7 +1214,7 @@ static void restore_on(struct guest *g, virConnectPtr conn)
     }
     if (virDomainRestoreFlags(conn, g->save_file, g->xml, 0) < 0)
         snprintf(g->error, sizeof(g->error), "restore from template %.100s: %.300s", g->domain,
-                 virt_error());
+                 libvirt_error());
 }
 
 static void create_work(uv_work_t *w)
@@ -1631,7 +1626,7 @@ static void streams_on(struct guest *g, virConnectPtr conn)
 {
     virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
     if (!dom) {
-        snprintf(g->error, sizeof(g->error), "the domain is gone: %s", virt_error());
+        snprintf(g->error, sizeof(g->error), "the domain is gone: %s", libvirt_error());
         return;
     }
     /* The console first: it carries the boot, and losing it costs only the log. */
@@ -1648,7 +1643,7 @@ static void streams_on(struct guest *g, virConnectPtr conn)
         g->opened_channel = channel;
     } else {
         snprintf(g->error, sizeof(g->error), "cannot open the agent channel through libvirt: %s",
-                 virt_error());
+                 libvirt_error());
         if (channel)
             virStreamFree(channel);
     }
@@ -1977,7 +1972,7 @@ static void save_work(uv_work_t *w)
     if (!dom)
         snprintf(g->error, sizeof(g->error), "its domain is gone");
     else if (virDomainSaveFlags(dom, g->save_file, NULL, VIR_DOMAIN_SAVE_RUNNING) < 0)
-        snprintf(g->error, sizeof(g->error), "save: %.300s", virt_error());
+        snprintf(g->error, sizeof(g->error), "save: %.300s", libvirt_error());
     if (dom)
         virDomainFree(dom);
     if (conn)
@@ -2662,17 +2657,17 @@ static void teardown_work(uv_work_t *w)
     if (!conn)
         return; /* the host is down: the reconciler finishes this when it returns */
     if (domain_remove(conn, g->domain) < 0)
-        snprintf(g->error, sizeof(g->error), "destroy: %s", virt_error());
+        snprintf(g->error, sizeof(g->error), "destroy: %s", libvirt_error());
     /* A template's volume is its disk, saved with its memory: kept. */
     if (g->pool->backend == BACKEND_VM && !g->saved) {
         virStoragePoolPtr sp = storage_pool_lookup(h, conn);
         if (!sp)
             snprintf(g->error, sizeof(g->error),
                      "volume %s kept: storage pool %s: %s (the reconciler removes it later)",
-                     g->volume, h->cfg.storage_pool, virt_error());
+                     g->volume, h->cfg.storage_pool, libvirt_error());
         virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
         if (vol && virStorageVolDelete(vol, 0) < 0)
-            snprintf(g->error, sizeof(g->error), "volume delete: %s", virt_error());
+            snprintf(g->error, sizeof(g->error), "volume delete: %s", libvirt_error());
         if (vol)
             virStorageVolFree(vol);
         if (sp)
