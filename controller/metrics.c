@@ -69,13 +69,12 @@ static void pool_histogram(struct textbuf *b, const struct scheduler_stats *st, 
 
 /* The store's job counts, laid out so that every configured pool and every status has a
  * series, zeros included (a query over a series that comes and goes sees gaps, not 0). A
- * pool no longer configured keeps its non-zero rows. */
+ * pool no longer configured keeps its non-zero rows, kept aside in `others` as they come. */
 struct job_counts {
-    struct textbuf *b;
     const struct config *config;
     int64_t (*by_pool)[JOB_STATUS_MAX]; /* [n_pools] */
     int64_t unmatched[JOB_STATUS_MAX];
-    bool unconfigured; /* second pass: print the rows of pools not in the config */
+    struct textbuf others;
 };
 
 static void job_count_row(void *data, const char *pool, const char *status, int64_t count)
@@ -85,24 +84,23 @@ static void job_count_row(void *data, const char *pool, const char *status, int6
     if (job_status_parse(status, &st) < 0)
         return;
     if (!pool) {
-        if (!jc->unconfigured)
-            jc->unmatched[st] = count;
+        jc->unmatched[st] = count;
         return;
     }
     for (size_t i = 0; i < jc->config->n_pools; i++)
         if (strcmp(jc->config->pools[i].name, pool) == 0) {
-            if (!jc->unconfigured && jc->by_pool)
+            if (jc->by_pool)
                 jc->by_pool[i][st] = count;
             return;
         }
-    if (jc->unconfigured)
-        textbuf_printf(jc->b, "hatchery_jobs{pool=\"%s\",status=\"%s\"} %lld\n", pool, status,
-                       (long long)count);
+    textbuf_printf(&jc->others, "hatchery_jobs{pool=\"%s\",status=\"%s\"} %lld\n", pool, status,
+                   (long long)count);
 }
 
 static void job_metrics(struct textbuf *b, const struct daemon *d)
 {
-    struct job_counts jc = {.b = b, .config = d->config};
+    struct job_counts jc = {.config = d->config};
+    textbuf_init(&jc.others, METRICS_MAX_BYTES);
     jc.by_pool = d->config->n_pools ? calloc(d->config->n_pools, sizeof(*jc.by_pool)) : NULL;
     store_job_counts(d->store, job_count_row, &jc);
     header(b, "hatchery_jobs", "gauge", "Jobs in the store, by pool and status.");
@@ -111,13 +109,16 @@ static void job_metrics(struct textbuf *b, const struct daemon *d)
             textbuf_printf(b, "hatchery_jobs{pool=\"%s\",status=\"%s\"} %lld\n",
                            d->config->pools[i].name, job_status_names[st],
                            (long long)jc.by_pool[i][st]);
-    jc.unconfigured = true;
-    store_job_counts(d->store, job_count_row, &jc);
+    if (jc.others.error && !b->error)
+        b->error = jc.others.error; /* as if written to `b`: the scrape fails whole */
+    else if (jc.others.len)
+        textbuf_append(b, jc.others.data, jc.others.len);
     header(b, "hatchery_jobs_unmatched", "gauge",
            "Jobs in the store that no pool matches, by status.");
     for (int st = 0; st < JOB_STATUS_MAX; st++)
         textbuf_printf(b, "hatchery_jobs_unmatched{status=\"%s\"} %lld\n", job_status_names[st],
                        (long long)jc.unmatched[st]);
+    textbuf_free(&jc.others);
     free(jc.by_pool);
 }
 

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { DEFAULT_POOLS, Daemon } from './lib/daemon.mjs';
+import { DEFAULT_POOLS, Daemon, examples, request } from './lib/daemon.mjs';
 
 const extraPool = `  - name: linux.ppc64le.big
     labels: [linux.ppc64le.big]
@@ -39,6 +39,11 @@ describe('reload', () => {
   });
 
   test('a pool added, one changed and one removed; a host added: all live, and said', async () => {
+    // A job of the pool about to go: its count stays in /metrics after the pool does.
+    const job = structuredClone(examples('workflow_job')[5]);
+    job.workflow_job.id = 6100000001;
+    job.workflow_job.labels = ['k8s'];
+    assert.equal((await d.post('workflow_job', job)).status, 202);
     rewrite({
       pools: DEFAULT_POOLS.replace('    max_runners: 2\n', '    max_runners: 5\n').replace(/  - name: k8s[\s\S]*$/, '') + extraPool,
       hostsExtra: hostB,
@@ -54,6 +59,10 @@ describe('reload', () => {
     assert.equal(d.cliJson('pools').pools.find((p) => p.name === 'linux.ppc64le').max_runners, 5);
     assert.ok(d.cliJson('hosts').hosts.some((h) => h.name === 'host-b'));
     await d.until('the reload in the log', () => /event=config.reloaded via=admin pools=3 hosts=2 /.test(d.logs), { ms: 10000 });
+    const metrics = (await request(d.port, { path: '/metrics' })).body;
+    assert.match(metrics, /^hatchery_jobs\{pool="k8s",status="queued"\} 1$/m);
+    assert.doesNotMatch(metrics, /^hatchery_jobs\{pool="k8s",status="completed"\}/m, 'a pool no longer configured has only its rows');
+    assert.match(metrics, /^hatchery_jobs\{pool="linux\.ppc64le\.big",status="completed"\} 0$/m);
     // The people's view of the same answer.
     rewrite({ pools: DEFAULT_POOLS, hostsExtra: hostB });
     const text = d.cli('reload');
