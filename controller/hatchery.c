@@ -759,6 +759,7 @@ struct cli_args {
     long limit, warn_days;
     unsigned given;       /* 1 << (OPT_x - OPT_STATUS) for each command option given */
     bool answered;        /* --help or --version: printed, nothing else to do */
+    char problem[256];    /* the first usage error met, said once the command is known */
     const char *words[4]; /* the command and its operands, in order */
     size_t n_words;
 };
@@ -773,9 +774,21 @@ static const char *option_name(int opt)
     return "?";
 }
 
-/* Fills `a` from argv: EXIT_OK (with `answered` set when --help or --version printed all
- * there is to print), or the exit status of a usage error. */
-static int parse_args(int argc, char **argv, struct cli_args *a)
+/* Notes the first usage error in `a`: parsing goes on, so that the command is known when
+ * it is said (image-check's exit statuses are its own). */
+__attribute__((format(printf, 2, 3))) static void problem(struct cli_args *a, const char *fmt, ...)
+{
+    if (a->problem[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->problem, sizeof(a->problem), fmt, ap);
+    va_end(ap);
+}
+
+/* Fills `a` from argv, `answered` set when --help or --version printed all there is to
+ * print, `problem` when the line is not a valid one. */
+static void parse_args(int argc, char **argv, struct cli_args *a)
 {
     opterr = 0;
     int opt;
@@ -791,18 +804,18 @@ static int parse_args(int argc, char **argv, struct cli_args *a)
         case OPT_HELP:
             usage(stdout);
             a->answered = true;
-            return EXIT_OK;
+            return;
         case OPT_VERSION:
             printf("hatchery %s\n", HATCHERY_VERSION);
             a->answered = true;
-            return EXIT_OK;
+            return;
         case OPT_STATUS:
             a->status = optarg;
             break;
         case OPT_LIMIT:
             a->limit = strtol(optarg, &end, 10);
             if (*end || a->limit <= 0 || a->limit > ADMIN_MAX_LIST_ROWS)
-                return usage_error("--limit takes 1..%d", ADMIN_MAX_LIST_ROWS);
+                problem(a, "--limit takes 1..%d", ADMIN_MAX_LIST_ROWS);
             break;
         case OPT_ALL:
             a->all = true;
@@ -818,25 +831,25 @@ static int parse_args(int argc, char **argv, struct cli_args *a)
             break;
         case OPT_WARN_DAYS:
             a->warn_days = strtol(optarg, &end, 10);
-            if (*end || a->warn_days < 0 || a->warn_days > 365) {
-                fprintf(stderr, "hatchery: image-check: --warn-days takes 0..365\n");
-                return RUNNER_BAD_INPUT;
-            }
+            if (*end || a->warn_days < 0 || a->warn_days > 365)
+                problem(a, "--warn-days takes 0..365");
             break;
         case ':':
-            return usage_error("%s needs a value", argv[optind - 1]);
+            problem(a, "%s needs a value", argv[optind - 1]);
+            break;
         default:
-            return usage_error("unknown option %s", argv[optind - 1]);
+            problem(a, "unknown option %s", argv[optind - 1]);
+            break;
         }
         if (opt >= OPT_STATUS)
             a->given |= GIVEN(opt);
     }
     for (int i = optind; i < argc; i++) {
         if (a->n_words == sizeof(a->words) / sizeof(a->words[0]))
-            return usage_error("unexpected argument %s", argv[i]);
-        a->words[a->n_words++] = argv[i];
+            problem(a, "unexpected argument %s", argv[i]);
+        else
+            a->words[a->n_words++] = argv[i];
     }
-    return EXIT_OK;
 }
 
 /* Whether the command takes the options given (`allowed`), and `min`..`max` operands. */
@@ -859,18 +872,18 @@ int main(int argc, char **argv)
     struct cli_args a = {.socket_path = getenv("HATCHERY_SOCKET"), .warn_days = 7};
     if (!a.socket_path || !*a.socket_path)
         a.socket_path = DEFAULT_SOCKET;
-    int r = parse_args(argc, argv, &a);
-    /* image-check's exit statuses are its own: 2 is "refused" there, bad input is 3. */
-    bool image_check_asked = false;
-    for (int k = 1; k < argc; k++)
-        image_check_asked = image_check_asked || strcmp(argv[k], "image-check") == 0;
-    if (r == EXIT_USAGE && image_check_asked)
-        return RUNNER_BAD_INPUT;
-    if (r != EXIT_OK || a.answered)
-        return r;
+    parse_args(argc, argv, &a);
+    if (a.answered)
+        return EXIT_OK;
+    if (a.problem[0]) {
+        usage_error("%s", a.problem);
+        /* image-check's exit statuses are its own: 2 is "refused" there, bad input is 3. */
+        return a.n_words && strcmp(a.words[0], "image-check") == 0 ? RUNNER_BAD_INPUT : EXIT_USAGE;
+    }
     if (a.n_words == 0)
         return usage_error("which command?");
     const char *cmd = a.words[0];
+    int r;
     const char *socket_path = a.socket_path;
     bool as_json = a.as_json;
     if (strcmp(cmd, "image-check") == 0) {
