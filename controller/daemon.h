@@ -11,7 +11,7 @@
 #include "log.h"
 #include "front.h"
 #include "github.h"
-#include "provisioner.h"
+#include "provider.h"
 #include "scheduler.h"
 #include "secret.h"
 #include "store.h"
@@ -42,7 +42,7 @@ struct daemon {
     struct secret *webhook_secret;
     struct store *store;
     struct github_client *github; /* NULL without a `github` section */
-    struct provisioner *provisioner;
+    struct provider *provider;
     struct scheduler *scheduler;
     struct scheduler *scheduler_closed; /* freed after the loop ends */
     struct github_scope *scopes;        /* from config.github.runner_scopes */

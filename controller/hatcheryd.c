@@ -19,6 +19,7 @@
 #include "daemon.h"
 #include "guest_isolation.h"
 #include "libvirt_loop.h"
+#include "provisioner.h"
 #include "hatchery/admin_protocol.h"
 #include "hatchery/limits.h"
 #include "image_manifest.h"
@@ -302,7 +303,7 @@ static void check_pool_images(const struct config *c)
 
 /* ---- admin API ---------------------------------------------------------------------- */
 
-/* A VM pool's image: as each remote host's probe found it (provisioner_host_image), and
+/* A VM pool's image: as each remote host's probe found it (provider_host_image), and
  * read from this machine for its other hosts (local ones, and the test driver's, which
  * has no files of its own). `image_manifest` is this machine's, else the first a remote
  * host has; `image_error` this machine's problem, else the first remote host's. */
@@ -315,8 +316,7 @@ static void pool_image_json(struct daemon *d, const struct config_pool *p, json_
     struct image_status st;
     for (size_t i = 0; i < d->config->n_hosts; i++) {
         const char *host = d->config->hosts[i].name;
-        if (!config_pool_uses_host(p, host) ||
-            provisioner_host_image(d->provisioner, host, p, &st) < 0)
+        if (!config_pool_uses_host(p, host) || provider_host_image(d->provider, host, p, &st) < 0)
             continue;
         json_t *row = json_pack("{s:s, s:s}", "host", host, "state", image_state_names[st.state]);
         here = here || st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED;
@@ -587,7 +587,7 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
         for (size_t i = 0; i < d->config->n_hosts; i++) {
             const struct config_host *h = &d->config->hosts[i];
             struct host_status st;
-            if (provisioner_host_status(d->provisioner, h->name, &st) < 0)
+            if (provider_host_status(d->provider, h->name, &st) < 0)
                 continue;
             json_t *row = json_pack(
                 "{s:s, s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "name",
@@ -612,7 +612,7 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
             struct template_status ts[64];
             size_t n_ts = 0;
             json_t *templates = json_array();
-            provisioner_templates(d->provisioner, h->name, ts, 64, &n_ts);
+            provider_templates(d->provider, h->name, ts, 64, &n_ts);
             for (size_t k = 0; k < n_ts; k++)
                 json_array_append_new(
                     templates,
@@ -782,8 +782,8 @@ static void daemon_stop(struct daemon *d)
     scheduler_free(d->scheduler);
     d->scheduler_closed = d->scheduler;
     d->scheduler = NULL;
-    provisioner_free(d->provisioner);
-    d->provisioner = NULL;
+    provider_free(d->provider);
+    d->provider = NULL;
     libvirt_loop_close();
     unlink(d->config->admin_socket);
     uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
@@ -939,7 +939,7 @@ static json_t *daemon_reload(struct daemon *d, const char *how)
     d->retired_configs[d->n_retired++] = d->config;
     d->config = next;
     for (size_t i = 0; i < next->n_hosts; i++)
-        provisioner_host_update(d->provisioner, &next->hosts[i]);
+        provider_host_update(d->provider, &next->hosts[i]);
     enum log_level level;
     if (log_level_parse(next->log_level, &level) == 0)
         log_level_set(level);
@@ -1088,9 +1088,11 @@ int main(int argc, char **argv)
     struct provisioner_options popts = {.controller_id = d.config->controller_id,
                                         .state_dir = d.config->state_dir,
                                         .adopt_grace_ms = d.config->adopt_grace_s * 1000};
-    r = provisioner_new(d.loop, &popts, &d.provisioner);
+    struct provisioner *libvirt = NULL;
+    r = provisioner_new(d.loop, &popts, &libvirt);
+    d.provider = provisioner_provider(libvirt);
     for (size_t i = 0; r == 0 && i < d.config->n_hosts; i++)
-        r = provisioner_host_add(d.provisioner, &d.config->hosts[i]);
+        r = provider_host_add(d.provider, &d.config->hosts[i]);
     if (r < 0) {
         log_error("daemon.provisioner_failed", "error=\"%s\"", strerror(-r));
         store_close(d.store);
@@ -1178,7 +1180,7 @@ int main(int argc, char **argv)
         .store = d.store,
         .config = &d.config,
         .github = &d.github,
-        .provisioner = &d.provisioner,
+        .provider = &d.provider,
         .scopes = d.scopes,
         .n_scopes = d.n_scopes,
     };

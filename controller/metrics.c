@@ -176,8 +176,8 @@ static void template_metrics(struct textbuf *b, struct daemon *d)
     struct template_status *ts = calloc(n_hosts * TEMPLATES_PER_HOST, sizeof(*ts));
     size_t *n = calloc(n_hosts, sizeof(*n));
     for (size_t i = 0; ts && n && i < n_hosts; i++)
-        provisioner_templates(d->provisioner, d->config->hosts[i].name, &ts[i * TEMPLATES_PER_HOST],
-                              TEMPLATES_PER_HOST, &n[i]);
+        provider_templates(d->provider, d->config->hosts[i].name, &ts[i * TEMPLATES_PER_HOST],
+                           TEMPLATES_PER_HOST, &n[i]);
     static const char *const states[] = {"unknown", "checking", "building",
                                          "ready",   "broken",   "disabled"};
     static const struct {
@@ -323,10 +323,10 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                   (double)gs.ratelimit_reset);
         }
     }
-    if (d->provisioner && d->config->n_hosts > 0) {
+    if (d->provider && d->config->n_hosts > 0) {
         struct host_status *st = calloc(d->config->n_hosts, sizeof(*st));
         for (size_t i = 0; st && i < d->config->n_hosts; i++)
-            provisioner_host_status(d->provisioner, d->config->hosts[i].name, &st[i]);
+            provider_host_status(d->provider, d->config->hosts[i].name, &st[i]);
         static const struct {
             const char *name, *type, *help;
         } families[] = {
@@ -501,7 +501,7 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
         for (size_t k = 0; k < d->config->n_hosts; k++) {
             const char *host = d->config->hosts[k].name;
             if (!config_pool_uses_host(p, host) ||
-                provisioner_host_image(d->provisioner, host, p, &st) < 0)
+                provider_host_image(d->provider, host, p, &st) < 0)
                 continue;
             if (st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED) {
                 here = true;

@@ -212,6 +212,7 @@ struct guest {
 };
 
 struct provisioner {
+    struct provider provider; /* first: the provider's calls get it back (provider_of) */
     uv_loop_t *loop;
     int works;    /* libvirt calls in flight on workers */
     bool closing; /* provisioner_free was called: finish when works reach 0 */
@@ -229,6 +230,7 @@ static struct template_slot *slot_for(struct host *h, const struct config_pool *
 static void slot_broken(struct template_slot *slot, const char *reason);
 static void slot_restore_failed(struct template_slot *slot, const char *reason);
 static virDomainPtr runner_domain(virConnectPtr conn, const char *name);
+static const struct provider_ops libvirt_provider_ops;
 
 static struct host *host_find(struct provisioner *p, const char *name)
 {
@@ -886,6 +888,7 @@ int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct
     struct provisioner *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
+    p->provider.ops = &libvirt_provider_ops;
     p->loop = loop;
     p->controller_id = strdup(o->controller_id);
     p->state_dir = strdup(o->state_dir);
@@ -2899,8 +2902,8 @@ struct name_work {
     size_t n;
     int err;
     bool volumes; /* tagged_work lists orphan overlay volumes, not domains */
-    provisioner_names_cb names_cb;
-    provisioner_done_cb done_cb;
+    provider_names_cb names_cb;
+    provider_done_cb done_cb;
     void *data;
 };
 
@@ -3016,8 +3019,8 @@ static void tagged_done(uv_work_t *w, int status)
     free(nw);
 }
 
-static int names_async(struct provisioner *p, const char *host, bool volumes,
-                       provisioner_names_cb cb, void *data)
+static int names_async(struct provisioner *p, const char *host, bool volumes, provider_names_cb cb,
+                       void *data)
 {
     struct host *h = host_find(p, host);
     if (!h)
@@ -3037,14 +3040,14 @@ static int names_async(struct provisioner *p, const char *host, bool volumes,
     return r;
 }
 
-int provisioner_tagged_domains_async(struct provisioner *p, const char *host,
-                                     provisioner_names_cb cb, void *data)
+int provisioner_tagged_domains_async(struct provisioner *p, const char *host, provider_names_cb cb,
+                                     void *data)
 {
     return names_async(p, host, false, cb, data);
 }
 
-int provisioner_orphan_volumes_async(struct provisioner *p, const char *host,
-                                     provisioner_names_cb cb, void *data)
+int provisioner_orphan_volumes_async(struct provisioner *p, const char *host, provider_names_cb cb,
+                                     void *data)
 {
     return names_async(p, host, true, cb, data);
 }
@@ -3097,7 +3100,7 @@ static void remove_done(uv_work_t *w, int status)
 }
 
 int provisioner_domain_remove(struct provisioner *p, const char *host, const char *name,
-                              provisioner_done_cb cb, void *data)
+                              provider_done_cb cb, void *data)
 {
     struct host *h = host_find(p, host);
     if (!h)
@@ -3117,4 +3120,101 @@ int provisioner_domain_remove(struct provisioner *p, const char *host, const cha
     if (r < 0)
         free(nw);
     return r;
+}
+
+/* ---- the provider ---------------------------------------------------------------------------- */
+
+static struct provisioner *provider_of(struct provider *p)
+{
+    return (struct provisioner *)p;
+}
+
+static void op_free(struct provider *p)
+{
+    provisioner_free(provider_of(p));
+}
+static int op_host_add(struct provider *p, const struct config_host *host)
+{
+    return provisioner_host_add(provider_of(p), host);
+}
+static int op_host_update(struct provider *p, const struct config_host *host)
+{
+    return provisioner_host_update(provider_of(p), host);
+}
+static bool op_host_up(struct provider *p, const char *host)
+{
+    return provisioner_host_up(provider_of(p), host);
+}
+static int op_host_status(struct provider *p, const char *host, struct host_status *ret)
+{
+    return provisioner_host_status(provider_of(p), host, ret);
+}
+static int op_host_image(struct provider *p, const char *host, const struct config_pool *pool,
+                         struct image_status *ret)
+{
+    return provisioner_host_image(provider_of(p), host, pool, ret);
+}
+static int op_guest_create(struct provider *p, const char *host, const struct guest_spec *spec,
+                           const struct guest_events *events, void *data, struct guest **ret)
+{
+    return provisioner_guest_create(provider_of(p), host, spec, events, data, ret);
+}
+static int op_guest_adopt(struct provider *p, const char *host, const struct guest_spec *spec,
+                          const struct guest_events *events, void *data, struct guest **ret)
+{
+    return provisioner_guest_adopt(provider_of(p), host, spec, events, data, ret);
+}
+static int op_tagged_async(struct provider *p, const char *host, provider_names_cb cb, void *data)
+{
+    return provisioner_tagged_domains_async(provider_of(p), host, cb, data);
+}
+static int op_orphan_volumes_async(struct provider *p, const char *host, provider_names_cb cb,
+                                   void *data)
+{
+    return provisioner_orphan_volumes_async(provider_of(p), host, cb, data);
+}
+static int op_remove(struct provider *p, const char *host, const char *name, provider_done_cb cb,
+                     void *data)
+{
+    return provisioner_domain_remove(provider_of(p), host, name, cb, data);
+}
+static void op_templates_want(struct provider *p, const char *host, const struct config_pool *pool,
+                              int n)
+{
+    provisioner_templates_want(provider_of(p), host, pool, n);
+}
+static void op_templates_sweep(struct provider *p, const char *host)
+{
+    provisioner_templates_sweep(provider_of(p), host);
+}
+static int op_templates(struct provider *p, const char *host, struct template_status *out,
+                        size_t max, size_t *ret_n)
+{
+    return provisioner_templates(provider_of(p), host, out, max, ret_n);
+}
+
+static const struct provider_ops libvirt_provider_ops = {
+    .free = op_free,
+    .host_add = op_host_add,
+    .host_update = op_host_update,
+    .host_up = op_host_up,
+    .host_status = op_host_status,
+    .host_image = op_host_image,
+    .guest_create = op_guest_create,
+    .guest_adopt = op_guest_adopt,
+    .guest_send_config = guest_send_config,
+    .guest_ack_exit = guest_ack_exit,
+    .guest_teardown = guest_teardown,
+    .guest_disown = guest_disown,
+    .tagged_async = op_tagged_async,
+    .orphan_volumes_async = op_orphan_volumes_async,
+    .remove = op_remove,
+    .templates_want = op_templates_want,
+    .templates_sweep = op_templates_sweep,
+    .templates = op_templates,
+};
+
+struct provider *provisioner_provider(struct provisioner *p)
+{
+    return p ? &p->provider : NULL;
 }

@@ -19,10 +19,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "agent_channel.h"
-#include "config.h"
-#include "image_manifest.h"
-#include "hatchery/limits.h"
+#include "provider.h"
 
 struct provisioner;
 struct guest;
@@ -36,6 +33,9 @@ struct provisioner_options {
 
 int provisioner_new(uv_loop_t *loop, const struct provisioner_options *options,
                     struct provisioner **ret);
+/* The provisioner as a provider (provider.h): what the scheduler, the admin socket and
+ * /metrics use. Its free is provisioner_free. */
+struct provider *provisioner_provider(struct provisioner *prov);
 /* Tears nothing down: guests stay for the reconciler. Closes the connections. */
 void provisioner_free(struct provisioner *prov);
 
@@ -46,90 +46,15 @@ int provisioner_host_add(struct provisioner *prov, const struct config_host *hos
 int provisioner_host_update(struct provisioner *prov, const struct config_host *host);
 bool provisioner_host_up(struct provisioner *prov, const char *host);
 
-struct host_usage {
-    int64_t vcpus, memory_mib, guests;
-};
 int provisioner_host_usage(struct provisioner *prov, const char *host, struct host_usage *ret);
 
-struct host_status {
-    bool up;
-    bool connecting; /* the first connection attempt is in flight */
-    bool kvm;        /* KVM offered for at least one architecture */
-    int64_t reconnects;
-    char error[256]; /* why it is down, or empty */
-    struct host_usage used;
-    bool streams; /* agent channels and consoles through libvirt streams (see host_transport) */
-    bool guest_filter; /* the guest filter (guest_filter.h) is defined on the connection */
-    char guest_filter_error[256]; /* else why not */
-};
 int provisioner_host_status(struct provisioner *prov, const char *host, struct host_status *ret);
-/* What guest_isolation_check() takes: NULL when the guest filter is in place, else why not. */
-static inline const char *host_status_filter_missing(const struct host_status *st)
-{
-    return st->guest_filter ? NULL : st->guest_filter_error;
-}
 
-/* A VM pool's image on one host. On a host whose files are this machine's, the caller
- * reads them (IMAGE_LOCAL); on libvirt's test driver there are none (IMAGE_UNCHECKED). On a
- * remote host it is what host_image_probe last found there: a probe runs off the loop
- * when there is no finding yet, when the host reconnected, and when the last is older
- * than a minute (ten seconds while the image is missing). */
-enum image_state {
-    IMAGE_LOCAL,
-    IMAGE_UNCHECKED,
-    IMAGE_CHECKING, /* the first probe is under way */
-    IMAGE_READY,
-    IMAGE_MISSING, /* missing, unreadable, or for another arch: `reason` says which */
-};
-extern const char *const image_state_names[IMAGE_MISSING + 1];
-struct image_status {
-    enum image_state state;
-    char reason[256];
-    int64_t checked_ms;             /* wall clock of the last finding; 0 none */
-    struct image_manifest manifest; /* when ready */
-};
 /* Reports, and starts a probe when one is due (so: call it where the image is needed).
  * -ENOENT for an unknown host. */
 int provisioner_host_image(struct provisioner *prov, const char *host,
                            const struct config_pool *pool, struct image_status *ret);
 
-enum guest_state {
-    GUEST_CREATING,
-    GUEST_ADOPTING, /* an earlier hatcheryd's guest: looked up, then resumed */
-    GUEST_BOOTING,
-    GUEST_READY,   /* the agent said hello */
-    GUEST_RUNNING, /* the runner started */
-    GUEST_EXITED,
-    GUEST_DELETING,
-    GUEST_GONE,
-    GUEST_STATE_MAX,
-};
-extern const char *const guest_state_names[GUEST_STATE_MAX];
-
-struct guest_events {
-    void (*on_hello)(void *data, struct guest *guest, const struct agent_hello *hello);
-    void (*on_started)(void *data, struct guest *guest, int64_t pid);
-    void (*on_exited)(void *data, struct guest *guest, const struct agent_exit *exit);
-    /* Something went wrong; teardown has begun. */
-    void (*on_failed)(void *data, struct guest *guest, const char *reason);
-    /* The domain and its volume are gone; the guest is freed after this returns. */
-    void (*on_gone)(void *data, struct guest *guest);
-    /* The domain is defined and started: the guest boots. */
-    void (*on_booting)(void *data, struct guest *guest);
-    void (*on_heartbeat)(void *data, struct guest *guest);
-    /* An adopted guest's agent answered resume. */
-    void (*on_resumed)(void *data, struct guest *guest, const struct agent_resumed *resumed);
-};
-
-struct guest_spec {
-    const char *name; /* unique, hatchery-<controller>-… */
-    int64_t runner_id;
-    const struct config_pool *pool;
-};
-
-/* Starts creating a guest on `host`. Fails at once with -ENODEV (host down), -ENOENT (the
- * pool's image is not found on the remote host: provisioner_host_image), -ENOSPC (no
- * capacity left on the host) or -EINVAL. */
 int provisioner_guest_create(struct provisioner *prov, const char *host,
                              const struct guest_spec *spec, const struct guest_events *events,
                              void *data, struct guest **ret_guest);
@@ -178,15 +103,6 @@ void provisioner_templates_want(struct provisioner *prov, const char *host,
  * no pool, has its files deleted, one at a time, once no guest uses it. */
 void provisioner_templates_sweep(struct provisioner *prov, const char *host);
 
-struct template_status {
-    char name[256];
-    char pool[CONFIG_MAX_NAME_BYTES + 1];
-    const char *state;  /* unknown, checking, building, ready, broken, disabled */
-    char reason[256];   /* why broken or disabled */
-    int64_t file_bytes; /* the save file's size; -1 unknown */
-    int64_t restores, fallbacks;
-    bool in_use;
-};
 int provisioner_templates(struct provisioner *prov, const char *host, struct template_status *out,
                           size_t max, size_t *ret_n);
 
@@ -213,17 +129,15 @@ int provisioner_tagged_domains(struct provisioner *prov, const char *host, char 
 
 /* The reconciler's view, off the loop: calls `cb` on the loop with the names of the tagged
  * domains on `host` (NULL and 0 when the host cannot be asked). */
-typedef void (*provisioner_names_cb)(void *data, const char *host, char **names, size_t n);
 int provisioner_tagged_domains_async(struct provisioner *prov, const char *host,
-                                     provisioner_names_cb cb, void *data);
+                                     provider_names_cb cb, void *data);
 /* The same for overlay volumes of ours (named like a runner) whose domain does not exist:
  * left when a teardown could not delete them. */
 int provisioner_orphan_volumes_async(struct provisioner *prov, const char *host,
-                                     provisioner_names_cb cb, void *data);
+                                     provider_names_cb cb, void *data);
 /* Removes a domain and its overlay volume by name, for records with no guest in memory
  * (after a restart) and for domains nobody owns. Idempotent; `cb` may be NULL. */
-typedef void (*provisioner_done_cb)(void *data, int err);
 int provisioner_domain_remove(struct provisioner *prov, const char *host, const char *name,
-                              provisioner_done_cb cb, void *data);
+                              provider_done_cb cb, void *data);
 
 #endif

@@ -16,7 +16,7 @@
 #include "hatchery/limits.h"
 #include "image_manifest.h"
 #include "log.h"
-#include "provisioner.h"
+#include "provider.h"
 #include "store.h"
 #include "wall_clock.h"
 #include "webhook.h"
@@ -93,7 +93,7 @@ struct scheduler {
     struct scheduler_stats stats;
 };
 
-/* The running config, GitHub client and provisioner, read through on each use: a reload
+/* The running config, GitHub client and provider, read through on each use: a reload
  * replaces the config, and a stop clears the clients. */
 static const struct config *cfg(const struct scheduler *s)
 {
@@ -105,9 +105,9 @@ static struct github_client *gh(const struct scheduler *s)
     return *s->deps.github;
 }
 
-static struct provisioner *prov(const struct scheduler *s)
+static struct provider *prov(const struct scheduler *s)
 {
-    return *s->deps.provisioner;
+    return *s->deps.provider;
 }
 
 /* Pools and hosts are known by name: a reload may move, add or remove them. The index in
@@ -390,7 +390,7 @@ static void runner_after_guest(struct runner *r)
 static void guest_goes(struct runner *r, const char *reason)
 {
     if (r->guest)
-        guest_teardown(r->guest, reason);
+        provider_guest_teardown(prov(r->s), r->guest, reason);
     else
         runner_after_guest(r);
 }
@@ -457,7 +457,7 @@ static void runner_give_up(struct runner *r)
     log_warn("runner.delete_deadline", "runner=%s state=%s guest=%s github_requests=%d", r->name,
              runner_state_names[r->state], r->guest ? "kept" : "gone", r->holds);
     if (r->guest) {
-        guest_disown(r->guest);
+        provider_guest_disown(prov(r->s), r->guest);
         r->guest = NULL;
     }
     if (!r->reason[0])
@@ -523,7 +523,7 @@ static void maybe_configure(struct runner *r)
     const char *const *cmd =
         p->n_runner_command ? (const char *const *)p->runner_command : default_command;
     size_t n = p->n_runner_command ? p->n_runner_command : DEFAULT_COMMAND_ARGS;
-    int e = guest_send_config(r->guest, r->jit, p->job_timeout_s, cmd, n);
+    int e = provider_guest_send_config(prov(r->s), r->guest, r->jit, p->job_timeout_s, cmd, n);
     secret_free(r->jit); /* the JIT config travels once */
     r->jit = NULL;
     if (e < 0) {
@@ -625,9 +625,9 @@ static void on_exit_recorded(void *data, int result)
     if (result < 0)
         log_warn("runner.exit_unrecorded", "runner=%s error=\"%s\"", r->name, strerror(-result));
     if (r->guest) {
-        guest_ack_exit(r->guest);
+        provider_guest_ack_exit(prov(r->s), r->guest);
         /* The guest powers itself off; tear down now either way. */
-        guest_teardown(r->guest, "runner exited");
+        provider_guest_teardown(prov(r->s), r->guest, "runner exited");
     }
 }
 
@@ -775,7 +775,7 @@ static void runner_start(struct runner *r)
     if (r->state != RUNNER_CREATING)
         return;
     struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = p};
-    e = provisioner_guest_create(prov(r->s), r->host, &spec, &guest_events, r, &r->guest);
+    e = provider_guest_create(prov(r->s), r->host, &spec, &guest_events, r, &r->guest);
     if (e < 0) {
         r->guest = NULL;
         runner_fail(r, "cannot create the guest on %s: %s", r->host,
@@ -861,7 +861,7 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
             drained++;
             continue;
         }
-        if (provisioner_host_status(prov(s), h->name, &st) < 0 || !st.up) {
+        if (provider_host_status(prov(s), h->name, &st) < 0 || !st.up) {
             down++;
             continue;
         }
@@ -877,7 +877,7 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
          * is read from this machine's files, for the whole pool, in tick(). */
         struct image_status image;
         if (pool->backend == BACKEND_VM &&
-            provisioner_host_image(prov(s), h->name, pool, &image) == 0 &&
+            provider_host_image(prov(s), h->name, pool, &image) == 0 &&
             (image.state == IMAGE_CHECKING || image.state == IMAGE_MISSING)) {
             if (!no_image++)
                 snprintf(no_image_why, sizeof(no_image_why), "host %s: %s", h->name, image.reason);
@@ -926,7 +926,7 @@ static bool hosts_settled(struct scheduler *s)
 {
     for (size_t i = 0; i < cfg(s)->n_hosts; i++) {
         struct host_status st;
-        if (provisioner_host_status(prov(s), cfg(s)->hosts[i].name, &st) == 0 && st.connecting)
+        if (provider_host_status(prov(s), cfg(s)->hosts[i].name, &st) == 0 && st.connecting)
             return false;
     }
     return true;
@@ -998,17 +998,17 @@ static void keep_templates(struct scheduler *s)
             /* A template boots the pool's guest, network and all. While the host is away,
              * its guest filter is not known: its templates are kept wanted meanwhile. */
             struct host_status st;
-            bool up = provisioner_host_status(prov(s), h->name, &st) == 0 && st.up;
+            bool up = provider_host_status(prov(s), h->name, &st) == 0 && st.up;
             if (!config_pool_uses_host(pool, h->name) || s->drained[i] ||
                 guest_isolation_check(h, pool, up ? host_status_filter_missing(&st) : NULL, why,
                                       sizeof(why)) == GUEST_ISOLATION_MISSING)
                 continue;
             int64_t n = pool->max_runners < h->max_guests ? pool->max_runners : h->max_guests;
-            provisioner_templates_want(prov(s), h->name, pool, (int)n);
+            provider_templates_want(prov(s), h->name, pool, (int)n);
         }
     }
     for (size_t i = 0; i < c->n_hosts; i++)
-        provisioner_templates_sweep(prov(s), c->hosts[i].name);
+        provider_templates_sweep(prov(s), c->hosts[i].name);
 }
 
 static void tick(struct scheduler *s)
@@ -1172,7 +1172,7 @@ static void on_tagged(void *data, const char *host, char **names, size_t n)
         if (r && runner_state_live(r->state))
             continue;
         log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
-        provisioner_domain_remove(prov(s), host, names[i], on_orphan_removed, s);
+        provider_remove(prov(s), host, names[i], on_orphan_removed, s);
     }
     pass_add(s, t0);
 }
@@ -1224,7 +1224,7 @@ static void on_orphan_volumes(void *data, const char *host, char **names, size_t
         log_info("reconcile.orphan_volume", "host=%s volume=%s.qcow2 action=remove", host,
                  names[i]);
         s->stats.reconcile_volumes_removed++;
-        provisioner_domain_remove(prov(s), host, names[i], NULL, NULL);
+        provider_remove(prov(s), host, names[i], NULL, NULL);
     }
     pass_add(s, t0);
 }
@@ -1682,7 +1682,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     int64_t since = state == RUNNER_BUSY ? r->busy_ms : state == RUNNER_IDLE ? r->online_ms : 0;
     arm_timeout(r, since ? since : wall_clock_ms());
     struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = pool};
-    int e = provisioner_guest_adopt(prov(s), r->host, &spec, &guest_events, r, &r->guest);
+    int e = provider_guest_adopt(prov(s), r->host, &spec, &guest_events, r, &r->guest);
     if (e < 0) {
         r->guest = NULL;
         runner_fail(r, "not adopted after a restart: %s",
@@ -1713,7 +1713,7 @@ static void recover(struct scheduler *s)
         struct runner *r = name ? runner_find(s, name) : NULL;
         if (r || !name)
             continue;
-        if (host && !provisioner_host_up(prov(s), host))
+        if (host && !provider_host_up(prov(s), host))
             continue; /* again when the host is back */
         const char *state = json_string_value(json_object_get(row, "state"));
         int st = runner_state_from_name(state);
@@ -1736,7 +1736,7 @@ static void recover(struct scheduler *s)
                 s->stats.jobs_lost++;
         }
         if (host)
-            provisioner_domain_remove(prov(s), host, name, NULL, NULL);
+            provider_remove(prov(s), host, name, NULL, NULL);
         json_t *gid = json_object_get(row, "github_runner_id");
         const struct github_scope *scope = pool ? scope_for(s, pool) : NULL;
         if (!scope && s->deps.n_scopes)
@@ -1762,9 +1762,9 @@ static void reconcile(struct scheduler *s)
     s->pass_ms = 0;
     recover(s);
     for (size_t i = 0; i < cfg(s)->n_hosts; i++)
-        if (provisioner_host_up(prov(s), cfg(s)->hosts[i].name)) {
-            provisioner_tagged_domains_async(prov(s), cfg(s)->hosts[i].name, on_tagged, s);
-            provisioner_orphan_volumes_async(prov(s), cfg(s)->hosts[i].name, on_orphan_volumes, s);
+        if (provider_host_up(prov(s), cfg(s)->hosts[i].name)) {
+            provider_tagged_async(prov(s), cfg(s)->hosts[i].name, on_tagged, s);
+            provider_orphan_volumes_async(prov(s), cfg(s)->hosts[i].name, on_orphan_volumes, s);
         }
     /* While a rate-limit wait holds the last pass's lists back, a new pass would only pile
      * more behind them, all fired at once when the wait ends. */

@@ -35,11 +35,11 @@
 struct config;
 struct github_client;
 struct github_scope;
-struct provisioner;
+struct provider;
 struct scheduler;
 struct store;
 
-/* What the scheduler works with. The config, the GitHub client and the provisioner are
+/* What the scheduler works with. The config, the GitHub client and the provider are
  * the daemon's own variables, read through on each use: a reload replaces the config,
  * and a stop sets the clients to NULL (the GitHub client is NULL without a `github`
  * section). */
@@ -48,7 +48,7 @@ struct scheduler_deps {
     struct store *store;
     struct config *const *config;
     struct github_client *const *github;
-    struct provisioner *const *provisioner;
+    struct provider *const *provider;
     const struct github_scope *scopes; /* config.github.runner_scopes, resolved */
     size_t n_scopes;
 };

@@ -1,7 +1,8 @@
 /* The scheduler, driven through every move of the runner lifecycle without libvirt or
- * GitHub: this file defines the provisioner's and the GitHub client's functions itself
- * (the linker takes these before the library's), records what the scheduler asks of
- * them, and plays their answers back as the real ones would. The store is real SQLite,
+ * GitHub: the scheduler gets a provider of this file's own (an ops table, provider.h), and
+ * this file defines the GitHub client's functions itself (the linker takes these before
+ * the library's); both record what the scheduler asks of them, and the tests play their
+ * answers back as the real ones would. The store is real SQLite,
  * the config is a real file, the loop is libuv's. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,12 +18,14 @@
 #include "config.h"
 #include "github.h"
 #include "job.h"
+#include "libvirt_loop.h"
+#include "provider.h"
 #include "provisioner.h"
 #include "scheduler.h"
 #include "secret.h"
 #include "store.h"
 
-/* ---- the fake provisioner ---------------------------------------------------------------- */
+/* ---- the fake provider ---------------------------------------------------------------- */
 
 struct guest {
     char name[160];
@@ -39,10 +42,9 @@ struct guest {
 static struct guest guests[MAX_GUESTS];
 static size_t n_guests;
 static bool host_up = true;
-/* What provisioner_host_image reports for every host: the test driver's, unless a test
+/* What the fake's host_image reports for every host: the test driver's, unless a test
  * says the image is missing there. */
 static enum image_state host_image_state = IMAGE_UNCHECKED;
-static int tagged_calls;
 
 static struct guest *guest_named(const char *name)
 {
@@ -52,11 +54,23 @@ static struct guest *guest_named(const char *name)
     return NULL;
 }
 
-int provisioner_guest_create(struct provisioner *prov, const char *host,
-                             const struct guest_spec *spec, const struct guest_events *events,
-                             void *data, struct guest **ret_guest)
+static void fake_free(struct provider *p)
 {
-    (void)prov;
+    (void)p;
+}
+
+static int fake_host_add(struct provider *p, const struct config_host *host)
+{
+    (void)p;
+    (void)host;
+    return 0;
+}
+
+static int fake_guest_create(struct provider *p, const char *host, const struct guest_spec *spec,
+                             const struct guest_events *events, void *data,
+                             struct guest **ret_guest)
+{
+    (void)p;
     (void)host;
     assert_true(n_guests < MAX_GUESTS);
     struct guest *g = &guests[n_guests++];
@@ -68,17 +82,16 @@ int provisioner_guest_create(struct provisioner *prov, const char *host,
     return 0;
 }
 
-int provisioner_guest_adopt(struct provisioner *prov, const char *host,
-                            const struct guest_spec *spec, const struct guest_events *events,
-                            void *data, struct guest **ret_guest)
+static int fake_guest_adopt(struct provider *p, const char *host, const struct guest_spec *spec,
+                            const struct guest_events *events, void *data, struct guest **ret_guest)
 {
-    int r = provisioner_guest_create(prov, host, spec, events, data, ret_guest);
+    int r = fake_guest_create(p, host, spec, events, data, ret_guest);
     (*ret_guest)->adopted = true;
     return r;
 }
 
-int guest_send_config(struct guest *g, const struct secret *jit, int64_t job_timeout_s,
-                      const char *const *command, size_t n_command)
+static int fake_guest_send_config(struct guest *g, const struct secret *jit, int64_t job_timeout_s,
+                                  const char *const *command, size_t n_command)
 {
     (void)jit;
     (void)job_timeout_s;
@@ -88,42 +101,42 @@ int guest_send_config(struct guest *g, const struct secret *jit, int64_t job_tim
     return 0;
 }
 
-void guest_ack_exit(struct guest *g)
+static void fake_guest_ack_exit(struct guest *g)
 {
     g->acked = true;
 }
 
-void guest_teardown(struct guest *g, const char *reason)
+static void fake_guest_teardown(struct guest *g, const char *reason)
 {
     (void)reason;
     g->torn_down = true;
 }
 
-void guest_disown(struct guest *g)
+static void fake_guest_disown(struct guest *g)
 {
     g->disowned = true;
 }
 
-bool provisioner_host_up(struct provisioner *prov, const char *host)
+static bool fake_host_up(struct provider *p, const char *host)
 {
-    (void)prov;
+    (void)p;
     (void)host;
     return host_up;
 }
 
-int provisioner_host_status(struct provisioner *prov, const char *host, struct host_status *ret)
+static int fake_host_status(struct provider *p, const char *host, struct host_status *ret)
 {
-    (void)prov;
+    (void)p;
     (void)host;
     memset(ret, 0, sizeof(*ret));
     ret->up = host_up;
     return 0;
 }
 
-int provisioner_host_image(struct provisioner *prov, const char *host,
-                           const struct config_pool *pool, struct image_status *ret)
+static int fake_host_image(struct provider *p, const char *host, const struct config_pool *pool,
+                           struct image_status *ret)
 {
-    (void)prov;
+    (void)p;
     (void)pool;
     memset(ret, 0, sizeof(*ret));
     ret->state = host_image_state;
@@ -132,53 +145,76 @@ int provisioner_host_image(struct provisioner *prov, const char *host,
     return 0;
 }
 
-int provisioner_tagged_domains_async(struct provisioner *prov, const char *host,
-                                     provisioner_names_cb cb, void *data)
+/* The reconciler's lists: asked, never answered (as a host that is slow to answer). The
+ * reconciler's answers are driven by the tests that run it on libvirt's own test driver. */
+static int fake_list_none(struct provider *p, const char *host, provider_names_cb cb, void *data)
 {
-    (void)prov;
-    (void)host;
-    (void)cb;
-    (void)data;
-    tagged_calls++;
-    return 0;
-}
-
-int provisioner_orphan_volumes_async(struct provisioner *prov, const char *host,
-                                     provisioner_names_cb cb, void *data)
-{
-    (void)prov;
+    (void)p;
     (void)host;
     (void)cb;
     (void)data;
     return 0;
 }
 
-/* Warm templates: the scheduler asks for them on its tick; the fake keeps none. */
-void provisioner_templates_want(struct provisioner *prov, const char *host,
-                                const struct config_pool *pool, int n)
+static int fake_remove(struct provider *p, const char *host, const char *name, provider_done_cb cb,
+                       void *data)
 {
-    (void)prov;
-    (void)host;
-    (void)pool;
-    (void)n;
-}
-
-void provisioner_templates_sweep(struct provisioner *prov, const char *host)
-{
-    (void)prov;
-    (void)host;
-}
-
-int provisioner_domain_remove(struct provisioner *prov, const char *host, const char *name,
-                              provisioner_done_cb cb, void *data)
-{
-    (void)prov;
+    (void)p;
     (void)host;
     (void)name;
     if (cb)
         cb(data, 0);
     return 0;
 }
+
+/* Warm templates: the scheduler asks for them on its tick; the fake keeps none. */
+static void fake_templates_want(struct provider *p, const char *host,
+                                const struct config_pool *pool, int n)
+{
+    (void)p;
+    (void)host;
+    (void)pool;
+    (void)n;
+}
+
+static void fake_templates_sweep(struct provider *p, const char *host)
+{
+    (void)p;
+    (void)host;
+}
+
+static int fake_templates(struct provider *p, const char *host, struct template_status *out,
+                          size_t max, size_t *ret_n)
+{
+    (void)p;
+    (void)host;
+    (void)out;
+    (void)max;
+    *ret_n = 0;
+    return 0;
+}
+
+static const struct provider_ops fake_ops = {
+    .free = fake_free,
+    .host_add = fake_host_add,
+    .host_update = fake_host_add,
+    .host_up = fake_host_up,
+    .host_status = fake_host_status,
+    .host_image = fake_host_image,
+    .guest_create = fake_guest_create,
+    .guest_adopt = fake_guest_adopt,
+    .guest_send_config = fake_guest_send_config,
+    .guest_ack_exit = fake_guest_ack_exit,
+    .guest_teardown = fake_guest_teardown,
+    .guest_disown = fake_guest_disown,
+    .tagged_async = fake_list_none,
+    .orphan_volumes_async = fake_list_none,
+    .remove = fake_remove,
+    .templates_want = fake_templates_want,
+    .templates_sweep = fake_templates_sweep,
+    .templates = fake_templates,
+};
+static struct provider fake_provider = {.ops = &fake_ops};
 
 /* ---- the fake GitHub client ------------------------------------------------------------ */
 
@@ -324,7 +360,7 @@ static uv_loop_t loop;
 static struct store *store;
 static struct config *config;
 static struct github_client *github = (struct github_client *)&loop; /* never dereferenced */
-static struct provisioner *provisioner = (struct provisioner *)&loop;
+static struct provider *provider = &fake_provider;
 static struct github_scope scope = {.repo = "pytorch/pytorch"};
 static char dir[] = "/tmp/hatchery-test-scheduler-XXXXXX";
 
@@ -380,7 +416,7 @@ static struct scheduler *start(void)
                                   .store = store,
                                   .config = &config,
                                   .github = &github,
-                                  .provisioner = &provisioner,
+                                  .provider = &provider,
                                   .scopes = &scope,
                                   .n_scopes = 1};
     assert_int_equal(scheduler_new(&deps, &s), 0);
@@ -790,6 +826,72 @@ static void a_host_without_the_image_gets_no_guest(void **state)
     stop(s);
 }
 
+/* ---- the same scheduler on libvirt's provider ------------------------------------------ */
+
+static size_t tagged_on(struct provisioner *libvirt, const char *name)
+{
+    char **names = NULL;
+    size_t n = 0, found = 0;
+    assert_int_equal(provisioner_tagged_domains(libvirt, "h", &names, &n), 0);
+    for (size_t i = 0; i < n; i++) {
+        found += strcmp(names[i], name) == 0;
+        free(names[i]);
+    }
+    free(names);
+    return found;
+}
+
+/* The scheduler on the provider hatcheryd runs, on libvirt's own test driver: the guest is
+ * really made there (its volume and its domain, tagged as ours), boots, never says hello
+ * (the test driver runs nothing), fails at the pool's boot timeout, and is gone from the
+ * host; the reconciler's lists come back from the host. The same scheduler code as every
+ * test above, through the other ops table. */
+static void the_libvirt_provider_on_the_test_driver(void **state)
+{
+    (void)state;
+    assert_int_equal(libvirt_loop_register(&loop), 0);
+    struct provisioner *libvirt = NULL;
+    struct provisioner_options o = {.controller_id = "t", .state_dir = dir};
+    assert_int_equal(provisioner_new(&loop, &o, &libvirt), 0);
+    provider = provisioner_provider(libvirt);
+    assert_int_equal(provider_host_add(provider, &config->hosts[0]), 0);
+    for (int t = 0; t < 100 && !provider_host_up(provider, "h"); t++)
+        spin(50);
+    assert_true(provider_host_up(provider, "h"));
+
+    struct scheduler *s = start();
+    queue_job(2001);
+    spin(3500);
+    json_t *rows = scheduler_runners_json(s, true);
+    assert_int_equal(json_array_size(rows), 1);
+    char name[160];
+    snprintf(name, sizeof(name), "%s",
+             json_string_value(json_object_get(json_array_get(rows, 0), "name")));
+    json_decref(rows);
+    assert_int_equal(n_guests, 0); /* not the fake's */
+    struct secret *jit = NULL;
+    assert_int_equal(secret_from_bytes("jit", 3, &jit), 0);
+    answer_jit(0, NULL, 5151, jit);
+    for (int t = 0; t < 50 && strcmp(state_of(s, name), "booting") != 0; t++)
+        spin(100);
+    assert_string_equal(state_of(s, name), "booting");
+    assert_int_equal(tagged_on(libvirt, name), 1);
+
+    for (int t = 0; t < 100 && strcmp(state_of(s, name), "failed") != 0; t++)
+        spin(100);
+    assert_string_equal(state_of(s, name), "failed");
+    assert_non_null(strstr(reason_of(s, name), "no hello from the agent within 5 s"));
+    for (int t = 0; t < 50 && tagged_on(libvirt, name) > 0; t++)
+        spin(100);
+    assert_int_equal(tagged_on(libvirt, name), 0);
+
+    stop(s);
+    provider_free(provider);
+    provider = &fake_provider;
+    spin(200);
+    libvirt_loop_close();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -804,6 +906,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(adoption_after_a_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(a_host_without_the_image_gets_no_guest, setup, teardown),
         cmocka_unit_test_setup_teardown(exit_127_backs_off_only_before_a_job, setup, teardown),
+        /* Last: libvirt's event loop is registered once in a process. */
+        cmocka_unit_test_setup_teardown(the_libvirt_provider_on_the_test_driver, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
