@@ -18,8 +18,8 @@
 
 #include "daemon.h"
 #include "guest_isolation.h"
-#include "libvirt_loop.h"
-#include "provisioner.h"
+#include "libvirt/libvirt_loop.h"
+#include "libvirt/provisioner.h"
 #include "hatchery/admin_protocol.h"
 #include "hatchery/limits.h"
 #include "image_manifest.h"

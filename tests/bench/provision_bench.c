@@ -28,11 +28,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "domain_xml.h"
+#include "libvirt/domain_xml.h"
 #include "image_manifest.h"
-#include "libvirt_loop.h"
+#include "libvirt/libvirt_loop.h"
 #include "log.h"
-#include "provisioner.h"
+#include "libvirt/provisioner.h"
 
 #define SETTLE_US 2000000
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "domain_xml.h"
+#include "libvirt/domain_xml.h"
 
 static const char *golden_dir;
 

@@ -25,9 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "libvirt_loop.h"
+#include "libvirt/libvirt_loop.h"
 #include "log.h"
-#include "provisioner.h"
+#include "libvirt/provisioner.h"
 
 static uv_loop_t loop;
 static char state_dir[] = "/tmp/hatchery-prov-XXXXXX";

@@ -10,7 +10,7 @@
 #include <libvirt/libvirt.h>
 #include <stdlib.h>
 
-#include "host_caps.h"
+#include "libvirt/host_caps.h"
 
 /* A guest element for `arch`, offering kvm or not. */
 #define GUEST(arch, kvm)                                                                           \

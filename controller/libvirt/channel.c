@@ -1,0 +1,432 @@
+/* A guest's channel to its agent: the socket (or a container's listening socket, or
+ * libvirt streams on a remote host) opened, kept and retried, and what the agent says
+ * relayed to the guest's owner. */
+#include "internal.h"
+
+#include <errno.h>
+#include <libvirt/virterror.h>
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "domain_xml.h"
+#include "libvirt_error.h"
+#include "hatchery/agent_protocol.h"
+#include "hatchery/limits.h"
+#include "stream_bridge.h"
+#include "log.h"
+#include "wall_clock.h"
+
+/* An identity worth comparing: 32 hex digits, as a machine-id and the agent's nonce are. A
+ * guest without /etc/machine-id says "unknown" (the test guests do), which every such
+ * guest shares without being anyone's clone. */
+static bool is_identity(const char *id)
+{
+    size_t n = 0;
+    for (; id[n]; n++)
+        if (!((id[n] >= '0' && id[n] <= '9') || (id[n] >= 'a' && id[n] <= 'f')))
+            return false;
+    return n == 32;
+}
+
+/* Another live guest with the same machine-id or RNG nonce: the two share one boot's state
+ * (a copied disk, a restored memory image), and with it their randomness, so the newer one
+ * must get no runner's config. NULL when there is none. Containers share their host's
+ * kernel and may share one root (and its /etc/machine-id): only their nonces count. */
+static const struct guest *clone_of(const struct guest *g, const struct agent_hello *hello)
+{
+    bool vm = g->pool->backend == BACKEND_VM;
+    bool has_machine = is_identity(hello->machine_id), has_nonce = is_identity(hello->nonce);
+    for (const struct host *h = g->prov->hosts; h; h = h->next)
+        for (const struct guest *o = h->guests; o; o = o->next) {
+            if (o == g || o->state >= GUEST_DELETING)
+                continue;
+            bool same_machine = vm && has_machine && o->pool->backend == BACKEND_VM &&
+                                strcmp(o->machine_id, hello->machine_id) == 0;
+            if (same_machine || (has_nonce && strcmp(o->nonce, hello->nonce) == 0))
+                return o;
+        }
+    return NULL;
+}
+
+static void ch_hello(void *data, const struct agent_hello *hello)
+{
+    struct guest *g = data;
+    if (g->prov->closing)
+        return;
+    const struct guest *twin = clone_of(g, hello);
+    if (twin) {
+        bool same_machine = !(is_identity(hello->nonce) && strcmp(twin->nonce, hello->nonce) == 0);
+        guest_fail(g, "a clone of live guest %s: the same %s (%s); it gets no runner's config",
+                   twin->name, same_machine ? "machine-id" : "RNG nonce",
+                   same_machine ? hello->machine_id : hello->nonce);
+        return;
+    }
+    snprintf(g->machine_id, sizeof(g->machine_id), "%s", hello->machine_id);
+    snprintf(g->nonce, sizeof(g->nonce), "%s", hello->nonce);
+    if (g->slot && hello->restored)
+        g->slot->failures = 0;
+    uv_timer_stop(&g->timer);
+    g->state = GUEST_READY;
+    log_info("guest.hello",
+             "guest=%s arch=%s agent=%s boot_id=%s machine_id=%s nonce=%s crng_ready=%d", g->name,
+             hello->arch, hello->version, hello->boot_id, hello->machine_id,
+             hello->nonce[0] ? hello->nonce : "-", hello->crng_ready);
+    if (g->events->on_hello)
+        g->events->on_hello(g->data, g, hello);
+}
+
+static void ch_started(void *data, int64_t pid)
+{
+    struct guest *g = data;
+    if (g->prov->closing)
+        return;
+    g->state = GUEST_RUNNING;
+    log_info("guest.runner_started", "guest=%s pid=%lld", g->name, (long long)pid);
+    if (g->events->on_started)
+        g->events->on_started(g->data, g, pid);
+}
+
+static void ch_heartbeat(void *data)
+{
+    struct guest *g = data;
+    if (g->prov->closing)
+        return;
+    if (g->events->on_heartbeat)
+        g->events->on_heartbeat(g->data, g);
+}
+
+static void ch_resumed(void *data, const struct agent_resumed *resumed)
+{
+    static const char *const names[] = {"waiting", "running", "exited"};
+    struct guest *g = data;
+    if (g->prov->closing)
+        return;
+    uv_timer_stop(&g->timer);
+    g->adopting = false;
+    g->state = resumed->state == AGENT_RESUMED_WAITING ? GUEST_READY : GUEST_RUNNING;
+    log_info("guest.resumed", "guest=%s agent_state=%s pid=%lld boot_id=%s", g->name,
+             names[resumed->state], (long long)resumed->pid, resumed->boot_id);
+    if (strcmp(resumed->runner_name, g->name) != 0 && resumed->runner_name[0]) {
+        guest_fail(g, "the agent runs runner %s, not %s", resumed->runner_name, g->name);
+        return;
+    }
+    if (g->events->on_resumed)
+        g->events->on_resumed(g->data, g, resumed);
+}
+
+/* The job's report goes to the runner's log (`hatchery logs`), marked as the job's words:
+ * it is untrusted, so it never reaches hatcheryd's own log or the store. */
+static void append_report(struct guest *g, const json_t *report)
+{
+    char *text = json_dumps(report, JSON_COMPACT | JSON_ENSURE_ASCII);
+    FILE *f = text ? fopen(g->console_log, "ae") : NULL;
+    if (f) {
+        fprintf(f, "\nhatchery: job report: %s\n", text);
+        fclose(f);
+        log_info("guest.report", "guest=%s bytes=%zu", g->name, strlen(text));
+    }
+    free(text);
+}
+
+static void ch_exited(void *data, const struct agent_exit *exit)
+{
+    struct guest *g = data;
+    if (g->prov->closing)
+        return;
+    g->state = GUEST_EXITED;
+    log_info("guest.runner_exited",
+             "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d relaunches=%d "
+             "jit_on_argv=%d argv_scans=%d meaning=\"%s\"",
+             g->name, exit->code, exit->signal, exit->duration_s, exit->timed_out, exit->relaunches,
+             exit->jit_on_argv, exit->argv_scans, exit->meaning);
+    if (exit->jit_on_argv)
+        log_error("guest.jit_on_argv", "guest=%s the agent found the JIT config on a command line",
+                  g->name);
+    if (exit->report)
+        append_report(g, exit->report);
+    if (g->events->on_exited)
+        g->events->on_exited(g->data, g, exit);
+}
+
+static void ch_error(void *data, const char *reason)
+{
+    struct guest *g = data;
+    if (g->prov->closing)
+        return;
+    g->channel = NULL; /* the channel closed itself */
+    if (g->state == GUEST_EXITED || g->state >= GUEST_DELETING || g->saving)
+        return; /* the guest powered off after reporting, or was saved: expected */
+    guest_fail(g, "agent channel: %s", reason);
+}
+
+static const struct agent_channel_events channel_events = {
+    .on_hello = ch_hello,
+    .on_started = ch_started,
+    .on_heartbeat = ch_heartbeat,
+    .on_exited = ch_exited,
+    .on_resumed = ch_resumed,
+    .on_error = ch_error,
+};
+
+void on_adopt_timeout(uv_timer_t *t)
+{
+    struct guest *g = t->data;
+    if (g->adopting)
+        guest_fail(g,
+                   "its agent did not answer resume within %lld s (an agent older than "
+                   "protocol version 2 cannot resume)",
+                   (long long)(g->prov->adopt_grace_ms / 1000));
+}
+
+/* Opens the agent conversation on a connected stream: hello first for a new guest,
+ * resume for an adopted one. */
+static int channel_start(struct guest *g, uv_stream_t *stream)
+{
+    if (g->restore) {
+        /* The host's entropy for the clone's CRNG, as fresh as it can be. */
+        unsigned char seed[AGENT_RESTORE_SEED_BYTES];
+        if (RAND_bytes(seed, sizeof(seed)) != 1)
+            return -EIO;
+        int r =
+            agent_channel_restore(stream, &channel_events, g, seed, wall_clock_ms(), &g->channel);
+        OPENSSL_cleanse(seed, sizeof(seed));
+        return r;
+    }
+    if (!g->adopting)
+        return agent_channel_open(stream, &channel_events, g, &g->channel);
+    uv_timer_start(&g->timer, on_adopt_timeout, (uint64_t)g->prov->adopt_grace_ms, 0);
+    return agent_channel_resume(stream, &channel_events, g, &g->channel);
+}
+
+void on_boot_timeout(uv_timer_t *t)
+{
+    struct guest *g = t->data;
+    if (g->state == GUEST_BOOTING && g->restore)
+        guest_fail(g,
+                   "no hello from the restored agent within %d s (a guest whose timers do not "
+                   "survive a restore, as pseries under TCG before QEMU 8.2)",
+                   RESTORE_HELLO_TIMEOUT_MS / 1000);
+    else if (g->state == GUEST_BOOTING)
+        guest_fail(g, "no hello from the agent within %lld s", (long long)g->pool->boot_timeout_s);
+}
+
+/* How long a guest has to say hello: a restored one is up at once. */
+uint64_t hello_timeout_ms(const struct guest *g)
+{
+    uint64_t boot_ms = (uint64_t)g->pool->boot_timeout_s * 1000;
+    return g->restore && boot_ms > RESTORE_HELLO_TIMEOUT_MS ? RESTORE_HELLO_TIMEOUT_MS : boot_ms;
+}
+
+static void on_retry_connect(uv_timer_t *t)
+{
+    struct guest *g = t->data;
+    if (!g->adopting)
+        uv_timer_start(&g->timer, on_boot_timeout, hello_timeout_ms(g), 0);
+    channel_connect(g);
+}
+
+void on_pipe_closed(uv_handle_t *handle)
+{
+    free(handle);
+}
+
+static void on_channel_connected(uv_connect_t *req, int status)
+{
+    struct guest *g = req->data;
+    uv_pipe_t *pipe = (uv_pipe_t *)req->handle;
+    free(req);
+    if (g->state >= GUEST_DELETING || g->failed) {
+        uv_close((uv_handle_t *)pipe, on_pipe_closed);
+        return;
+    }
+    g->pipe = NULL;
+    if (status < 0) {
+        uv_close((uv_handle_t *)pipe, on_pipe_closed);
+        if (++g->connect_tries >= CHANNEL_CONNECT_TRIES) {
+            guest_fail(g, "cannot connect to the agent channel: %s", uv_strerror(status));
+            return;
+        }
+        uv_timer_start(&g->timer, on_retry_connect, 100, 0);
+        return;
+    }
+    if (channel_start(g, (uv_stream_t *)pipe) < 0) {
+        uv_close((uv_handle_t *)pipe, on_pipe_closed);
+        guest_fail(g, "cannot read the agent channel");
+    }
+}
+
+void channel_connect(struct guest *g)
+{
+    uv_pipe_t *pipe = malloc(sizeof(*pipe));
+    uv_connect_t *req = malloc(sizeof(*req));
+    if (!pipe || !req) {
+        free(pipe);
+        free(req);
+        guest_fail(g, "out of memory");
+        return;
+    }
+    uv_pipe_init(g->prov->loop, pipe, 0);
+    req->data = g;
+    g->pipe = pipe;
+    uv_pipe_connect(req, pipe, g->channel_path, on_channel_connected);
+}
+
+/* Containers: the agent connects to us through the bind-mounted directory. */
+static void on_container_connection(uv_stream_t *server, int status)
+{
+    struct guest *g = server->data;
+    if (status < 0 || g->channel || g->state >= GUEST_DELETING)
+        return;
+    uv_pipe_t *client = malloc(sizeof(*client));
+    if (!client)
+        return;
+    uv_pipe_init(g->prov->loop, client, 0);
+    if (uv_accept(server, (uv_stream_t *)client) < 0 ||
+        channel_start(g, (uv_stream_t *)client) < 0) {
+        uv_close((uv_handle_t *)client, on_pipe_closed);
+        return;
+    }
+    /* One agent per container: stop listening. */
+    uv_close((uv_handle_t *)g->pipe, on_pipe_closed);
+    g->pipe = NULL;
+}
+
+int container_listen(struct guest *g)
+{
+    mkdir(g->channel_dir, 0700);
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof(path), "%s/agent.sock", g->channel_dir);
+    unlink(path);
+    uv_pipe_t *pipe = malloc(sizeof(*pipe));
+    if (!pipe)
+        return -ENOMEM;
+    uv_pipe_init(g->prov->loop, pipe, 0);
+    pipe->data = g;
+    int r = uv_pipe_bind(pipe, path);
+    if (r == 0)
+        r = uv_listen((uv_stream_t *)pipe, 1, on_container_connection);
+    if (r < 0) {
+        uv_close((uv_handle_t *)pipe, on_pipe_closed);
+        return r;
+    }
+    g->pipe = pipe;
+    return 0;
+}
+
+/* -- a remote host: the channel and the console through libvirt streams -- */
+
+static void stream_drop(virStreamPtr *stream)
+{
+    if (*stream) {
+        virStreamAbort(*stream);
+        virStreamFree(*stream);
+        *stream = NULL;
+    }
+}
+
+/* Streams a worker opened that no bridge took over (a teardown came first). */
+static void streams_release(struct guest *g)
+{
+    stream_drop(&g->opened_channel);
+    stream_drop(&g->opened_console);
+}
+
+static void streams_on(struct guest *g, virConnectPtr conn)
+{
+    virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
+    if (!dom) {
+        snprintf(g->error, sizeof(g->error), "the domain is gone: %s", libvirt_error());
+        return;
+    }
+    /* The console first: it carries the boot, and losing it costs only the log. */
+    virStreamPtr console = virStreamNew(conn, VIR_STREAM_NONBLOCK);
+    if (console && virDomainOpenConsole(dom, NULL, console, VIR_DOMAIN_CONSOLE_FORCE) == 0) {
+        g->opened_console = console;
+    } else if (console) {
+        virStreamFree(console);
+    }
+    virStreamPtr channel = virStreamNew(conn, VIR_STREAM_NONBLOCK);
+    /* An adopted guest's channel may still be held for the hatcheryd that died. */
+    unsigned int flags = g->adopting ? VIR_DOMAIN_CHANNEL_FORCE : 0;
+    if (channel && virDomainOpenChannel(dom, AGENT_CHANNEL_NAME, channel, flags) == 0) {
+        g->opened_channel = channel;
+    } else {
+        snprintf(g->error, sizeof(g->error), "cannot open the agent channel through libvirt: %s",
+                 libvirt_error());
+        if (channel)
+            virStreamFree(channel);
+    }
+    virDomainFree(dom);
+}
+
+void streams_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    g->error[0] = 0;
+    virConnectPtr conn = host_conn_ref(g->host, false, NULL);
+    streams_on(g, conn);
+    if (conn)
+        virConnectClose(conn);
+}
+
+void streams_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    if (work_done_closing(g->prov)) {
+        streams_release(g);
+        return;
+    }
+    g->busy = false;
+    if (g->teardown_queued || g->state >= GUEST_DELETING || g->failed) {
+        streams_release(g);
+        if (g->teardown_queued)
+            teardown_start(g);
+        return;
+    }
+    if (g->opened_console) {
+        if (stream_bridge_log(g->prov->loop, g->opened_console, g->console_log, CONSOLE_MAX_BYTES,
+                              &g->console_bridge) == 0)
+            g->opened_console = NULL;
+        else
+            log_warn("guest.console_lost", "guest=%s reason=\"cannot write\" path=%s", g->name,
+                     g->console_log);
+    } else {
+        log_warn("guest.console_lost", "guest=%s reason=\"no console stream\"", g->name);
+    }
+    if (!g->opened_channel) {
+        char reason[sizeof(g->error)];
+        snprintf(reason, sizeof(reason), "%s", g->error);
+        streams_release(g);
+        guest_fail(g, "%s", reason);
+        return;
+    }
+    int fd = -1;
+    uv_pipe_t *pipe = malloc(sizeof(*pipe));
+    int r = pipe ? stream_bridge_channel(g->prov->loop, g->opened_channel, &fd, &g->channel_bridge)
+                 : -ENOMEM;
+    if (r == 0)
+        g->opened_channel = NULL;
+    if (r == 0) {
+        uv_pipe_init(g->prov->loop, pipe, 0);
+        r = uv_pipe_open(pipe, fd);
+        if (r < 0)
+            close(fd);
+        if (r == 0 && channel_start(g, (uv_stream_t *)pipe) < 0)
+            r = -EIO;
+        if (r < 0)
+            uv_close((uv_handle_t *)pipe, on_pipe_closed);
+    } else {
+        free(pipe);
+    }
+    streams_release(g);
+    if (r < 0)
+        guest_fail(g, "cannot bridge the agent channel: %s", strerror(-r));
+}

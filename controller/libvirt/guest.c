@@ -1,0 +1,809 @@
+/* One guest from create to teardown: its volume and domain made on a worker, its
+ * boot and adoption, its failure, its teardown (destroy, undefine, delete the volume),
+ * and the domain lifecycle events that tell of it. */
+#include "internal.h"
+
+#include <errno.h>
+#include <libvirt/virterror.h>
+#include <libxml/parser.h>
+#include <libxml/xpath.h>
+#include <libxml/xpathInternals.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "domain_xml.h"
+#include "libvirt_error.h"
+#include "guest_filter.h"
+#include "guest_isolation.h"
+#include "host_caps.h"
+#include "hatchery/agent_protocol.h"
+#include "hatchery/limits.h"
+#include "stream_bridge.h"
+#include "log.h"
+
+static int domain_remove_found(virDomainPtr dom);
+
+const char *const guest_state_names[GUEST_STATE_MAX] = {
+    [GUEST_CREATING] = "creating", [GUEST_ADOPTING] = "adopting", [GUEST_BOOTING] = "booting",
+    [GUEST_READY] = "ready",       [GUEST_RUNNING] = "running",   [GUEST_EXITED] = "exited",
+    [GUEST_DELETING] = "deleting", [GUEST_GONE] = "gone",
+};
+
+/* ---- guests: creation ------------------------------------------------------------------ */
+
+/* The host's storage pool for overlays, made as a transient directory pool when absent. */
+virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size)
+{
+    virStoragePoolPtr pool = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
+    if (!pool) {
+        char *xml = domain_xml_dir_pool(h->cfg.storage_pool, h->cfg.storage_dir, "0711");
+        /* QEMU (libvirt-qemu on a stock host) must pass through to its overlay; libvirt
+         * builds a missing directory 0711 itself, one made here must not take the umask. */
+        if (h->local_files && mkdir(h->cfg.storage_dir, 0711) == 0)
+            chmod(h->cfg.storage_dir, 0711);
+        pool = xml ? virStoragePoolCreateXML(conn, xml, VIR_STORAGE_POOL_CREATE_WITH_BUILD) : NULL;
+        if (!pool && xml) /* drivers without build support (test:///) */
+            pool = virStoragePoolCreateXML(conn, xml, 0);
+        free(xml);
+        if (!pool) /* another worker made it first */
+            pool = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
+    } else if (virStoragePoolIsActive(pool) == 0) {
+        virStoragePoolCreate(pool, 0);
+    }
+    if (!pool)
+        snprintf(err, err_size, "storage pool %s: %s", h->cfg.storage_pool, libvirt_error());
+    return pool;
+}
+
+static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_MAX])
+{
+    struct host *h = g->host;
+    const struct config_pool *pool = g->pool;
+    bool lxc = pool->backend == BACKEND_CONTAINER;
+    char err[256] = "";
+    uv_mutex_lock(&h->lock);
+    struct guest_filter_host filter_host = h->filter_host;
+    uv_mutex_unlock(&h->lock);
+    const char *host_ips[GUEST_FILTER_MAX_HOST_IPS];
+    for (size_t i = 0; i < filter_host.n; i++)
+        host_ips[i] = filter_host.ips[i];
+    struct domain_spec spec = {
+        .name = g->name,
+        .controller_id = g->prov->controller_id,
+        .runner_id = g->runner_id,
+        .template_key = g->template ? g->template_key : NULL,
+        .pool = pool->name,
+        .arch = (enum pool_arch)pool->arch,
+        .backend = (enum pool_backend)pool->backend,
+        .kvm = kvm[pool->arch],
+        .vcpus = pool->vcpus,
+        .memory_mib = pool->memory_mib,
+        .storage_pool = h->cfg.storage_pool,
+        .volume = g->volume,
+        .kernel = g->kernel,
+        .initrd = g->initrd,
+        .cmdline = g->cmdline,
+        .vof = pool->firmware == FIRMWARE_VOF,
+        .network = pool->network,
+        .network_filter = guest_isolation_filtered(&h->cfg, pool) ? GUEST_FILTER_NAME : NULL,
+        .filter_host_ips = host_ips,
+        .n_filter_host_ips = filter_host.n,
+        .channel_path = g->channel_path,
+        .console_log = g->console_log,
+        .root_dir = pool->image,
+        .channel_dir = g->channel_dir,
+        .init = "/usr/bin/hatchery-agent",
+        .streams = h->streams,
+    };
+    if (!lxc) {
+        virStoragePoolPtr sp = storage_pool(h, conn, err, sizeof(err));
+        if (!sp) {
+            snprintf(g->error, sizeof(g->error), "%s", err);
+            return;
+        }
+        char *vxml = domain_xml_overlay_volume(g->volume, pool->image, pool->disk_mib);
+        virStorageVolPtr vol = vxml ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
+        free(vxml);
+        virStoragePoolFree(sp);
+        if (!vol) {
+            snprintf(g->error, sizeof(g->error), "overlay volume on %s: %s", pool->image,
+                     libvirt_error());
+            return;
+        }
+        virStorageVolFree(vol);
+    }
+    g->xml = domain_xml_build(&spec, err, sizeof(err));
+    if (!g->xml) {
+        snprintf(g->error, sizeof(g->error), "domain XML: %s", err);
+        return;
+    }
+    /* Put back if it went since the connection was made (libvirt would refuse the domain
+     * anyway: this says why, and heals an undefine). */
+    if (spec.network_filter) {
+        int r = guest_filter_ensure(conn, false, err, sizeof(err));
+        if (r < 0) {
+            snprintf(g->error, sizeof(g->error), "%s", err);
+            return;
+        }
+        g->filter_restored = r > 0;
+    }
+    virDomainPtr dom = virDomainCreateXML(conn, g->xml, 0);
+    if (!dom) {
+        snprintf(g->error, sizeof(g->error), "domain: %s", libvirt_error());
+        return;
+    }
+    virDomainFree(dom);
+}
+
+/* -- templates: a guest saved while its agent waits, restored for each runner -- */
+
+/* Sets `attr` on every element `xpath` selects; returns how many there were. */
+static int xml_set_attr(xmlXPathContextPtr ctx, const char *xpath, const char *attr,
+                        const char *value)
+{
+    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST xpath, ctx);
+    int n = o && o->nodesetval ? o->nodesetval->nodeNr : 0;
+    for (int i = 0; i < n; i++)
+        xmlSetProp(o->nodesetval->nodeTab[i], BAD_CAST attr, BAD_CAST value);
+    xmlXPathFreeObject(o);
+    return n;
+}
+
+/* Removes every node `xpath` selects. */
+static void xml_remove(xmlXPathContextPtr ctx, const char *xpath)
+{
+    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST xpath, ctx);
+    for (int i = 0; o && o->nodesetval && i < o->nodesetval->nodeNr; i++) {
+        xmlNodePtr node = o->nodesetval->nodeTab[i];
+        if (node->type == XML_ATTRIBUTE_NODE) {
+            xmlRemoveProp((xmlAttrPtr)node);
+        } else {
+            xmlUnlinkNode(node);
+            xmlFreeNode(node);
+        }
+        o->nodesetval->nodeTab[i] = NULL;
+    }
+    xmlXPathFreeObject(o);
+}
+
+/* The XML a runner's guest is restored with: the saved domain's (its name and UUID stay
+ * the template's: libvirt 9.0 refuses others on a restore), with the runner's own overlay
+ * volume, channel socket, console log and metadata. The disk's backing chain is left for
+ * libvirt to read from the new overlay (runner → template → image), not taken from the
+ * template's. */
+static char *restore_xml(const struct guest *g, const char *saved, char *err, size_t err_size)
+{
+    xmlDocPtr doc = xmlReadMemory(saved, (int)strlen(saved), "saved.xml", NULL, XML_PARSE_NONET);
+    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
+    char *out = NULL;
+    if (!ctx || xmlXPathRegisterNs(ctx, BAD_CAST "h", BAD_CAST DOMAIN_METADATA_NS) != 0) {
+        snprintf(err, err_size, "the saved domain XML does not parse");
+        goto done;
+    }
+    if (xml_set_attr(ctx, "/domain/devices/disk[@device='disk']/source", "volume", g->volume) !=
+        1) {
+        snprintf(err, err_size, "the saved domain has not one overlay volume");
+        goto done;
+    }
+    xml_remove(ctx, "/domain/metadata/h:runner/h:template-key");
+    xml_remove(ctx, "/domain/devices/disk[@device='disk']/backingStore");
+    xml_remove(ctx, "/domain/devices/disk[@device='disk']/source/@index");
+    if (!g->host->streams) {
+        xml_set_attr(ctx, "/domain/devices/channel[@type='unix']/source", "path", g->channel_path);
+        xml_set_attr(ctx, "/domain/devices/console[@type='file']/source", "path", g->console_log);
+        xml_set_attr(ctx, "/domain/devices/serial[@type='file']/source", "path", g->console_log);
+    }
+    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST "/domain/metadata/h:runner", ctx);
+    xmlNodePtr runner =
+        o && o->nodesetval && o->nodesetval->nodeNr == 1 ? o->nodesetval->nodeTab[0] : NULL;
+    xmlXPathFreeObject(o);
+    if (!runner) {
+        snprintf(err, err_size, "the saved domain has no runner metadata");
+        goto done;
+    }
+    char id[32];
+    snprintf(id, sizeof(id), "%lld", (long long)g->runner_id);
+    for (xmlNodePtr c = runner->children; c; c = c->next)
+        if (c->type == XML_ELEMENT_NODE && xmlStrcmp(c->name, BAD_CAST "runner-id") == 0)
+            xmlNodeSetContent(c, BAD_CAST id);
+    xmlNewTextChild(runner, runner->ns, BAD_CAST "runner-name", BAD_CAST g->name);
+    xmlChar *text = NULL;
+    int len = 0;
+    xmlDocDumpMemory(doc, &text, &len);
+    out = text ? strndup((const char *)text, (size_t)len) : NULL;
+    xmlFree(text);
+    if (!out)
+        snprintf(err, err_size, "out of memory");
+done:
+    xmlXPathFreeContext(ctx);
+    xmlFreeDoc(doc);
+    return out;
+}
+
+/* A runner's guest from a template, on a worker: its overlay on the template's disk, then
+ * the restore of the template's memory into it. */
+static void restore_on(struct guest *g, virConnectPtr conn)
+{
+    struct host *h = g->host;
+    char err[256] = "";
+    virStoragePoolPtr sp = storage_pool(h, conn, err, sizeof(err));
+    if (!sp) {
+        snprintf(g->error, sizeof(g->error), "%s", err);
+        return;
+    }
+    char template_volume[300];
+    snprintf(template_volume, sizeof(template_volume), "%s.qcow2", g->domain);
+    virStorageVolPtr tv = virStorageVolLookupByName(sp, template_volume);
+    char *backing = tv ? virStorageVolGetPath(tv) : NULL;
+    if (tv)
+        virStorageVolFree(tv);
+    char *vxml = backing ? domain_xml_overlay_volume(g->volume, backing, g->pool->disk_mib) : NULL;
+    virStorageVolPtr vol = vxml ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
+    free(vxml);
+    virStoragePoolFree(sp);
+    if (!vol) {
+        snprintf(g->error, sizeof(g->error), "overlay volume on template %s: %s", g->domain,
+                 backing ? libvirt_error() : "the template's volume is gone");
+        free(backing);
+        return;
+    }
+    free(backing);
+    virStorageVolFree(vol);
+    char *saved =
+        virDomainSaveImageGetXMLDesc(conn, g->save_file, VIR_DOMAIN_SAVE_IMAGE_XML_SECURE);
+    if (!saved) {
+        snprintf(g->error, sizeof(g->error), "template %.100s: %.300s", g->domain, libvirt_error());
+        return;
+    }
+    g->xml = restore_xml(g, saved, err, sizeof(err));
+    free(saved);
+    if (!g->xml) {
+        snprintf(g->error, sizeof(g->error), "template %.100s: %.300s", g->domain, err);
+        return;
+    }
+    if (virDomainRestoreFlags(conn, g->save_file, g->xml, 0) < 0)
+        snprintf(g->error, sizeof(g->error), "restore from template %.100s: %.300s", g->domain,
+                 libvirt_error());
+}
+
+void create_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    bool kvm[ARCH_MAX];
+    virConnectPtr conn = host_conn_ref(g->host, false, kvm);
+    if (!conn) {
+        snprintf(g->error, sizeof(g->error), "host %s is not connected", g->host->cfg.name);
+        return;
+    }
+    if (g->restore) {
+        restore_on(g, conn);
+        if (g->error[0] && g->slot) {
+            /* The template did not restore (corrupt, gone, another QEMU's): this runner
+             * boots cold, under its own name, and the template is rebuilt. */
+            snprintf(g->fallback, sizeof(g->fallback), "%.290s", g->error);
+            g->error[0] = 0;
+            virStoragePoolPtr sp = storage_pool_lookup(g->host, conn);
+            virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
+            if (vol) {
+                virStorageVolDelete(vol, 0);
+                virStorageVolFree(vol);
+            }
+            if (sp)
+                virStoragePoolFree(sp);
+            free(g->xml);
+            g->xml = NULL;
+            g->restore = false;
+            snprintf(g->domain, sizeof(g->domain), "%s", g->name);
+            create_on(g, conn, kvm);
+        }
+    } else {
+        create_on(g, conn, kvm);
+    }
+    virConnectClose(conn);
+}
+
+static void guest_free(struct guest *g)
+{
+    for (struct guest **pp = &g->host->guests; *pp; pp = &(*pp)->next) {
+        if (*pp == g) {
+            *pp = g->next;
+            break;
+        }
+    }
+    guest_release(g);
+}
+
+static void on_guest_timer_closed(uv_handle_t *handle)
+{
+    guest_free(handle->data);
+}
+
+static void guest_gone(struct guest *g)
+{
+    struct host *h = g->host;
+    g->state = GUEST_GONE;
+    h->used.vcpus -= g->pool->vcpus;
+    h->used.memory_mib -= g->pool->memory_mib;
+    h->used.guests--;
+    log_info("guest.gone", "guest=%s host=%s", g->name, h->cfg.name);
+    if (g->events->on_gone)
+        g->events->on_gone(g->data, g);
+    uv_close((uv_handle_t *)&g->timer, on_guest_timer_closed);
+}
+
+void guest_fail(struct guest *g, const char *fmt, ...)
+{
+    if (g->failed || g->state >= GUEST_DELETING || g->prov->closing)
+        return;
+    g->failed = true;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g->error, sizeof(g->error), fmt, ap);
+    va_end(ap);
+    memcpy(g->why_failed, g->error, sizeof(g->why_failed));
+    log_warn("guest.failed", "guest=%s host=%s state=%s reason=\"%s\"", g->name, g->host->cfg.name,
+             guest_state_names[g->state], g->error);
+    /* A clone that failed before its hello: the template's fault until shown otherwise. */
+    if (g->slot && g->restore && g->state == GUEST_BOOTING)
+        slot_restore_failed(g->slot, g->error);
+    if (g->events->on_failed)
+        g->events->on_failed(g->data, g, g->error);
+    teardown_start(g);
+}
+
+/* Hands the guest's next libvirt calls to a worker; the guest fails when none can take
+ * them. `what` names the work in that failure. */
+void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, const char *what)
+{
+    g->busy = true;
+    g->work.data = g;
+    if (queue_work(g->prov, &g->work, work, done) < 0) {
+        g->busy = false;
+        guest_fail(g, "cannot queue %s", what);
+    }
+}
+
+static void streams_open(struct guest *g)
+{
+    guest_work_start(g, streams_work, streams_done, "the opening of the agent channel");
+}
+
+void create_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    if (work_done_closing(g->prov))
+        return;
+    g->busy = false;
+    if (g->error[0]) {
+        char reason[sizeof(g->error)];
+        snprintf(reason, sizeof(reason), "%s", g->error);
+        guest_fail(g, "create: %s", reason);
+        return;
+    }
+    if (g->teardown_queued) {
+        teardown_start(g);
+        return;
+    }
+    if (g->filter_restored)
+        log_warn("host.guest_filter_restored", "host=%s filter=%s guest=%s", g->host->cfg.name,
+                 GUEST_FILTER_NAME, g->name);
+    log_info("guest.created", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
+             g->pool->name);
+    if (g->slot && g->fallback[0]) {
+        g->slot->fallbacks++;
+        log_warn("template.fallback", "guest=%s template=%s reason=\"%s\" action=\"booted cold\"",
+                 g->name, g->slot->name, g->fallback);
+        slot_broken(g->slot, g->fallback);
+        g->slot = NULL;
+    } else if (g->slot) {
+        g->slot->restores++;
+        log_info("template.restored", "guest=%s template=%s", g->name, g->slot->name);
+    }
+    /* A container's agent can connect, say hello and even finish before this callback
+     * runs: only a guest not heard from yet is booting. */
+    if (g->state != GUEST_CREATING) {
+        if (g->domain_stopped && g->state == GUEST_EXITED)
+            guest_teardown(g, "the guest powered off after the job");
+        else if (g->domain_stopped)
+            guest_fail(g, "the guest stopped before its runner reported an exit");
+        return;
+    }
+    g->state = GUEST_BOOTING;
+    if (g->events->on_booting)
+        g->events->on_booting(g->data, g);
+    if (g->state != GUEST_BOOTING || g->failed)
+        return;
+    uv_timer_start(&g->timer, on_boot_timeout, hello_timeout_ms(g), 0);
+    /* The test driver runs nothing, so no agent will ever answer: such a guest waits
+     * for its boot timeout like a silent one, without knocking on a socket that no
+     * QEMU will create. */
+    if (g->pool->backend == BACKEND_VM && !g->host->simulated) {
+        if (g->host->streams)
+            streams_open(g);
+        else
+            channel_connect(g);
+    }
+}
+
+struct guest *guest_new(struct provisioner *p, struct host *h, const struct guest_spec *spec,
+                        const struct guest_events *events, void *data)
+{
+    struct guest *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NULL;
+    g->prov = p;
+    g->host = h;
+    g->name = strdup(spec->name);
+    struct boot_files b = spec->pool ? boot_files_of(h, spec->pool) : (struct boot_files){0};
+    g->kernel = b.kernel ? strdup(b.kernel) : NULL;
+    g->initrd = b.initrd ? strdup(b.initrd) : NULL;
+    g->cmdline = b.cmdline ? strdup(b.cmdline) : NULL;
+    if (!g->name || (b.kernel && !g->kernel) || (b.initrd && !g->initrd) ||
+        (b.cmdline && !g->cmdline)) {
+        guest_release(g);
+        return NULL;
+    }
+    snprintf(g->domain, sizeof(g->domain), "%s", spec->name);
+    g->runner_id = spec->runner_id;
+    g->pool = spec->pool;
+    g->events = events;
+    g->data = data;
+    g->state = GUEST_CREATING;
+    snprintf(g->volume, sizeof(g->volume), "%s.qcow2", spec->name);
+    snprintf(g->channel_path, sizeof(g->channel_path), "%s/channels/%s.sock", p->state_dir,
+             spec->name);
+    snprintf(g->channel_dir, sizeof(g->channel_dir), "%s/channels/%s", p->state_dir, spec->name);
+    snprintf(g->console_log, sizeof(g->console_log), "%s/logs/%s.console.log", p->state_dir,
+             spec->name);
+    uv_timer_init(p->loop, &g->timer);
+    g->timer.data = g;
+    return g;
+}
+
+/* The guest counts against its host from here on. */
+void guest_attach(struct guest *g)
+{
+    struct host *h = g->host;
+    h->used.vcpus += g->pool->vcpus;
+    h->used.memory_mib += g->pool->memory_mib;
+    h->used.guests++;
+    g->next = h->guests;
+    h->guests = g;
+}
+
+int provisioner_guest_create(struct provisioner *p, const char *host_name,
+                             const struct guest_spec *spec, const struct guest_events *events,
+                             void *data, struct guest **ret_guest)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h || !spec->name || !spec->pool)
+        return -EINVAL;
+    if (!h->up)
+        return -ENODEV;
+    const struct config_pool *pool = spec->pool;
+    if (!image_usable(h, pool))
+        return -ENOENT;
+    int r = capacity_for(h, pool);
+    if (r < 0)
+        return r;
+    struct guest *g = guest_new(p, h, spec, events, data);
+    if (!g)
+        return -ENOMEM;
+    struct template_slot *slot =
+        pool->start == START_TEMPLATE && pool->backend == BACKEND_VM ? slot_for(h, pool) : NULL;
+    if (slot) {
+        g->restore = true;
+        g->slot = slot;
+        snprintf(g->domain, sizeof(g->domain), "%s", slot->name);
+        save_file_of(h, slot->name, g->save_file, sizeof(g->save_file));
+    }
+    if (pool->backend == BACKEND_CONTAINER) {
+        r = container_listen(g);
+        if (r < 0) {
+            uv_close((uv_handle_t *)&g->timer, on_guest_timer_closed);
+            return r;
+        }
+    }
+    guest_attach(g);
+    guest_work_start(g, create_work, create_done, "the creation");
+    *ret_guest = g;
+    return 0;
+}
+
+/* -- adoption: a guest an earlier hatcheryd created -- */
+
+static void adopt_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    g->error[0] = 0;
+    virConnectPtr conn = host_conn_ref(g->host, false, NULL);
+    virDomainPtr dom = conn ? runner_domain(conn, g->name) : NULL;
+    if (dom) /* restored from a template: the template's name; taken on the loop */
+        snprintf(g->found_domain, sizeof(g->found_domain), "%s", virDomainGetName(dom));
+    if (!dom)
+        snprintf(g->error, sizeof(g->error), "its domain is gone");
+    else if (virDomainIsActive(dom) != 1)
+        snprintf(g->error, sizeof(g->error), "its domain is not running");
+    if (dom)
+        virDomainFree(dom);
+    if (conn)
+        virConnectClose(conn);
+}
+
+static void adopt_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    if (work_done_closing(g->prov))
+        return;
+    g->busy = false;
+    if (g->found_domain[0])
+        snprintf(g->domain, sizeof(g->domain), "%s", g->found_domain);
+    if (g->teardown_queued) {
+        teardown_start(g);
+        return;
+    }
+    if (g->error[0]) {
+        char reason[sizeof(g->error)];
+        snprintf(reason, sizeof(reason), "%s", g->error);
+        guest_fail(g, "%s", reason);
+        return;
+    }
+    log_info("guest.adopting", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
+             g->pool->name);
+    if (g->pool->backend == BACKEND_CONTAINER) {
+        /* The agent reconnects to the socket it had, bound again here. */
+        int r = container_listen(g);
+        if (r < 0) {
+            guest_fail(g, "cannot listen for its agent: %s", uv_strerror(r));
+            return;
+        }
+        uv_timer_start(&g->timer, on_adopt_timeout, (uint64_t)g->prov->adopt_grace_ms, 0);
+    } else if (g->host->streams) {
+        streams_open(g);
+    } else if (!g->host->simulated) {
+        channel_connect(g);
+    }
+}
+
+int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
+                            const struct guest_spec *spec, const struct guest_events *events,
+                            void *data, struct guest **ret_guest)
+{
+    struct host *h = host_find(p, host_name);
+    if (!h || !spec->name || !spec->pool)
+        return -EINVAL;
+    if (!h->up)
+        return -ENODEV;
+    struct guest *g = guest_new(p, h, spec, events, data);
+    if (!g)
+        return -ENOMEM;
+    g->state = GUEST_ADOPTING;
+    g->adopting = true;
+    /* It exists, so it counts, even past what the host allows now. */
+    guest_attach(g);
+    guest_work_start(g, adopt_work, adopt_done, "the adoption");
+    *ret_guest = g;
+    return 0;
+}
+
+static const struct guest_events no_events; /* every event ignored */
+
+void guest_disown(struct guest *g)
+{
+    g->events = &no_events;
+    g->data = NULL;
+}
+
+/* ---- guests: teardown --------------------------------------------------------------------- */
+
+/* Destroys and undefines a domain, on a worker. A transient domain that is shut off should
+ * not exist (libvirt drops transient domains when they stop), but libvirt's LXC driver
+ * leaves one behind when a container died while libvirtd was away: destroying it is
+ * refused ("not running") yet drops the stale object. */
+static int domain_remove(virConnectPtr conn, const char *name)
+{
+    virDomainPtr dom = virDomainLookupByName(conn, name);
+    return dom ? domain_remove_found(dom) : 0;
+}
+
+/* The same for the domain that serves runner `name` (its own, or a template's). */
+int runner_domain_remove(virConnectPtr conn, const char *name)
+{
+    virDomainPtr dom = runner_domain(conn, name);
+    return dom ? domain_remove_found(dom) : 0;
+}
+
+static int domain_remove_found(virDomainPtr dom)
+{
+    int persistent = virDomainIsPersistent(dom);
+    int r = 0;
+    if ((virDomainIsActive(dom) == 1 || persistent == 0) && virDomainDestroy(dom) < 0 &&
+        virDomainIsActive(dom) == 1)
+        r = -EIO;
+    if (persistent == 1)
+        virDomainUndefineFlags(dom, VIR_DOMAIN_UNDEFINE_NVRAM);
+    virDomainFree(dom);
+    return r;
+}
+
+/* The host's storage pool, on a worker. libvirt 9.0 sometimes answers this lookup with
+ * "not found" while other clients work on volumes (about 1 in 100 here): asked again
+ * before giving up. */
+virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn)
+{
+    for (int i = 0; i < 5; i++) {
+        virStoragePoolPtr sp = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
+        if (sp || host_dropped(h))
+            return sp;
+        usleep(100000);
+    }
+    return NULL;
+}
+
+static void teardown_work(uv_work_t *w)
+{
+    struct guest *g = w->data;
+    virSetErrorFunc(NULL, quiet_libvirt);
+    struct host *h = g->host;
+    g->error[0] = 0;
+    virConnectPtr conn = host_conn_ref(h, false, NULL);
+    if (!conn)
+        return; /* the host is down: the reconciler finishes this when it returns */
+    if (domain_remove(conn, g->domain) < 0)
+        snprintf(g->error, sizeof(g->error), "destroy: %s", libvirt_error());
+    /* A template's volume is its disk, saved with its memory: kept. */
+    if (g->pool->backend == BACKEND_VM && !g->saved) {
+        virStoragePoolPtr sp = storage_pool_lookup(h, conn);
+        if (!sp)
+            snprintf(g->error, sizeof(g->error),
+                     "volume %s kept: storage pool %s: %s (the reconciler removes it later)",
+                     g->volume, h->cfg.storage_pool, libvirt_error());
+        virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
+        if (vol && virStorageVolDelete(vol, 0) < 0)
+            snprintf(g->error, sizeof(g->error), "volume delete: %s", libvirt_error());
+        if (vol)
+            virStorageVolFree(vol);
+        if (sp)
+            virStoragePoolFree(sp);
+    }
+    virConnectClose(conn);
+}
+
+static void teardown_done(uv_work_t *w, int status)
+{
+    struct guest *g = w->data;
+    (void)status;
+    if (work_done_closing(g->prov))
+        return;
+    g->busy = false;
+    if (g->error[0])
+        log_warn("guest.teardown_incomplete", "guest=%s error=\"%s\"", g->name, g->error);
+    /* The console's last lines came before the destroy. */
+    stream_bridge_close(g->console_bridge);
+    g->console_bridge = NULL;
+    if (g->pool->backend == BACKEND_CONTAINER) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof(path), "%s/agent.sock", g->channel_dir);
+        unlink(path);
+        rmdir(g->channel_dir);
+    } else {
+        unlink(g->channel_path);
+    }
+    guest_gone(g);
+}
+
+void teardown_start(struct guest *g)
+{
+    if (g->busy) {
+        g->teardown_queued = true; /* after the create in flight */
+        return;
+    }
+    if (g->state >= GUEST_DELETING)
+        return;
+    g->state = GUEST_DELETING;
+    uv_timer_stop(&g->timer);
+    if (g->channel) {
+        agent_channel_close(g->channel);
+        g->channel = NULL;
+    }
+    if (g->pipe) {
+        uv_close((uv_handle_t *)g->pipe, on_pipe_closed);
+        g->pipe = NULL;
+    }
+    stream_bridge_close(g->channel_bridge);
+    g->channel_bridge = NULL;
+    g->busy = true;
+    g->work.data = g;
+    if (queue_work(g->prov, &g->work, teardown_work, teardown_done) < 0) {
+        g->busy = false;
+        guest_gone(g);
+    }
+}
+
+void guest_teardown(struct guest *g, const char *reason)
+{
+    if (g->state >= GUEST_DELETING)
+        return;
+    log_info("guest.teardown", "guest=%s reason=\"%s\"", g->name, reason);
+    if (g->channel && g->state == GUEST_RUNNING)
+        agent_channel_send_shutdown(g->channel, reason);
+    teardown_start(g);
+}
+
+void guest_ack_exit(struct guest *g)
+{
+    if (g->channel && g->state == GUEST_EXITED)
+        agent_channel_ack_exit(g->channel);
+}
+
+int guest_send_config(struct guest *g, const struct secret *jit, int64_t job_timeout_s,
+                      const char *const *command, size_t n_command)
+{
+    if (g->state != GUEST_READY || !g->channel)
+        return -EPROTO;
+    return agent_channel_send_config(g->channel, g->name, jit, job_timeout_s, command, n_command);
+}
+
+enum guest_state guest_state_get(const struct guest *g)
+{
+    return g->state;
+}
+
+const char *guest_name(const struct guest *g)
+{
+    return g->name;
+}
+
+const char *guest_domain(const struct guest *g)
+{
+    return g->domain;
+}
+
+const char *guest_console_log(const struct guest *g)
+{
+    return g->console_log;
+}
+
+/* ---- lifecycle events ---------------------------------------------------------------- */
+
+static struct guest *guest_by_domain(struct host *h, const char *domain)
+{
+    for (struct guest *g = h->guests; g; g = g->next)
+        if (domain && strcmp(g->domain, domain) == 0)
+            return g;
+    return NULL;
+}
+
+int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque)
+{
+    (void)conn;
+    (void)detail;
+    struct host *h = opaque;
+    if (event != VIR_DOMAIN_EVENT_STOPPED)
+        return 0;
+    struct guest *g = h->prov->closing ? NULL : guest_by_domain(h, virDomainGetName(dom));
+    if (!g || g->state >= GUEST_DELETING || g->saving)
+        return 0;
+    g->domain_stopped = true;
+    if (g->busy)
+        return 0; /* a worker still has it: create_done looks at domain_stopped */
+    guest_stopped(g, detail == VIR_DOMAIN_EVENT_STOPPED_CRASHED ? "crashed" : "powered off");
+    return 0;
+}
+
+void guest_stopped(struct guest *g, const char *why)
+{
+    g->domain_stopped = true;
+    if (g->state == GUEST_EXITED)
+        guest_teardown(g, "the guest powered off after the job");
+    else
+        guest_fail(g, "the guest stopped (%s) before its runner reported an exit", why);
+}

@@ -1,0 +1,268 @@
+/* The libvirt provider's own parts, shared by its files and by no one else (the rest of
+ * hatcheryd sees provisioner.h and provider.h).
+ *
+ * The files, from the bottom up:
+ *   host.c          connections, reconnects, the provisioner and its provider ops table
+ *   remote_image.c  pool images on remote hosts
+ *   guest.c         one guest from create to teardown, and lifecycle events
+ *   channel.c       the channel to a guest's agent, and the relay of what it says
+ *   template.c      warm templates, handing guests a restore source
+ *   inventory.c     tagged domains, orphan volumes, removal by name
+ * with domain_xml, stream_bridge, guest_filter, host_image, host_caps and libvirt_loop
+ * beside them. */
+#ifndef HATCHERY_LIBVIRT_INTERNAL_H
+#define HATCHERY_LIBVIRT_INTERNAL_H
+
+#include <limits.h>
+#include <libvirt/libvirt.h>
+#include <libvirt/virterror.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "agent_channel.h"
+#include "guest_filter.h"
+#include "host_caps.h"
+#include "image_manifest.h"
+#include "provisioner.h"
+#include "stream_bridge.h"
+
+#define RECONNECT_MIN_MS      500
+#define RECONNECT_MAX_MS      30000
+#define CHANNEL_CONNECT_TRIES 50 /* 100 ms apart */
+/* A restored guest's agent answers `restore` within a second here, a production guest
+ * under TCG within seconds: a minute is a clone that is stuck. */
+#define RESTORE_HELLO_TIMEOUT_MS 60000
+
+/* What a connect worker found, for the loop to take in connect_done: the worker writes
+ * only here, and the loop reads it only once the work is done. */
+struct host_found {
+    virConnectPtr conn;
+    char error[256];
+    bool kvm[ARCH_MAX];
+    char **active; /* on a reconnect: the domains running */
+    size_t n_active;
+    bool inventory_failed;
+    unsigned long hypervisor_version, libvirt_version; /* a template is tied to both */
+    long long qemu_uid; /* the uid QEMU's guests run as (libvirt's DAC label), or -1 */
+    bool filter_tried;  /* a QEMU host: the guest filter was defined, or `filter_error` */
+    char filter_error[256];
+    struct guest_filter_host filter_host;
+};
+
+/* Threads: a host is the loop's. Workers read its config, and reach its connection only
+ * through host_conn_ref() under `lock`, which guards `conn`, `dropped` and `kvm` (the one
+ * field a worker reads that a reconnect changes). Each worker holds its own reference, so
+ * a reconnect can drop the host's while a worker still uses the old one. */
+struct host {
+    struct provisioner *prov;
+    struct config_host cfg; /* strings borrowed from the config */
+    uv_mutex_t lock;
+    virConnectPtr conn; /* under lock */
+    bool up;
+    bool connecting;
+    bool dropped;     /* under lock; libvirt closed the connection: dead until the reconnect */
+    bool lxc;         /* from the URI, at add */
+    bool local_files; /* its storage_dir is on this machine (a local URI) */
+    bool transport_logged;
+    bool simulated; /* from the URI: libvirt's test driver, where no guest ever runs */
+    bool streams;   /* channels and consoles through libvirt streams (host_transport) */
+    bool kvm[ARCH_MAX];
+    /* The guest filter (guest_filter.h) on the current connection: defined, or why not;
+     * and the host's addresses it keeps guests off (under lock: create workers read it). */
+    bool guest_filter;
+    char guest_filter_error[256];
+    struct guest_filter_host filter_host;
+    int lifecycle_id;
+    int attempt;
+    int64_t reconnects;
+    uv_timer_t reconnect;
+    uv_timer_t grace; /* guests kept through a drop are given up when it fires */
+    int open_handles; /* the two timers: the host is freed when both have closed */
+    bool ever_up;
+    /* On a reconnect, the worker lists the running domains here; the loop compares them
+     * with the guests it kept, because their stop events were lost with the connection. */
+    char **active;
+    size_t n_active;
+    bool inventory_failed;
+    struct host_found found;
+    uv_work_t work;
+    char error[256];
+    struct host_usage used;
+    struct guest *guests;
+    unsigned long hypervisor_version, libvirt_version;
+    struct image_check *images;  /* the VM pools' images, on a remote host */
+    struct template_slot *slots; /* warm templates kept here */
+    bool slot_work;              /* a template is checked or built: one at a time */
+    uint64_t slot_generation;    /* provisioner_templates_sweep's count */
+    bool slots_scanned;          /* templates left on disk by an earlier hatcheryd listed */
+    struct host *next;
+};
+
+enum slot_state {
+    SLOT_UNKNOWN,  /* not looked at yet: a valid save file from before may be there */
+    SLOT_CHECKING, /* its files are being looked at (or removed) */
+    SLOT_BUILDING,
+    SLOT_READY,
+    SLOT_BROKEN,   /* its last build or restore failed: rebuilt after a delay */
+    SLOT_DISABLED, /* restores keep failing on this host: cold boots only */
+    SLOT_STATE_MAX,
+};
+
+/* One warm template of a pool on a host: `name` is its domain's, its volume's and its
+ * save file's. */
+struct template_slot {
+    struct host *host;
+    char pool[CONFIG_MAX_NAME_BYTES + 1];
+    char name[256];
+    char key[65];      /* what it was built from (template_key): stale when it changes */
+    char want_key[65]; /* what it should be built from now */
+    enum slot_state state;
+    bool rebuild; /* its files go before the next build: a corrupt or stale save */
+    int failures; /* restores in a row that gave no hello */
+    int64_t retry_at_ms;
+    int64_t file_bytes;
+    int64_t restores, fallbacks;
+    char reason[256];
+    const struct config_pool *pool_cfg; /* as of the last want */
+    uint64_t wanted;                    /* the host's sweep generation it was last wanted in */
+    bool removing;                      /* unwanted: its files are being deleted */
+    uv_work_t work;
+    struct template_slot *next;
+};
+
+/* A VM pool's image on a remote host, as the last probe found it (provisioner_host_image). */
+struct image_check {
+    char pool[CONFIG_MAX_NAME_BYTES + 1];
+    char image[PATH_MAX]; /* the path probed: a reload may name another */
+    int arch;
+    bool probing;
+    bool found; /* there is a finding: `ready`, or `reason` */
+    bool ready;
+    char reason[256];
+    int64_t checked_ms; /* 0: due now (none yet, or the host reconnected) */
+    struct image_manifest manifest;
+    struct image_check *next;
+};
+
+struct guest {
+    struct provisioner *prov;
+    struct host *host;
+    char *name;       /* the runner's */
+    char domain[256]; /* the libvirt domain's: the runner's, or a template slot's */
+    int64_t runner_id;
+    const struct config_pool *pool;
+    enum guest_state state;
+    const struct guest_events *events;
+    void *data;
+    char volume[300];
+    char channel_path[PATH_MAX];
+    char channel_dir[PATH_MAX];
+    char console_log[PATH_MAX];
+    char *xml;
+    /* Direct kernel boot: the pool's (its config, or its manifest on this machine), else
+     * what the image's manifest on its remote host names. NULL: boots from its disk. */
+    char *kernel, *initrd, *cmdline;
+    char error[512];                /* the last worker's error (each worker clears it first) */
+    char why_failed[512];           /* guest_fail's reason, kept through the teardown */
+    char machine_id[64], nonce[72]; /* from its hello: no other live guest may have them */
+    bool failed;
+    bool domain_stopped;
+    bool teardown_queued;
+    bool busy;     /* a worker owns this guest's libvirt calls */
+    bool adopting; /* an earlier hatcheryd's: the channel reopens with resume */
+    /* Templates (provisioner_template_build, provisioner_guest_restore). */
+    bool restore;  /* restored from the template `domain`: the channel opens with restore */
+    bool template; /* a template being built: saved on hello, its volume kept */
+    bool saving;   /* the save runs: the domain's stop and the channel's end are expected */
+    bool saved;
+    char save_file[PATH_MAX];
+    struct template_slot *slot; /* the template it was restored from */
+    char fallback[300];         /* why its template could not be restored: booted cold */
+    bool filter_restored;       /* create_work found the guest filter gone and put it back */
+    char template_key[65];      /* a template being built: its key, in its metadata */
+    char found_domain[256];     /* adopt_work's answer: the domain serving this runner */
+    provisioner_template_cb template_cb;
+    void *template_data;
+    int connect_tries;
+    uv_work_t work;
+    uv_timer_t timer; /* boot timeout, channel connect retries */
+    uv_pipe_t *pipe;  /* connecting (VM) or listening (container) */
+    struct agent_channel *channel;
+    /* A host reached through streams: the opened streams (a worker fills them), then
+     * the bridges that carry them. */
+    virStreamPtr opened_channel, opened_console;
+    struct stream_bridge *channel_bridge, *console_bridge;
+    struct guest *next;
+};
+
+struct provisioner {
+    struct provider provider; /* first: the provider's calls get it back (provider_of) */
+    uv_loop_t *loop;
+    int works;    /* libvirt calls in flight on workers */
+    bool closing; /* provisioner_free was called: finish when works reach 0 */
+    char *controller_id;
+    char *state_dir;
+    int64_t boot_timeout_ms;
+    int64_t adopt_grace_ms;
+    struct host *hosts;
+};
+
+/* How a guest boots: its pool's kernel, else its image's manifest's; NULL from its disk. */
+struct boot_files {
+    const char *kernel, *initrd, *cmdline;
+};
+
+/* host.c */
+struct host *host_find(struct provisioner *p, const char *name);
+int queue_work(struct provisioner *p, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
+bool work_done_closing(struct provisioner *p);
+virConnectPtr host_conn_ref(struct host *h, bool even_dropped, bool ret_kvm[ARCH_MAX]);
+bool host_usable(struct host *h);
+bool host_dropped(struct host *h);
+void quiet_libvirt(void *data, virErrorPtr error);
+void guest_release(struct guest *g);
+
+/* remote_image.c */
+struct image_check *image_look(struct host *h, const struct config_pool *pool);
+const struct image_manifest *remote_manifest(const struct host *h, const struct config_pool *pool);
+bool image_usable(struct host *h, const struct config_pool *pool);
+struct boot_files boot_files_of(const struct host *h, const struct config_pool *pool);
+
+/* guest.c */
+virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
+void create_work(uv_work_t *w);
+void guest_fail(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, const char *what);
+void create_done(uv_work_t *w, int status);
+struct guest *guest_new(struct provisioner *p, struct host *h, const struct guest_spec *spec,
+                        const struct guest_events *events, void *data);
+void guest_attach(struct guest *g);
+int runner_domain_remove(virConnectPtr conn, const char *name);
+virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn);
+void teardown_start(struct guest *g);
+int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
+void guest_stopped(struct guest *g, const char *why);
+
+/* channel.c */
+void on_adopt_timeout(uv_timer_t *t);
+void on_boot_timeout(uv_timer_t *t);
+uint64_t hello_timeout_ms(const struct guest *g);
+void on_pipe_closed(uv_handle_t *handle);
+void channel_connect(struct guest *g);
+int container_listen(struct guest *g);
+void streams_work(uv_work_t *w);
+void streams_done(uv_work_t *w, int status);
+
+/* template.c */
+void save_file_of(const struct host *h, const char *name, char *out, size_t size);
+int capacity_for(const struct host *h, const struct config_pool *pool);
+void template_key(const struct host *h, const struct config_pool *p, char out[65]);
+void slot_broken(struct template_slot *slot, const char *reason);
+void slot_restore_failed(struct template_slot *slot, const char *reason);
+struct template_slot *slot_for(struct host *h, const struct config_pool *pool);
+
+/* inventory.c */
+virDomainPtr runner_domain(virConnectPtr conn, const char *name);
+
+#endif
