@@ -33,6 +33,17 @@ const char *const guest_state_names[GUEST_STATE_MAX] = {
     [GUEST_DELETING] = "deleting", [GUEST_GONE] = "gone",
 };
 
+/* A guest's own memory, once nothing refers to it. */
+void guest_release(struct guest *g)
+{
+    free(g->xml);
+    free(g->kernel);
+    free(g->initrd);
+    free(g->cmdline);
+    free(g->name);
+    free(g);
+}
+
 /* ---- guests: creation ------------------------------------------------------------------ */
 
 /* The host's storage pool for overlays, made as a transient directory pool when absent. */
@@ -770,6 +781,44 @@ const char *guest_domain(const struct guest *g)
 const char *guest_console_log(const struct guest *g)
 {
     return g->console_log;
+}
+
+/* The runner a domain serves, from its metadata: a guest restored from a template runs
+ * under the template's name, and says its runner's in <runner-name>. Into `out`, or empty. */
+void metadata_runner_name(const char *md, char *out, size_t size)
+{
+    const char *at = md ? strstr(md, "runner-name>") : NULL;
+    out[0] = 0;
+    if (!at)
+        return;
+    at += strlen("runner-name>");
+    size_t n = strcspn(at, "<");
+    if (n < size)
+        snprintf(out, size, "%.*s", (int)n, at);
+}
+
+/* The domain that serves runner `name`: its own, or a template's restored for it (its
+ * metadata says so). On a worker; NULL when there is none. */
+virDomainPtr runner_domain(virConnectPtr conn, const char *name)
+{
+    virDomainPtr dom = virDomainLookupByName(conn, name);
+    if (dom)
+        return dom;
+    virDomainPtr *doms = NULL;
+    int n = virConnectListAllDomains(conn, &doms, 0);
+    for (int i = 0; i < n; i++) {
+        char *md =
+            virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
+        char runner[256];
+        metadata_runner_name(md, runner, sizeof(runner));
+        free(md);
+        if (!dom && runner[0] && strcmp(runner, name) == 0)
+            dom = doms[i];
+        else
+            virDomainFree(doms[i]);
+    }
+    free(doms);
+    return dom;
 }
 
 /* ---- lifecycle events ---------------------------------------------------------------- */

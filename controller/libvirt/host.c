@@ -1,4 +1,4 @@
-/* Libvirt hosts: one connection each, opened off the loop, kept alive, reopened with
+/* libvirt hosts: one connection each, opened off the loop, kept alive, reopened with
  * backoff when it drops; the provisioner itself (new, free) and its provider ops table. */
 #include "internal.h"
 
@@ -19,10 +19,7 @@
 #include "stream_bridge.h"
 #include "log.h"
 
-static const struct provider_ops libvirt_provider_ops;
-
 static void host_connect(struct host *h);
-static void finalize(struct provisioner *p);
 
 struct host *host_find(struct provisioner *p, const char *name)
 {
@@ -48,7 +45,7 @@ bool work_done_closing(struct provisioner *p)
     if (!p->closing)
         return false;
     if (p->works == 0)
-        finalize(p);
+        p->hooks.finalize(p);
     return true;
 }
 
@@ -122,8 +119,11 @@ static void host_down(struct host *h, const char *why)
  * the host comes back, carry our tag and are removed by the reconciler. */
 static void host_give_up_guests(struct host *h)
 {
-    for (struct guest *g = h->guests; g; g = g->next)
-        guest_fail(g, "host %s went down (%s)", h->cfg.name, h->error);
+    for (struct guest *g = h->guests; g; g = g->next) {
+        char why[512];
+        snprintf(why, sizeof(why), "host %s went down (%s)", h->cfg.name, h->error);
+        h->prov->hooks.guest_lost(g, why);
+    }
 }
 
 static void on_grace_timer(uv_timer_t *t)
@@ -168,7 +168,7 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
 
 /* On the connect worker: takes the host's old connection away and closes it (workers
  * still using it hold references of their own). */
-static void host_conn_drop(struct host *h)
+void host_conn_drop(struct host *h)
 {
     uv_mutex_lock(&h->lock);
     virConnectPtr old = h->conn;
@@ -267,7 +267,7 @@ static bool host_runs(const struct host *h, const char *name)
     return false;
 }
 
-static void host_active_free(struct host *h)
+void host_active_free(struct host *h)
 {
     for (size_t i = 0; i < h->n_active; i++)
         free(h->active[i]);
@@ -287,12 +287,15 @@ static void host_reinventory(struct host *h)
         if (g->busy || g->failed || g->state == GUEST_CREATING || g->state >= GUEST_DELETING)
             continue;
         if (h->inventory_failed) {
-            guest_fail(g, "host %s came back, but its domains could not be listed", h->cfg.name);
+            char why[512];
+            snprintf(why, sizeof(why), "host %s came back, but its domains could not be listed",
+                     h->cfg.name);
+            h->prov->hooks.guest_lost(g, why);
         } else if (host_runs(h, g->domain)) {
             kept++;
         } else {
             stopped++;
-            guest_stopped(g, "while the host was unreachable");
+            h->prov->hooks.guest_stopped(g, "while the host was unreachable");
         }
     }
     log_info("host.reinventoried", "host=%s guests_running=%zu guests_stopped=%zu", h->cfg.name,
@@ -354,9 +357,9 @@ static void connect_done(uv_work_t *w, int status)
     /* Keepalive makes a dead remote host show as a closed connection (not on test:///). */
     virConnectSetKeepAlive(h->conn, 5, 3);
     virConnectRegisterCloseCallback(h->conn, on_close_cb, h, NULL);
-    h->lifecycle_id =
-        virConnectDomainEventRegisterAny(h->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
-                                         VIR_DOMAIN_EVENT_CALLBACK(on_lifecycle), h, NULL);
+    h->lifecycle_id = virConnectDomainEventRegisterAny(
+        h->conn, NULL, VIR_DOMAIN_EVENT_ID_LIFECYCLE,
+        VIR_DOMAIN_EVENT_CALLBACK(h->prov->hooks.lifecycle), h, NULL);
     if (h->attempt > 0)
         h->reconnects++;
     h->up = true;
@@ -462,199 +465,4 @@ int provisioner_host_status(struct provisioner *p, const char *name, struct host
              : h->guest_filter_error[0] ? h->guest_filter_error
                                         : "not defined on this host");
     return 0;
-}
-
-int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct provisioner **ret)
-{
-    virInitialize();
-    virSetErrorFunc(NULL, quiet_libvirt);
-    struct provisioner *p = calloc(1, sizeof(*p));
-    if (!p)
-        return -ENOMEM;
-    p->provider.ops = &libvirt_provider_ops;
-    p->loop = loop;
-    p->controller_id = strdup(o->controller_id);
-    p->state_dir = strdup(o->state_dir);
-    p->boot_timeout_ms = o->boot_timeout_ms;
-    p->adopt_grace_ms = o->adopt_grace_ms > 0 ? o->adopt_grace_ms : 60000;
-    char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/channels", o->state_dir);
-    mkdir(path, 0700);
-    snprintf(path, sizeof(path), "%s/logs", o->state_dir);
-    mkdir(path, 0750);
-    *ret = p;
-    return 0;
-}
-
-static void on_host_closed(uv_handle_t *handle)
-{
-    struct host *h = handle->data;
-    if (--h->open_handles == 0) {
-        host_active_free(h);
-        while (h->slots) {
-            struct template_slot *next = h->slots->next;
-            free(h->slots);
-            h->slots = next;
-        }
-        while (h->images) {
-            struct image_check *next = h->images->next;
-            free(h->images);
-            h->images = next;
-        }
-        uv_mutex_destroy(&h->lock);
-        free(h);
-    }
-}
-
-/* A guest's own memory, once nothing refers to it. */
-void guest_release(struct guest *g)
-{
-    free(g->xml);
-    free(g->kernel);
-    free(g->initrd);
-    free(g->cmdline);
-    free(g->name);
-    free(g);
-}
-
-static void on_guest_handle_closed(uv_handle_t *handle)
-{
-    guest_release(handle->data);
-}
-
-/* Everything is idle: close the connections and free. Guests stay as domains for the
- * reconciler of the next start. */
-static void finalize(struct provisioner *p)
-{
-    for (struct host *h = p->hosts; h;) {
-        struct host *next = h->next;
-        for (struct guest *g = h->guests; g;) {
-            struct guest *gn = g->next;
-            if (g->channel)
-                agent_channel_close(g->channel);
-            if (g->pipe)
-                uv_close((uv_handle_t *)g->pipe, on_pipe_closed);
-            stream_bridge_close(g->channel_bridge);
-            stream_bridge_close(g->console_bridge);
-            uv_close((uv_handle_t *)&g->timer, on_guest_handle_closed);
-            g = gn;
-        }
-        host_conn_drop(h);
-        uv_close((uv_handle_t *)&h->reconnect, on_host_closed);
-        uv_close((uv_handle_t *)&h->grace, on_host_closed);
-        h = next;
-    }
-    free(p->controller_id);
-    free(p->state_dir);
-    free(p);
-}
-
-void provisioner_free(struct provisioner *p)
-{
-    if (!p || p->closing)
-        return;
-    p->closing = true;
-    for (struct host *h = p->hosts; h; h = h->next) {
-        uv_timer_stop(&h->reconnect);
-        uv_timer_stop(&h->grace);
-    }
-    if (p->works == 0)
-        finalize(p);
-}
-
-/* ---- the provider ---------------------------------------------------------------------------- */
-
-static struct provisioner *provider_of(struct provider *p)
-{
-    return (struct provisioner *)p;
-}
-
-static void op_free(struct provider *p)
-{
-    provisioner_free(provider_of(p));
-}
-static int op_host_add(struct provider *p, const struct config_host *host)
-{
-    return provisioner_host_add(provider_of(p), host);
-}
-static int op_host_update(struct provider *p, const struct config_host *host)
-{
-    return provisioner_host_update(provider_of(p), host);
-}
-static bool op_host_up(struct provider *p, const char *host)
-{
-    return provisioner_host_up(provider_of(p), host);
-}
-static int op_host_status(struct provider *p, const char *host, struct host_status *ret)
-{
-    return provisioner_host_status(provider_of(p), host, ret);
-}
-static int op_host_image(struct provider *p, const char *host, const struct config_pool *pool,
-                         struct image_status *ret)
-{
-    return provisioner_host_image(provider_of(p), host, pool, ret);
-}
-static int op_guest_create(struct provider *p, const char *host, const struct guest_spec *spec,
-                           const struct guest_events *events, void *data, struct guest **ret)
-{
-    return provisioner_guest_create(provider_of(p), host, spec, events, data, ret);
-}
-static int op_guest_adopt(struct provider *p, const char *host, const struct guest_spec *spec,
-                          const struct guest_events *events, void *data, struct guest **ret)
-{
-    return provisioner_guest_adopt(provider_of(p), host, spec, events, data, ret);
-}
-static int op_tagged_async(struct provider *p, const char *host, provider_names_cb cb, void *data)
-{
-    return provisioner_tagged_domains_async(provider_of(p), host, cb, data);
-}
-static int op_orphan_volumes_async(struct provider *p, const char *host, provider_names_cb cb,
-                                   void *data)
-{
-    return provisioner_orphan_volumes_async(provider_of(p), host, cb, data);
-}
-static int op_remove(struct provider *p, const char *host, const char *name, provider_done_cb cb,
-                     void *data)
-{
-    return provisioner_domain_remove(provider_of(p), host, name, cb, data);
-}
-static void op_templates_want(struct provider *p, const char *host, const struct config_pool *pool,
-                              int n)
-{
-    provisioner_templates_want(provider_of(p), host, pool, n);
-}
-static void op_templates_sweep(struct provider *p, const char *host)
-{
-    provisioner_templates_sweep(provider_of(p), host);
-}
-static int op_templates(struct provider *p, const char *host, struct template_status *out,
-                        size_t max, size_t *ret_n)
-{
-    return provisioner_templates(provider_of(p), host, out, max, ret_n);
-}
-
-static const struct provider_ops libvirt_provider_ops = {
-    .free = op_free,
-    .host_add = op_host_add,
-    .host_update = op_host_update,
-    .host_up = op_host_up,
-    .host_status = op_host_status,
-    .host_image = op_host_image,
-    .guest_create = op_guest_create,
-    .guest_adopt = op_guest_adopt,
-    .guest_send_config = guest_send_config,
-    .guest_ack_exit = guest_ack_exit,
-    .guest_teardown = guest_teardown,
-    .guest_disown = guest_disown,
-    .tagged_async = op_tagged_async,
-    .orphan_volumes_async = op_orphan_volumes_async,
-    .remove = op_remove,
-    .templates_want = op_templates_want,
-    .templates_sweep = op_templates_sweep,
-    .templates = op_templates,
-};
-
-struct provider *provisioner_provider(struct provisioner *p)
-{
-    return p ? &p->provider : NULL;
 }

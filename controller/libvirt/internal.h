@@ -1,15 +1,17 @@
 /* The libvirt provider's own parts, shared by its files and by no one else (the rest of
  * hatcheryd sees provisioner.h and provider.h).
  *
- * The files, from the bottom up:
- *   host.c          connections, reconnects, the provisioner and its provider ops table
+ * The files, from the bottom up; a file calls only those below it, except where noted:
+ *   host.c          connections and reconnects; it reports up through provisioner_hooks
  *   remote_image.c  pool images on remote hosts
- *   guest.c         one guest from create to teardown, and lifecycle events
+ *   guest.c         one guest from create to teardown, and lifecycle events (it still
+ *                   calls up into channel.c and template.c, which call back into it)
  *   channel.c       the channel to a guest's agent, and the relay of what it says
  *   template.c      warm templates, handing guests a restore source
  *   inventory.c     tagged domains, orphan volumes, removal by name
+ *   provisioner.c   the top: new, free, the hooks and the provider ops table
  * with domain_xml, stream_bridge, guest_filter, host_image, host_caps and libvirt_loop
- * beside them. */
+ * beside them (they know nothing of hosts or guests). */
 #ifndef HATCHERY_LIBVIRT_INTERNAL_H
 #define HATCHERY_LIBVIRT_INTERNAL_H
 
@@ -196,6 +198,16 @@ struct guest {
     struct guest *next;
 };
 
+/* What the layers above host.c hear from it, set by provisioner_new: a host's guests
+ * cannot be reached, one of them stopped while its host was away, a domain's lifecycle
+ * event, and the last work done after provisioner_free. */
+struct provisioner_hooks {
+    void (*guest_lost)(struct guest *g, const char *why);
+    void (*guest_stopped)(struct guest *g, const char *why);
+    int (*lifecycle)(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
+    void (*finalize)(struct provisioner *p);
+};
+
 struct provisioner {
     struct provider provider; /* first: the provider's calls get it back (provider_of) */
     uv_loop_t *loop;
@@ -206,6 +218,7 @@ struct provisioner {
     int64_t boot_timeout_ms;
     int64_t adopt_grace_ms;
     struct host *hosts;
+    struct provisioner_hooks hooks;
 };
 
 /* How a guest boots: its pool's kernel, else its image's manifest's; NULL from its disk. */
@@ -221,7 +234,8 @@ virConnectPtr host_conn_ref(struct host *h, bool even_dropped, bool ret_kvm[ARCH
 bool host_usable(struct host *h);
 bool host_dropped(struct host *h);
 void quiet_libvirt(void *data, virErrorPtr error);
-void guest_release(struct guest *g);
+void host_conn_drop(struct host *h);
+void host_active_free(struct host *h);
 
 /* remote_image.c */
 struct image_check *image_look(struct host *h, const struct config_pool *pool);
@@ -230,6 +244,7 @@ bool image_usable(struct host *h, const struct config_pool *pool);
 struct boot_files boot_files_of(const struct host *h, const struct config_pool *pool);
 
 /* guest.c */
+void guest_release(struct guest *g);
 virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
 void create_work(uv_work_t *w);
 void guest_fail(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -243,6 +258,8 @@ virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn);
 void teardown_start(struct guest *g);
 int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
 void guest_stopped(struct guest *g, const char *why);
+void metadata_runner_name(const char *md, char *out, size_t size);
+virDomainPtr runner_domain(virConnectPtr conn, const char *name);
 
 /* channel.c */
 void on_adopt_timeout(uv_timer_t *t);
@@ -261,8 +278,5 @@ void template_key(const struct host *h, const struct config_pool *p, char out[65
 void slot_broken(struct template_slot *slot, const char *reason);
 void slot_restore_failed(struct template_slot *slot, const char *reason);
 struct template_slot *slot_for(struct host *h, const struct config_pool *pool);
-
-/* inventory.c */
-virDomainPtr runner_domain(virConnectPtr conn, const char *name);
 
 #endif

@@ -13,20 +13,6 @@
 #include "domain_xml.h"
 #include "log.h"
 
-/* The runner a domain serves, from its metadata: a guest restored from a template runs
- * under the template's name, and says its runner's in <runner-name>. Into `out`, or empty. */
-static void metadata_runner_name(const char *md, char *out, size_t size)
-{
-    const char *at = md ? strstr(md, "runner-name>") : NULL;
-    out[0] = 0;
-    if (!at)
-        return;
-    at += strlen("runner-name>");
-    size_t n = strcspn(at, "<");
-    if (n < size)
-        snprintf(out, size, "%.*s", (int)n, at);
-}
-
 int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***ret_names,
                                size_t *ret_n)
 {
@@ -71,30 +57,6 @@ int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***
 }
 
 /* ---- work by name, off the loop --------------------------------------------------------- */
-
-/* The domain that serves runner `name`: its own, or a template's restored for it (its
- * metadata says so). On a worker; NULL when there is none. */
-virDomainPtr runner_domain(virConnectPtr conn, const char *name)
-{
-    virDomainPtr dom = virDomainLookupByName(conn, name);
-    if (dom)
-        return dom;
-    virDomainPtr *doms = NULL;
-    int n = virConnectListAllDomains(conn, &doms, 0);
-    for (int i = 0; i < n; i++) {
-        char *md =
-            virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
-        char runner[256];
-        metadata_runner_name(md, runner, sizeof(runner));
-        free(md);
-        if (!dom && runner[0] && strcmp(runner, name) == 0)
-            dom = doms[i];
-        else
-            virDomainFree(doms[i]);
-    }
-    free(doms);
-    return dom;
-}
 
 struct name_work {
     uv_work_t work;
