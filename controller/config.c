@@ -209,7 +209,7 @@ static const struct key pool_keys[] = {
     INT_KEY(struct config_pool, vcpus, 1, 1024, 2),
     INT_KEY(struct config_pool, memory_mib, 64, INT64_C(1) << 32, 4096),
     INT_KEY(struct config_pool, min_idle, 0, 1024, 0),
-    INT_KEY_REQUIRED(struct config_pool, max_runners, 0, 4096),
+    INT_KEY_REQUIRED(struct config_pool, max_runners, 0, 65536),
     LIST_KEY(struct config_pool, hosts, 1, CONFIG_MAX_HOSTS, false),
     PATH_KEY(struct config_pool, kernel, false, NULL),
     PATH_KEY(struct config_pool, initrd, false, NULL),

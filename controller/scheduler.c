@@ -842,12 +842,42 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
 
 /* ---- demand and placement ------------------------------------------------------------------- */
 
-/* A host for one more guest of `pool`, or NULL with the reason in `why`. */
-static const char *place(struct scheduler *s, const struct config_pool *pool, char *why,
-                         size_t why_size)
+/* One tick's view of a host, taken once per tick so that placing N runners over H hosts
+ * costs N*H, not N*H*(runners): what the provider says the host runs, and what the runners
+ * recorded for it but not yet handed to the provider add (placements of this tick
+ * included). */
+struct host_view {
+    bool up;
+    struct host_status st;
+    struct host_usage pending;
+};
+
+static struct host_view *host_views(struct scheduler *s)
 {
     const struct config *c = cfg(s);
-    const char *best = NULL;
+    struct host_view *v = calloc(c->n_hosts ? c->n_hosts : 1, sizeof(*v));
+    if (!v)
+        return NULL;
+    for (size_t i = 0; i < c->n_hosts; i++)
+        v[i].up = provider_host_status(prov(s), c->hosts[i].name, &v[i].st) == 0 && v[i].st.up;
+    for (struct runner *r = s->runners; r; r = r->next) {
+        int i = r->state == RUNNER_PENDING ? host_index(c, r->host) : -1;
+        if (i >= 0) {
+            v[i].pending.guests++;
+            v[i].pending.vcpus += r->pool->vcpus;
+            v[i].pending.memory_mib += r->pool->memory_mib;
+        }
+    }
+    return v;
+}
+
+/* A host for one more guest of `pool` (its index in the config), or -1 with the reason in
+ * `why`. */
+static int place(struct scheduler *s, const struct host_view *views, const struct config_pool *pool,
+                 char *why, size_t why_size)
+{
+    const struct config *c = cfg(s);
+    int best = -1;
     int64_t best_guests = 0;
     size_t down = 0, drained = 0, full = 0, candidates = 0, unsafe = 0, no_image = 0;
     char unsafe_why[512] = "", no_image_why[512] = "";
@@ -856,18 +886,18 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
         if (!config_pool_uses_host(pool, h->name))
             continue;
         candidates++;
-        struct host_status st;
+        const struct host_status *st = &views[i].st;
         if (s->drained[i]) {
             drained++;
             continue;
         }
-        if (provider_host_status(prov(s), h->name, &st) < 0 || !st.up) {
+        if (!views[i].up) {
             down++;
             continue;
         }
         /* No networked guest where what keeps it off its host is not in place. */
         char reason[256];
-        if (guest_isolation_check(h, pool, host_status_filter_missing(&st), reason,
+        if (guest_isolation_check(h, pool, host_status_filter_missing(st), reason,
                                   sizeof(reason)) == GUEST_ISOLATION_MISSING) {
             if (!unsafe++)
                 snprintf(unsafe_why, sizeof(unsafe_why), "host %s unsafe: %s", h->name, reason);
@@ -883,26 +913,22 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
                 snprintf(no_image_why, sizeof(no_image_why), "host %s: %s", h->name, image.reason);
             continue;
         }
-        /* Runners recorded but not yet handed to the provisioner count too. */
-        for (struct runner *r = s->runners; r; r = r->next)
-            if (r->state == RUNNER_PENDING && strcmp(r->host, h->name) == 0) {
-                st.used.guests++;
-                st.used.vcpus += r->pool->vcpus;
-                st.used.memory_mib += r->pool->memory_mib;
-            }
-        if (st.used.guests + 1 > h->max_guests || st.used.vcpus + pool->vcpus > h->vcpus ||
-            st.used.memory_mib + pool->memory_mib > h->memory_mib) {
+        /* Runners recorded but not yet handed to the provider count too. */
+        const struct host_usage *pend = &views[i].pending;
+        int64_t guests = st->used.guests + pend->guests;
+        if (guests + 1 > h->max_guests || st->used.vcpus + pend->vcpus + pool->vcpus > h->vcpus ||
+            st->used.memory_mib + pend->memory_mib + pool->memory_mib > h->memory_mib) {
             full++;
             continue;
         }
-        bool better = !best || (c->placement == PLACEMENT_PACK ? st.used.guests > best_guests
-                                                               : st.used.guests < best_guests);
+        bool better = best < 0 || (c->placement == PLACEMENT_PACK ? guests > best_guests
+                                                                  : guests < best_guests);
         if (better) {
-            best = h->name;
-            best_guests = st.used.guests;
+            best = (int)i;
+            best_guests = guests;
         }
     }
-    if (best)
+    if (best >= 0)
         return best;
     if (candidates == 0)
         snprintf(why, why_size, "no host configured for the pool");
@@ -916,7 +942,7 @@ static const char *place(struct scheduler *s, const struct config_pool *pool, ch
         snprintf(why, why_size, "host down");
     else
         snprintf(why, why_size, "hosts drained or down");
-    return NULL;
+    return -1;
 }
 
 static void recover(struct scheduler *s);
@@ -1037,6 +1063,7 @@ static void tick(struct scheduler *s)
     struct github_stats gs;
     github_client_stats(gh(s), &gs);
     bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > wall_clock_ms();
+    struct host_view *views = host_views(s); /* NULL: out of memory, no placement this tick */
     for (size_t p = 0; p < c->n_pools; p++) {
         const struct config_pool *pool = &c->pools[p];
         int64_t queued = 0;
@@ -1097,14 +1124,22 @@ static void tick(struct scheduler *s)
                 snprintf(s->why[p], sizeof(s->why[p]), "%s", image_error);
                 break;
             }
-            const char *host = place(s, pool, s->why[p], sizeof(s->why[p]));
-            if (!host)
+            if (!views) {
+                snprintf(s->why[p], sizeof(s->why[p]), "out of memory");
                 break;
-            runner_create(s, pool, host);
+            }
+            int h = place(s, views, pool, s->why[p], sizeof(s->why[p]));
+            if (h < 0)
+                break;
+            views[h].pending.guests++;
+            views[h].pending.vcpus += pool->vcpus;
+            views[h].pending.memory_mib += pool->memory_mib;
+            runner_create(s, pool, c->hosts[h].name);
             want--;
             room--;
         }
     }
+    free(views);
     json_decref(rows);
     keep_templates(s);
 }

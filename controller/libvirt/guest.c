@@ -1,6 +1,7 @@
 /* One guest from create to teardown: its volume and domain made on a worker, its
  * boot and adoption, its failure, its teardown (destroy, undefine, delete the volume),
  * and the domain lifecycle events that tell of it. */
+#define _GNU_SOURCE /* asprintf */
 #include "internal.h"
 
 #include <errno.h>
@@ -40,6 +41,10 @@ void guest_release(struct guest *g)
     free(g->kernel);
     free(g->initrd);
     free(g->cmdline);
+    free(g->channel_path);
+    free(g->channel_dir);
+    free(g->console_log);
+    free(g->save_file);
     free(g->name);
     free(g);
 }
@@ -443,7 +448,7 @@ void create_done(uv_work_t *w, int status)
 }
 
 struct guest *guest_new(struct provisioner *p, struct host *h, const struct guest_spec *spec,
-                        const struct guest_events *events, void *data)
+                        const char *template, const struct guest_events *events, void *data)
 {
     struct guest *g = calloc(1, sizeof(*g));
     if (!g)
@@ -455,8 +460,18 @@ struct guest *guest_new(struct provisioner *p, struct host *h, const struct gues
     g->kernel = b.kernel ? strdup(b.kernel) : NULL;
     g->initrd = b.initrd ? strdup(b.initrd) : NULL;
     g->cmdline = b.cmdline ? strdup(b.cmdline) : NULL;
+    const char *state = p->state_dir;
+    if (asprintf(&g->channel_path, "%s/channels/%s.sock", state, spec->name) < 0)
+        g->channel_path = NULL;
+    if (asprintf(&g->channel_dir, "%s/channels/%s", state, spec->name) < 0)
+        g->channel_dir = NULL;
+    if (asprintf(&g->console_log, "%s/logs/%s.console.log", state, spec->name) < 0)
+        g->console_log = NULL;
+    if (template && asprintf(&g->save_file, "%s/%s.save", h->cfg.storage_dir, template) < 0)
+        g->save_file = NULL;
     if (!g->name || (b.kernel && !g->kernel) || (b.initrd && !g->initrd) ||
-        (b.cmdline && !g->cmdline)) {
+        (b.cmdline && !g->cmdline) || !g->channel_path || !g->channel_dir || !g->console_log ||
+        (template && !g->save_file)) {
         guest_release(g);
         return NULL;
     }
@@ -467,11 +482,6 @@ struct guest *guest_new(struct provisioner *p, struct host *h, const struct gues
     g->data = data;
     g->state = GUEST_CREATING;
     snprintf(g->volume, sizeof(g->volume), "%s.qcow2", spec->name);
-    snprintf(g->channel_path, sizeof(g->channel_path), "%s/channels/%s.sock", p->state_dir,
-             spec->name);
-    snprintf(g->channel_dir, sizeof(g->channel_dir), "%s/channels/%s", p->state_dir, spec->name);
-    snprintf(g->console_log, sizeof(g->console_log), "%s/logs/%s.console.log", p->state_dir,
-             spec->name);
     uv_timer_init(p->loop, &g->timer);
     g->timer.data = g;
     return g;
@@ -503,16 +513,15 @@ int provisioner_guest_create(struct provisioner *p, const char *host_name,
     int r = capacity_for(h, pool);
     if (r < 0)
         return r;
-    struct guest *g = guest_new(p, h, spec, events, data);
-    if (!g)
-        return -ENOMEM;
     struct template_slot *slot =
         pool->start == START_TEMPLATE && pool->backend == BACKEND_VM ? slot_for(h, pool) : NULL;
+    struct guest *g = guest_new(p, h, spec, slot ? slot->name : NULL, events, data);
+    if (!g)
+        return -ENOMEM;
     if (slot) {
         g->restore = true;
         g->slot = slot;
         snprintf(g->domain, sizeof(g->domain), "%s", slot->name);
-        save_file_of(h, slot->name, g->save_file, sizeof(g->save_file));
     }
     if (pool->backend == BACKEND_CONTAINER) {
         r = container_listen(g);
@@ -593,7 +602,7 @@ int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
         return -EINVAL;
     if (!h->up)
         return -ENODEV;
-    struct guest *g = guest_new(p, h, spec, events, data);
+    struct guest *g = guest_new(p, h, spec, NULL, events, data);
     if (!g)
         return -ENOMEM;
     g->state = GUEST_ADOPTING;

@@ -158,9 +158,9 @@ struct guest {
     const struct guest_events *events;
     void *data;
     char volume[300];
-    char channel_path[PATH_MAX];
-    char channel_dir[PATH_MAX];
-    char console_log[PATH_MAX];
+    /* Its files on this machine, made once by guest_new (a guest is small: at 10,000 of
+     * them, four PATH_MAX arrays each were 160 MiB). */
+    char *channel_path, *channel_dir, *console_log;
     char *xml;
     /* Direct kernel boot: the pool's (its config, or its manifest on this machine), else
      * what the image's manifest on its remote host names. NULL: boots from its disk. */
@@ -178,7 +178,7 @@ struct guest {
     bool template; /* a template being built: saved on hello, its volume kept */
     bool saving;   /* the save runs: the domain's stop and the channel's end are expected */
     bool saved;
-    char save_file[PATH_MAX];
+    char *save_file;            /* a template's memory: built into or restored from; else NULL */
     struct template_slot *slot; /* the template it was restored from */
     char fallback[300];         /* why its template could not be restored: booted cold */
     bool filter_restored;       /* create_work found the guest filter gone and put it back */
@@ -250,8 +250,9 @@ void create_work(uv_work_t *w);
 void guest_fail(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, const char *what);
 void create_done(uv_work_t *w, int status);
+/* `template`: the template it is built into or restored from (its save file), or NULL. */
 struct guest *guest_new(struct provisioner *p, struct host *h, const struct guest_spec *spec,
-                        const struct guest_events *events, void *data);
+                        const char *template, const struct guest_events *events, void *data);
 void guest_attach(struct guest *g);
 int runner_domain_remove(virConnectPtr conn, const char *name);
 virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn);
@@ -272,7 +273,6 @@ void streams_work(uv_work_t *w);
 void streams_done(uv_work_t *w, int status);
 
 /* template.c */
-void save_file_of(const struct host *h, const char *name, char *out, size_t size);
 int capacity_for(const struct host *h, const struct config_pool *pool);
 void template_key(const struct host *h, const struct config_pool *p, char out[65]);
 void slot_broken(struct template_slot *slot, const char *reason);

@@ -120,11 +120,6 @@ static const char *restore_unsupported(const struct host *h, const struct config
     return NULL;
 }
 
-void save_file_of(const struct host *h, const char *name, char *out, size_t size)
-{
-    snprintf(out, size, "%s/%s.save", h->cfg.storage_dir, name);
-}
-
 int capacity_for(const struct host *h, const struct config_pool *pool)
 {
     if (!h->up)
@@ -155,7 +150,7 @@ static int provisioner_template_build_keyed(struct provisioner *p, const char *h
     if (r < 0)
         return r;
     struct guest_spec spec = {.name = name, .runner_id = 0, .pool = pool};
-    struct guest *g = guest_new(p, h, &spec, &template_events, NULL);
+    struct guest *g = guest_new(p, h, &spec, name, &template_events, NULL);
     if (!g)
         return -ENOMEM;
     g->data = g;
@@ -163,7 +158,6 @@ static int provisioner_template_build_keyed(struct provisioner *p, const char *h
     snprintf(g->template_key, sizeof(g->template_key), "%s", key);
     g->template_cb = cb;
     g->template_data = data;
-    save_file_of(h, name, g->save_file, sizeof(g->save_file));
     guest_attach(g);
     log_info("template.building", "template=%s host=%s pool=%s", name, h->cfg.name, pool->name);
     guest_work_start(g, create_work, create_done, "the template's creation");
@@ -186,12 +180,11 @@ int provisioner_guest_restore(struct provisioner *p, const char *host_name,
     for (struct guest *o = h->guests; o; o = o->next)
         if (strcmp(o->domain, template_name) == 0 && o->state < GUEST_GONE)
             return -EBUSY; /* one guest per template at a time: it has one name */
-    struct guest *g = guest_new(p, h, spec, events, data);
+    struct guest *g = guest_new(p, h, spec, template_name, events, data);
     if (!g)
         return -ENOMEM;
     g->restore = true;
     snprintf(g->domain, sizeof(g->domain), "%s", template_name);
-    save_file_of(h, template_name, g->save_file, sizeof(g->save_file));
     guest_attach(g);
     guest_work_start(g, create_work, create_done, "the restore");
     *ret_guest = g;

@@ -17,7 +17,13 @@ if [ -z "${GITHUB_DOUBLE_URL:-}" ]; then
   exec tests/github/with-prism.sh "$0" "$jobs" "$hosts"
 fi
 work=$(mktemp -d /tmp/hatchery-scale-XXXXXX)
-trap '[ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; [ -n "${SCALE_KEEP:-}" ] || rm -rf "$work"' EXIT
+cleanup() {
+  set +e # every step runs, whatever the one before it (hatcheryd may be dead already)
+  [ -z "${pid:-}" ] || kill "$pid" 2>/dev/null
+  wait 2>/dev/null
+  [ -n "${SCALE_KEEP:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
 od -An -N16 -tx1 /dev/urandom | tr -d ' \n' > "$work/secret"
 chmod 600 "$work/secret"
 port=$(node -e 's=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})')
@@ -28,6 +34,10 @@ port=$(node -e 's=require("net").createServer().listen(0,"127.0.0.1",()=>{consol
   echo "admin_socket: $work/admin.sock"
   echo "webhook_secret_file: $work/secret"
   echo "reconcile_interval_s: 5"
+  # GitHub delivers from many addresses; this one sender stands for all of them, so the
+  # per-address connection limit (32 by default) is lifted here, not in the product.
+  echo "http:"
+  echo "  max_connections_per_address: 0"
   echo "github:"
   echo "  api_url: $GITHUB_DOUBLE_URL"
   echo "  app_id: $APP_ID"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmark: signed workflow_job deliveries per second into hatcheryd, with p50/p99 latency,
+# Benchmark: signed workflow_job deliveries per second into hatcheryd (2xx answers only: a
+# 503 is not throughput), with p50/p99 latency,
 # at concurrency 1 and 64, beside nginx answering a static 204 on loopback in the same run.
 # Then a paced run near 1,000 deliveries/s for the latency target. Finally checks that every
 # delivery answered 2xx is in the store. It prints figures; it asserts nothing about time.
@@ -41,6 +42,10 @@ admin_socket: $work/admin.sock
 webhook_secret_file: $work/secret
 http:
   max_connections: 1024
+  # GitHub delivers from many addresses; wrk's one address stands for all of them, so the
+  # per-address limit (32 by default) is lifted here: at c=64 it would answer half of
+  # them 503.
+  max_connections_per_address: 0
 hosts:
   - {name: h1, uri: "test:///default", vcpus: 64, memory_mib: 262144, max_guests: 64}
 pools:
@@ -74,7 +79,7 @@ run() { # port threads conns delay first-file
 }
 field() { node -e "console.log(JSON.parse(process.argv[1])[process.argv[2]])" "$1" "$2"; }
 
-printf '%-26s %10s %9s %9s %8s\n' "run" "req/s" "p50 ms" "p99 ms" "non-2xx"
+printf '%-26s %10s %9s %9s %8s\n' "run" "2xx/s" "p50 ms" "p99 ms" "non-2xx"
 total_2xx=0
 for c in 1 64; do
   t=$([ "$c" = 1 ] && echo 1 || echo 2)
@@ -83,18 +88,18 @@ for c in 1 64; do
   h=$(run $port_h "$t" "$c" 0 $(( first + t )))
   for pair in "nginx c=$c|$n" "hatcheryd c=$c|$h"; do
     r=${pair#*|}
-    printf '%-26s %10s %9s %9s %8s\n' "${pair%%|*}" "$(field "$r" rps)" "$(field "$r" p50_ms)" "$(field "$r" p99_ms)" "$(field "$r" non2xx)"
+    printf '%-26s %10s %9s %9s %8s\n' "${pair%%|*}" "$(field "$r" ok_rps)" "$(field "$r" p50_ms)" "$(field "$r" p99_ms)" "$(field "$r" non2xx)"
   done
-  ratio=$(node -e "console.log((JSON.parse(process.argv[1]).rps / JSON.parse(process.argv[2]).rps).toFixed(3))" "$h" "$n")
-  echo "ratio hatcheryd/nginx at c=$c: $ratio (target >= 0.25)"
+  ratio=$(node -e "console.log((JSON.parse(process.argv[1]).ok_rps / JSON.parse(process.argv[2]).ok_rps).toFixed(3))" "$h" "$n")
+  echo "ratio hatcheryd/nginx at c=$c, 2xx answers only: $ratio (target >= 0.28)"
   total_2xx=$(( total_2xx + $(field "$h" requests) - $(field "$h" non2xx) ))
 done
 
 # Paced: 10 connections each pausing 9 ms between requests, about 1,000 deliveries/s.
 # (wrk is closed-loop: the pause keeps the offered rate near the target.)
 h=$(run $port_h 1 10 9 6)
-printf '%-26s %10s %9s %9s %8s\n' "hatcheryd paced ~1000/s" "$(field "$h" rps)" "$(field "$h" p50_ms)" "$(field "$h" p99_ms)" "$(field "$h" non2xx)"
-echo "p99 at ~$(field "$h" rps | cut -d. -f1) deliveries/s: $(field "$h" p99_ms) ms (target < 5 ms)"
+printf '%-26s %10s %9s %9s %8s\n' "hatcheryd paced ~1000/s" "$(field "$h" ok_rps)" "$(field "$h" p50_ms)" "$(field "$h" p99_ms)" "$(field "$h" non2xx)"
+echo "p99 at ~$(field "$h" ok_rps | cut -d. -f1) deliveries/s: $(field "$h" p99_ms) ms (target < 5 ms)"
 total_2xx=$(( total_2xx + $(field "$h" requests) - $(field "$h" non2xx) ))
 
 # Durability: every 2xx answer was a commit of a new delivery (no id is sent twice), so
