@@ -396,6 +396,9 @@ void create_done(uv_work_t *w, int status)
     if (work_done_closing(g->prov))
         return;
     g->busy = false;
+    /* The domain's XML served its one call (a few KiB a guest, kept for nothing). */
+    free(g->xml);
+    g->xml = NULL;
     if (g->error[0]) {
         char reason[sizeof(g->error)];
         snprintf(reason, sizeof(reason), "%s", g->error);
