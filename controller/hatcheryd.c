@@ -757,10 +757,8 @@ static void prune_logs(struct daemon *d)
 static void prune_history(struct daemon *d)
 {
     int64_t cutoff_ms = wall_clock_ms() - d->config->history_retention_s * 1000;
-    store_sql_submit(d->store, "DELETE FROM runners WHERE state = 'deleted' AND updated_at < ?1",
-                     json_pack("[I]", (json_int_t)cutoff_ms), NULL, NULL);
-    store_sql_submit(d->store, "DELETE FROM jobs WHERE status = 'completed' AND updated_at < ?1",
-                     json_pack("[I]", (json_int_t)cutoff_ms), NULL, NULL);
+    store_runners_prune(d->store, cutoff_ms);
+    store_jobs_prune(d->store, cutoff_ms);
 }
 
 static void on_prune(uv_timer_t *timer)

@@ -226,103 +226,112 @@ static void template_metrics(struct textbuf *b, struct daemon *d)
     free(n);
 }
 
-char *metrics_render(struct daemon *d, size_t *ret_len)
+/* The HTTP front: its sandbox, connections, requests and answers. */
+static void http_metrics(struct textbuf *b, struct daemon *d)
 {
-    struct textbuf b;
-    textbuf_init(&b, METRICS_MAX_BYTES);
     const struct http_stats *h = front_http_stats(d->front);
-
-    header(&b, "hatchery_build_info", "gauge", "Version of this hatcheryd.");
-    textbuf_printf(&b, "hatchery_build_info{version=\"%s\"} 1\n", HATCHERY_VERSION);
-    gauge(&b, "hatchery_start_time_seconds", "When this hatcheryd started, in Unix time.",
-          (double)d->started_at_ms / 1000.0);
-    process_metrics(&b, d);
-
-    gauge(&b, "hatchery_http_front_sandboxed",
+    gauge(b, "hatchery_http_front_sandboxed",
           "1 when the HTTP front runs under its seccomp filter, 0 when unconfined.",
           front_sandboxed(d->front) ? 1 : 0);
-    gauge(&b, "hatchery_http_connections_open", "HTTP connections open now.",
+    gauge(b, "hatchery_http_connections_open", "HTTP connections open now.",
           (double)h->connections_open);
-    counter(&b, "hatchery_http_connections_accepted_total", "HTTP connections accepted.",
+    counter(b, "hatchery_http_connections_accepted_total", "HTTP connections accepted.",
             h->connections_accepted);
-    counter(&b, "hatchery_http_connections_rejected_total",
+    counter(b, "hatchery_http_connections_rejected_total",
             "HTTP connections refused (503) because http.max_connections were open, or "
             "http.max_connections_per_address from one address.",
             h->connections_rejected);
-    counter(&b, "hatchery_http_backpressure_stalls_total",
+    counter(b, "hatchery_http_backpressure_stalls_total",
             "Connections no longer read because their peer left answers unread.",
             h->backpressure_stalls);
-    counter(&b, "hatchery_http_requests_total", "Complete HTTP requests read.", h->requests);
-    counter(&b, "hatchery_http_timeouts_total",
+    counter(b, "hatchery_http_requests_total", "Complete HTTP requests read.", h->requests);
+    counter(b, "hatchery_http_timeouts_total",
             "Requests closed because they were not received within http.read_timeout_ms.",
             h->timeouts);
-    counter(&b, "hatchery_http_tls_handshake_failures_total", "Failed TLS handshakes.",
+    counter(b, "hatchery_http_tls_handshake_failures_total", "Failed TLS handshakes.",
             h->tls_handshake_failures);
-    header(&b, "hatchery_http_responses_total", "counter", "HTTP responses sent, by status code.");
+    header(b, "hatchery_http_responses_total", "counter", "HTTP responses sent, by status code.");
     for (int code = 100; code < 600; code++)
         if (h->responses_by_code[code])
-            textbuf_printf(&b, "hatchery_http_responses_total{code=\"%d\"} %llu\n", code,
+            textbuf_printf(b, "hatchery_http_responses_total{code=\"%d\"} %llu\n", code,
                            (unsigned long long)h->responses_by_code[code]);
+}
 
-    header(&b, "hatchery_webhook_deliveries_total", "counter", "Webhook deliveries, by result.");
+/* Webhook deliveries by result, and their latency. */
+static void webhook_metrics(struct textbuf *b, struct daemon *d)
+{
+    header(b, "hatchery_webhook_deliveries_total", "counter", "Webhook deliveries, by result.");
     for (int r = 0; r < DELIVERY_RESULT_MAX; r++)
-        textbuf_printf(&b, "hatchery_webhook_deliveries_total{result=\"%s\"} %llu\n",
+        textbuf_printf(b, "hatchery_webhook_deliveries_total{result=\"%s\"} %llu\n",
                        delivery_result_names[r], (unsigned long long)d->webhooks.by_result[r]);
-    counter(&b, "hatchery_webhook_unmatched_deliveries_total",
+    counter(b, "hatchery_webhook_unmatched_deliveries_total",
             "workflow_job deliveries stored whose labels no pool matches (one job's queued, "
             "in_progress and completed count three; hatchery_jobs_unmatched counts jobs).",
             d->webhooks.unmatched_deliveries);
-    header(&b, "hatchery_webhook_latency_seconds", "histogram",
+    header(b, "hatchery_webhook_latency_seconds", "histogram",
            "Time from a webhook request's last byte to its answer.");
     uint64_t cumulative = 0;
     for (int i = 0; i < WEBHOOK_LATENCY_BUCKETS; i++) {
         cumulative += d->webhooks.latency_buckets[i];
-        textbuf_printf(&b, "hatchery_webhook_latency_seconds_bucket{le=\"%g\"} %llu\n",
+        textbuf_printf(b, "hatchery_webhook_latency_seconds_bucket{le=\"%g\"} %llu\n",
                        webhook_latency_bounds[i], (unsigned long long)cumulative);
     }
-    textbuf_printf(&b, "hatchery_webhook_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+    textbuf_printf(b, "hatchery_webhook_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
                    (unsigned long long)d->webhooks.latency_count);
-    textbuf_printf(&b, "hatchery_webhook_latency_seconds_sum %.9f\n", d->webhooks.latency_sum_s);
-    textbuf_printf(&b, "hatchery_webhook_latency_seconds_count %llu\n",
+    textbuf_printf(b, "hatchery_webhook_latency_seconds_sum %.9f\n", d->webhooks.latency_sum_s);
+    textbuf_printf(b, "hatchery_webhook_latency_seconds_count %llu\n",
                    (unsigned long long)d->webhooks.latency_count);
+}
 
+/* The store's group commits. */
+static void store_metrics(struct textbuf *b, struct daemon *d)
+{
     struct store_stats ss;
     store_stats_get(d->store, &ss);
-    counter(&b, "hatchery_store_commits_total", "Group commits to the store.", ss.commits);
-    header(&b, "hatchery_store_commit_seconds_total", "counter",
+    counter(b, "hatchery_store_commits_total", "Group commits to the store.", ss.commits);
+    header(b, "hatchery_store_commit_seconds_total", "counter",
            "Time spent applying and committing batches (fsync included).");
-    textbuf_printf(&b, "hatchery_store_commit_seconds_total %.6f\n", (double)ss.commit_ns / 1e9);
-    counter(&b, "hatchery_store_writes_total", "Writes committed to the store.",
+    textbuf_printf(b, "hatchery_store_commit_seconds_total %.6f\n", (double)ss.commit_ns / 1e9);
+    counter(b, "hatchery_store_writes_total", "Writes committed to the store.",
             ss.writes_committed);
-    counter(&b, "hatchery_store_write_errors_total", "Writes the store failed.", ss.commit_errors);
-    counter(&b, "hatchery_store_writes_rejected_total",
+    counter(b, "hatchery_store_write_errors_total", "Writes the store failed.", ss.commit_errors);
+    counter(b, "hatchery_store_writes_rejected_total",
             "Writes refused because too many were waiting for a commit.", ss.writes_rejected);
-    gauge(&b, "hatchery_store_writes_pending", "Writes waiting for the next commit.",
+    gauge(b, "hatchery_store_writes_pending", "Writes waiting for the next commit.",
           (double)ss.writes_pending);
+}
 
+/* The GitHub client: requests, retries, errors and the rate limit. */
+static void github_metrics(struct textbuf *b, struct daemon *d)
+{
     if (d->github) {
         struct github_stats gs;
         github_client_stats(d->github, &gs);
-        counter(&b, "hatchery_github_requests_total", "Requests sent to GitHub (retries included).",
+        counter(b, "hatchery_github_requests_total", "Requests sent to GitHub (retries included).",
                 gs.requests);
-        counter(&b, "hatchery_github_retries_total",
+        counter(b, "hatchery_github_retries_total",
                 "GitHub requests retried after a 5xx, timeout or connection error.", gs.retries);
-        counter(&b, "hatchery_github_errors_total", "GitHub operations that failed.", gs.failures);
-        counter(&b, "hatchery_github_rate_limited_total",
+        counter(b, "hatchery_github_errors_total", "GitHub operations that failed.", gs.failures);
+        counter(b, "hatchery_github_rate_limited_total",
                 "Answers that made the client wait for a rate limit.", gs.rate_limited);
         if (gs.ratelimit_remaining >= 0)
-            gauge(&b, "hatchery_github_ratelimit_remaining",
+            gauge(b, "hatchery_github_ratelimit_remaining",
                   "Requests left in GitHub's rate-limit window (X-RateLimit-Remaining).",
                   (double)gs.ratelimit_remaining);
         if (gs.ratelimit_reset > 0) {
             double left = (double)gs.ratelimit_reset - (double)time(NULL);
-            gauge(&b, "hatchery_github_ratelimit_reset_seconds",
+            gauge(b, "hatchery_github_ratelimit_reset_seconds",
                   "Seconds until GitHub's rate-limit window resets.", left > 0 ? left : 0);
-            gauge(&b, "hatchery_github_ratelimit_reset_timestamp_seconds",
+            gauge(b, "hatchery_github_ratelimit_reset_timestamp_seconds",
                   "When GitHub's rate-limit window resets, in Unix time (X-RateLimit-Reset).",
                   (double)gs.ratelimit_reset);
         }
     }
+}
+
+/* Hosts: up, usage, capacity and guest isolation; then their templates. */
+static void host_metrics(struct textbuf *b, struct daemon *d)
+{
     if (d->provider && d->config->n_hosts > 0) {
         struct host_status *st = calloc(d->config->n_hosts, sizeof(*st));
         for (size_t i = 0; st && i < d->config->n_hosts; i++)
@@ -343,7 +352,7 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
              "Guests each host may hold (hosts[].max_guests)."},
         };
         for (size_t f = 0; st && f < sizeof(families) / sizeof(families[0]); f++) {
-            header(&b, families[f].name, families[f].type, families[f].help);
+            header(b, families[f].name, families[f].type, families[f].help);
             for (size_t i = 0; i < d->config->n_hosts; i++) {
                 const struct config_host *host = &d->config->hosts[i];
                 long long v = f == 0   ? st[i].up
@@ -354,11 +363,11 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                               : f == 5 ? st[i].used.memory_mib * 1048576
                               : f == 6 ? host->memory_mib * 1048576
                                        : host->max_guests;
-                textbuf_printf(&b, "%s{host=\"%s\"} %lld\n", families[f].name,
+                textbuf_printf(b, "%s{host=\"%s\"} %lld\n", families[f].name,
                                d->config->hosts[i].name, v);
             }
         }
-        header(&b, "hatchery_host_guest_isolation", "gauge",
+        header(b, "hatchery_host_guest_isolation", "gauge",
                "1 for the host's guest isolation state (in_place, unchecked, not_needed, or "
                "missing: then it gets no networked guest).");
         for (size_t i = 0; i < d->config->n_hosts; i++) {
@@ -367,75 +376,81 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                 d->config, &d->config->hosts[i],
                 st ? host_status_filter_missing(&st[i]) : "host status unknown", why, sizeof(why));
             for (int k = 0; k < GUEST_ISOLATION_STATE_MAX; k++)
-                textbuf_printf(&b, "hatchery_host_guest_isolation{host=\"%s\",state=\"%s\"} %d\n",
+                textbuf_printf(b, "hatchery_host_guest_isolation{host=\"%s\",state=\"%s\"} %d\n",
                                d->config->hosts[i].name, guest_isolation_state_names[k],
                                k == (int)iso);
         }
         free(st);
-        template_metrics(&b, d);
+        template_metrics(b, d);
     }
+}
+
+/* Runners by pool and state, pools' back-off, the lifecycle histograms and counters, and
+ * the reconciler. */
+static void scheduler_metrics(struct textbuf *b, struct daemon *d)
+{
     if (d->scheduler) {
-        header(&b, "hatchery_runners", "gauge", "Live runners, by pool and state.");
+        header(b, "hatchery_runners", "gauge", "Live runners, by pool and state.");
         json_t **pools = calloc(d->config->n_pools + 1, sizeof(json_t *));
         for (size_t p = 0; pools && p < d->config->n_pools; p++) {
             pools[p] = scheduler_pool_json(d->scheduler, d->config->pools[p].name);
             const char *state;
             json_t *n;
             json_object_foreach(json_object_get(pools[p], "by_state"), state, n)
-                textbuf_printf(&b, "hatchery_runners{pool=\"%s\",state=\"%s\"} %lld\n",
+                textbuf_printf(b, "hatchery_runners{pool=\"%s\",state=\"%s\"} %lld\n",
                                d->config->pools[p].name, state, (long long)json_integer_value(n));
         }
-        header(&b, "hatchery_pool_backoff_seconds", "gauge",
+        header(b, "hatchery_pool_backoff_seconds", "gauge",
                "How long each pool makes no new runner, after runners failed before starting "
                "(0: not backing off).");
         for (size_t p = 0; pools && p < d->config->n_pools; p++)
-            textbuf_printf(&b, "hatchery_pool_backoff_seconds{pool=\"%s\"} %.3f\n",
+            textbuf_printf(b, "hatchery_pool_backoff_seconds{pool=\"%s\"} %.3f\n",
                            d->config->pools[p].name,
                            json_real_value(json_object_get(pools[p], "backoff_s")));
-        header(&b, "hatchery_pool_failures_in_a_row", "gauge",
+        header(b, "hatchery_pool_failures_in_a_row", "gauge",
                "Runners of each pool that failed in a row before their runner started.");
         for (size_t p = 0; pools && p < d->config->n_pools; p++)
             textbuf_printf(
-                &b, "hatchery_pool_failures_in_a_row{pool=\"%s\"} %lld\n", d->config->pools[p].name,
+                b, "hatchery_pool_failures_in_a_row{pool=\"%s\"} %lld\n", d->config->pools[p].name,
                 (long long)json_integer_value(json_object_get(pools[p], "failures_in_a_row")));
         for (size_t p = 0; pools && p < d->config->n_pools; p++)
             json_decref(pools[p]);
         free(pools);
         const struct scheduler_stats *sch = scheduler_stats_get(d->scheduler);
-        pool_histogram(&b, sch, "hatchery_runner_online_seconds",
+        pool_histogram(b, sch, "hatchery_runner_online_seconds",
                        "From a runner's creation to its runner process online (registered, "
                        "waiting), per pool.",
                        HISTOGRAM_ONLINE);
-        pool_histogram(&b, sch, "hatchery_job_runner_online_seconds",
+        pool_histogram(b, sch, "hatchery_job_runner_online_seconds",
                        "From a job's queued webhook to a runner online for it (each online "
                        "runner counts for its pool's oldest queued job without one), per pool.",
                        HISTOGRAM_SUPPLIED);
-        pool_histogram(&b, sch, "hatchery_job_start_seconds",
+        pool_histogram(b, sch, "hatchery_job_start_seconds",
                        "From a job's queued webhook to its in_progress webhook, per pool.",
                        HISTOGRAM_START);
-        pool_histogram(&b, sch, "hatchery_guest_boot_seconds",
+        pool_histogram(b, sch, "hatchery_guest_boot_seconds",
                        "From a runner's creation to its agent's hello, per pool.", HISTOGRAM_BOOT);
-        counter(&b, "hatchery_runners_created_total", "Runners created.", sch->created);
-        counter(&b, "hatchery_runners_failed_total", "Runners that failed.", sch->failed);
-        counter(&b, "hatchery_jobs_lost_total",
+        counter(b, "hatchery_runners_created_total", "Runners created.", sch->created);
+        counter(b, "hatchery_runners_failed_total", "Runners that failed.", sch->failed);
+        counter(b, "hatchery_jobs_lost_total",
                 "Jobs whose runner failed while busy (GitHub fails such a job): a host lost, a "
                 "hung guest, a runner not adopted after a restart, an operator's delete.",
                 sch->jobs_lost);
-        counter(&b, "hatchery_runners_surplus_retired_total",
+        counter(b, "hatchery_runners_surplus_retired_total",
                 "Idle runners beyond demand retired after the pool's surplus_idle_s.",
                 sch->surplus_retired);
-        counter(&b, "hatchery_runners_adopted_total",
+        counter(b, "hatchery_runners_adopted_total",
                 "Runners of an earlier hatcheryd whose guests were re-attached after a restart.",
                 sch->adopted);
-        counter(&b, "hatchery_runners_adopt_failed_total",
+        counter(b, "hatchery_runners_adopt_failed_total",
                 "Runners of an earlier hatcheryd that could not be adopted.", sch->adopt_failed);
-        gauge(&b, "hatchery_runner_adopt_seconds_max",
+        gauge(b, "hatchery_runner_adopt_seconds_max",
               "The longest time from this hatcheryd's start to an adopted agent's answer.",
               sch->adopt_seconds_max);
-        counter(&b, "hatchery_runner_transitions_refused_total",
+        counter(b, "hatchery_runner_transitions_refused_total",
                 "Runner state changes the lifecycle table refused (a bug if not 0).",
                 sch->transitions_refused);
-        header(&b, "hatchery_reconcile_actions_total", "counter",
+        header(b, "hatchery_reconcile_actions_total", "counter",
                "What the reconciler repaired, by action.");
         const struct {
             const char *action;
@@ -452,22 +467,24 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             {"late_job_retired", sch->late_jobs_retired},
         };
         for (size_t i = 0; i < sizeof(actions) / sizeof(actions[0]); i++)
-            textbuf_printf(&b, "hatchery_reconcile_actions_total{action=\"%s\"} %llu\n",
+            textbuf_printf(b, "hatchery_reconcile_actions_total{action=\"%s\"} %llu\n",
                            actions[i].action, (unsigned long long)actions[i].n);
-        counter(&b, "hatchery_reconcile_ticks_total", "Reconciler passes.", sch->reconcile_ticks);
-        gauge(&b, "hatchery_reconcile_last_tick_seconds",
+        counter(b, "hatchery_reconcile_ticks_total", "Reconciler passes.", sch->reconcile_ticks);
+        gauge(b, "hatchery_reconcile_last_tick_seconds",
               "How long the last reconciler pass held the loop.", sch->reconcile_last_ms / 1000.0);
     }
-    header(&b, "hatchery_pool_max_runners", "gauge", "Configured max_runners of each pool.");
+}
+
+/* Pools' limits and their oldest queued job. */
+static void queue_metrics(struct textbuf *b, struct daemon *d)
+{
+    header(b, "hatchery_pool_max_runners", "gauge", "Configured max_runners of each pool.");
     for (size_t i = 0; i < d->config->n_pools; i++)
-        textbuf_printf(&b, "hatchery_pool_max_runners{pool=\"%s\"} %lld\n",
-                       d->config->pools[i].name, (long long)d->config->pools[i].max_runners);
+        textbuf_printf(b, "hatchery_pool_max_runners{pool=\"%s\"} %lld\n", d->config->pools[i].name,
+                       (long long)d->config->pools[i].max_runners);
     /* Every pool gets a value (0 with nothing queued), so an alert can compare it. */
-    json_t *oldest = store_query(d->store,
-                                 "SELECT pool, min(queued_at) AS at FROM jobs WHERE status = "
-                                 "'queued' AND pool IS NOT NULL GROUP BY pool",
-                                 json_array());
-    header(&b, "hatchery_pool_oldest_queued_job_seconds", "gauge",
+    json_t *oldest = store_jobs_oldest_queued_by_pool(d->store);
+    header(b, "hatchery_pool_oldest_queued_job_seconds", "gauge",
            "Age of each pool's oldest queued job (0 when none is queued).");
     for (size_t i = 0; i < d->config->n_pools; i++) {
         double age = 0;
@@ -480,15 +497,20 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                                               d->config->pools[i].name) == 0)
                 age = (double)(wall_clock_ms() - json_integer_value(at)) / 1000.0;
         }
-        textbuf_printf(&b, "hatchery_pool_oldest_queued_job_seconds{pool=\"%s\"} %.3f\n",
+        textbuf_printf(b, "hatchery_pool_oldest_queued_job_seconds{pool=\"%s\"} %.3f\n",
                        d->config->pools[i].name, age > 0 ? age : 0);
     }
     json_decref(oldest);
+}
+
+/* VM pools' images: found on remote hosts, their manifests, runners below the floor. */
+static void image_metrics(struct textbuf *b, struct daemon *d)
+{
     /* Each VM pool's image manifest, read once for the two families: this machine's for
      * a pool with a host whose files are here, else the first a remote host's probe found. */
     struct image_manifest *manifests = calloc(d->config->n_pools + 1, sizeof(*manifests));
     bool *readable = calloc(d->config->n_pools + 1, sizeof(bool));
-    header(&b, "hatchery_host_image_ready", "gauge",
+    header(b, "hatchery_host_image_ready", "gauge",
            "1 when a VM pool's image, its manifest and boot files were found on a remote host "
            "(through libvirt's storage API), 0 when not (yet).");
     for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++) {
@@ -507,7 +529,7 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
                 here = true;
                 continue;
             }
-            textbuf_printf(&b, "hatchery_host_image_ready{host=\"%s\",pool=\"%s\"} %d\n", host,
+            textbuf_printf(b, "hatchery_host_image_ready{host=\"%s\",pool=\"%s\"} %d\n", host,
                            p->name, st.state == IMAGE_READY);
             if (st.state == IMAGE_READY && !remote) {
                 manifests[i] = st.manifest;
@@ -520,29 +542,47 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
             manifests[i] = mine;
         readable[i] = remote || (here && manifests[i].arch[0]);
     }
-    header(&b, "hatchery_pool_image_info", "gauge",
+    header(b, "hatchery_pool_image_info", "gauge",
            "The manifest of each VM pool's image (1 for each readable manifest).");
     for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++) {
         const struct image_manifest *m = &manifests[i];
         /* Manifest fields hold no quote, backslash or control character: safe as labels. */
         if (readable[i])
-            textbuf_printf(&b,
+            textbuf_printf(b,
                            "hatchery_pool_image_info{pool=\"%s\",arch=\"%s\",debian=\"%s\","
                            "kernel=\"%s\",runner=\"%s\",agent=\"%s\",sha256=\"%s\"} 1\n",
                            d->config->pools[i].name, m->arch, m->debian, m->kernel_version,
                            m->runner_version, m->agent_version, m->sha256);
     }
-    header(&b, "hatchery_pool_image_runner_below_floor", "gauge",
+    header(b, "hatchery_pool_image_runner_below_floor", "gauge",
            "1 when a VM pool's image carries a runner below the oldest GitHub still registers.");
     for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++)
         if (readable[i])
-            textbuf_printf(&b, "hatchery_pool_image_runner_below_floor{pool=\"%s\"} %d\n",
+            textbuf_printf(b, "hatchery_pool_image_runner_below_floor{pool=\"%s\"} %d\n",
                            d->config->pools[i].name,
                            image_manifest_runner_below_floor(&manifests[i]) == 1);
     free(manifests);
     free(readable);
-    job_metrics(&b, d);
+}
 
+char *metrics_render(struct daemon *d, size_t *ret_len)
+{
+    struct textbuf b;
+    textbuf_init(&b, METRICS_MAX_BYTES);
+    header(&b, "hatchery_build_info", "gauge", "Version of this hatcheryd.");
+    textbuf_printf(&b, "hatchery_build_info{version=\"%s\"} 1\n", HATCHERY_VERSION);
+    gauge(&b, "hatchery_start_time_seconds", "When this hatcheryd started, in Unix time.",
+          (double)d->started_at_ms / 1000.0);
+    process_metrics(&b, d);
+    http_metrics(&b, d);
+    webhook_metrics(&b, d);
+    store_metrics(&b, d);
+    github_metrics(&b, d);
+    host_metrics(&b, d);
+    scheduler_metrics(&b, d);
+    queue_metrics(&b, d);
+    image_metrics(&b, d);
+    job_metrics(&b, d);
     if (b.error) {
         textbuf_free(&b);
         return NULL;

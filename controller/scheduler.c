@@ -206,11 +206,6 @@ static void pass_add(struct scheduler *s, uint64_t t0)
 
 /* ---- the store record ------------------------------------------------------------------ */
 
-static json_t *ms_or_null(int64_t ms)
-{
-    return ms ? json_integer(ms) : json_null();
-}
-
 static void record_then(struct runner *r, store_write_cb cb);
 
 static void record(struct runner *r)
@@ -221,18 +216,18 @@ static void record(struct runner *r)
 /* Writes the runner's record; `cb` (with the runner) once it is committed. */
 static void record_then(struct runner *r, store_write_cb cb)
 {
-    json_t *params = json_pack(
-        "[I, s, s, o, o, o, s?, o, o, o, I, o]", (json_int_t)r->id, runner_state_names[r->state],
-        r->host, r->github_runner_id ? json_integer(r->github_runner_id) : json_null(),
-        r->job_id ? json_integer(r->job_id) : json_null(),
-        r->exit_code >= 0 ? json_integer(r->exit_code) : json_null(),
-        r->reason[0] ? r->reason : NULL, ms_or_null(r->online_ms), ms_or_null(r->busy_ms),
-        ms_or_null(r->finished_ms), (json_int_t)wall_clock_ms(), json_null());
-    int e = store_sql_submit(r->s->deps.store,
-                             "UPDATE runners SET state = ?2, host = ?3, github_runner_id = ?4, "
-                             "job_id = ?5, exit_code = ?6, reason = ?7, online_at = ?8, "
-                             "busy_at = ?9, finished_at = ?10, updated_at = ?11 WHERE id = ?1",
-                             params, cb, cb ? r : NULL);
+    const struct store_runner_update u = {.id = r->id,
+                                          .state = runner_state_names[r->state],
+                                          .host = r->host,
+                                          .github_runner_id = r->github_runner_id,
+                                          .job_id = r->job_id,
+                                          .exit_code = r->exit_code,
+                                          .reason = r->reason,
+                                          .online_ms = r->online_ms,
+                                          .busy_ms = r->busy_ms,
+                                          .finished_ms = r->finished_ms,
+                                          .updated_ms = wall_clock_ms()};
+    int e = store_runner_update(r->s->deps.store, &u, cb, cb ? r : NULL);
     if (e < 0 && cb)
         cb(r, e); /* not taken: the caller still hears of it */
 }
@@ -573,10 +568,7 @@ static bool supplied_recently(const struct scheduler *s, int64_t job_id)
 static void credit_oldest_queued_job(struct runner *r)
 {
     struct scheduler *s = r->s;
-    json_t *rows = store_query(s->deps.store,
-                               "SELECT id, queued_at FROM jobs WHERE pool = ?1 AND status = "
-                               "'queued' AND supplied_at IS NULL ORDER BY queued_at, id LIMIT 65",
-                               json_pack("[s]", r->pool->name));
+    json_t *rows = store_jobs_unsupplied(s->deps.store, r->pool->name, 65);
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -589,9 +581,7 @@ static void credit_oldest_queued_job(struct runner *r)
         if (json_is_integer(queued_at))
             observe(s, r->pool->name, HISTOGRAM_SUPPLIED,
                     (double)(r->online_ms - json_integer_value(queued_at)) / 1000.0);
-        store_sql_submit(s->deps.store,
-                         "UPDATE jobs SET supplied_at = ?2 WHERE id = ?1 AND supplied_at IS NULL",
-                         json_pack("[I, I]", (json_int_t)id, (json_int_t)r->online_ms), NULL, NULL);
+        store_job_supplied(s->deps.store, id, r->online_ms);
         break;
     }
     json_decref(rows);
@@ -829,14 +819,16 @@ static void runner_create(struct scheduler *s, const struct config_pool *pool, c
     arm_timeout(r, r->created_ms);
     s->stats.created++;
     log_info("runner.created", "runner=%s pool=%s host=%s", r->name, pool->name, host);
-    json_t *params = json_pack("[I, s, s, s, s, I, I, I]", (json_int_t)r->id, r->name, pool->name,
-                               host, runner_state_names[RUNNER_PENDING], (json_int_t)pool->vcpus,
-                               (json_int_t)pool->memory_mib, (json_int_t)r->created_ms);
+    const struct store_runner_new row = {.id = r->id,
+                                         .name = r->name,
+                                         .pool = pool->name,
+                                         .host = host,
+                                         .state = runner_state_names[RUNNER_PENDING],
+                                         .vcpus = pool->vcpus,
+                                         .memory_mib = pool->memory_mib,
+                                         .created_ms = r->created_ms};
     /* Written before anything is done: a crash from here on leaves a record to repair. */
-    if (store_sql_submit(s->deps.store,
-                         "INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, "
-                         "created_at, updated_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
-                         params, on_runner_inserted, r) < 0)
+    if (store_runner_insert(s->deps.store, &row, on_runner_inserted, r) < 0)
         runner_fail(r, "the store is busy");
 }
 
@@ -1055,10 +1047,7 @@ static void tick(struct scheduler *s)
             snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
         return;
     }
-    json_t *rows = store_query(s->deps.store,
-                               "SELECT pool, count(*) AS n FROM jobs WHERE status = 'queued' AND "
-                               "pool IS NOT NULL AND unverified = 0 GROUP BY pool",
-                               json_array());
+    json_t *rows = store_jobs_queued_by_pool(s->deps.store);
     verify_late_jobs(s);
     struct github_stats gs;
     github_client_stats(gh(s), &gs);
@@ -1173,13 +1162,9 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
     if (r && status == JOB_IN_PROGRESS) {
         r->job_id = job_id;
         r->busy_ms = wall_clock_ms();
-        json_t *rows = store_query(s->deps.store, "SELECT queued_at FROM jobs WHERE id = ?1",
-                                   json_pack("[I]", (json_int_t)job_id));
-        json_t *q = json_object_get(json_array_get(rows, 0), "queued_at");
-        if (json_is_integer(q))
-            observe(s, r->pool->name, HISTOGRAM_START,
-                    (double)(r->busy_ms - json_integer_value(q)) / 1000.0);
-        json_decref(rows);
+        int64_t queued_ms = store_job_queued_at(s->deps.store, job_id);
+        if (queued_ms >= 0)
+            observe(s, r->pool->name, HISTOGRAM_START, (double)(r->busy_ms - queued_ms) / 1000.0);
         runner_move(r, RUNNER_EV_JOB_IN_PROGRESS);
     } else if (r && status == JOB_COMPLETED) {
         r->job_id = r->job_id ? r->job_id : job_id;
@@ -1403,16 +1388,14 @@ static void on_phantom_checked(void *data, const struct github_response *res)
         log_info("webhook.late_job_verified", "job=%lld github_status=%s", (long long)id,
                  job_status_names[st]);
         s->stats.late_jobs_verified++;
-        if (store_sql_submit(s->deps.store, "UPDATE jobs SET unverified = 0 WHERE id = ?1",
-                             json_pack("[I]", (json_int_t)id), on_late_check_settled, s) < 0)
+        if (store_job_verified(s->deps.store, id, on_late_check_settled, s) < 0)
             s->late_checks_pending--;
         return;
     }
     if (st <= JOB_QUEUED) {
         /* Really queued (a run in progress hides it from the queued list): asked again
          * after another PHANTOM_AGE_MS. */
-        store_sql_submit(s->deps.store, "UPDATE jobs SET updated_at = ?2 WHERE id = ?1",
-                         json_pack("[I, I]", (json_int_t)id, (json_int_t)now), NULL, NULL);
+        store_job_touch(s->deps.store, id, now);
         return;
     }
     log_info(late ? "webhook.late_job_retired" : "reconcile.phantom_job",
@@ -1421,13 +1404,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
         s->stats.late_jobs_retired++;
     else
         s->stats.reconcile_phantoms_retired++;
-    int r = store_sql_submit(s->deps.store,
-                             "UPDATE jobs SET status = ?2, status_rank = ?3, conclusion = "
-                             "COALESCE(?4, conclusion), started_at = COALESCE(started_at, ?5), "
-                             "completed_at = CASE WHEN ?3 = 3 THEN ?5 ELSE completed_at END, "
-                             "updated_at = ?5, unverified = 0 WHERE id = ?1 AND status_rank < ?3",
-                             json_pack("[I, s, i, s?, I]", (json_int_t)id, job_status_names[st],
-                                       (int)st, conclusion, (json_int_t)now),
+    int r = store_job_retire(s->deps.store, id, st, conclusion, now,
                              late ? on_late_check_settled : NULL, late ? s : NULL);
     if (late && r < 0)
         s->late_checks_pending--;
@@ -1468,12 +1445,7 @@ static void verify_late_jobs(struct scheduler *s)
 {
     if (!gh(s) || s->late_checks_pending > 0)
         return;
-    ask_about_jobs(s,
-                   store_query(s->deps.store,
-                               "SELECT id, repository FROM jobs WHERE unverified = 1 AND "
-                               "status = 'queued' ORDER BY id LIMIT ?1",
-                               json_pack("[i]", LATE_CHECKS_PER_PASS)),
-                   NULL, true);
+    ask_about_jobs(s, store_jobs_unverified(s->deps.store, LATE_CHECKS_PER_PASS), NULL, true);
 }
 
 /* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for
@@ -1484,13 +1456,8 @@ static void verify_phantoms(struct scheduler *s, const char *repo, const char *l
 {
     int64_t cutoff = wall_clock_ms() - PHANTOM_AGE_MS;
     ask_about_jobs(
-        s,
-        store_query(s->deps.store,
-                    "SELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 "
-                    "AND queued_at < ?2 AND updated_at < ?2 AND id NOT IN "
-                    "(SELECT value FROM json_each(?3)) ORDER BY queued_at LIMIT ?4",
-                    json_pack("[s, I, s, i]", repo, (json_int_t)cutoff, listed, PHANTOM_PER_PASS)),
-        repo, false);
+        s, store_jobs_queued_unlisted(s->deps.store, repo, cutoff, listed, PHANTOM_PER_PASS), repo,
+        false);
 }
 
 static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
@@ -1518,12 +1485,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     }
     char *ids_text = json_dumps(ids, JSON_COMPACT);
     json_decref(ids);
-    json_t *unknown_rows =
-        ids_text ? store_query(s->deps.store,
-                               "SELECT value AS id FROM json_each(?1) WHERE value NOT IN "
-                               "(SELECT id FROM jobs)",
-                               json_pack("[s]", ids_text))
-                 : NULL;
+    json_t *unknown_rows = ids_text ? store_job_ids_unknown(s->deps.store, ids_text) : NULL;
     if (ids_text)
         verify_phantoms(s, repo, ids_text);
     free(ids_text);
@@ -1732,12 +1694,7 @@ static void recover(struct scheduler *s)
 {
     /* This process's records all have a runner in memory until they are final: only an
      * earlier process's can be stale. */
-    json_t *rows = store_query(s->deps.store,
-                               "SELECT id, name, pool, host, state, github_runner_id, job_id, "
-                               "exit_code, reason, created_at, online_at, busy_at, finished_at "
-                               "FROM runners WHERE "
-                               "id < ?1 AND state NOT IN ('deleted')",
-                               json_pack("[I]", (json_int_t)s->first_id));
+    json_t *rows = store_runners_live_before(s->deps.store, s->first_id);
     const struct config *c = cfg(s);
     size_t i;
     json_t *row;
@@ -1779,12 +1736,8 @@ static void recover(struct scheduler *s)
         if (gh(s) && json_is_integer(gid) && scope)
             github_runner_delete(gh(s), scope, json_integer_value(gid), on_github_deleted_quiet,
                                  NULL);
-        json_t *params = json_pack("[I, s, I]", json_integer_value(json_object_get(row, "id")),
-                                   reason, (json_int_t)wall_clock_ms());
-        store_sql_submit(s->deps.store,
-                         "UPDATE runners SET state = 'deleted', reason = COALESCE(reason, ?2), "
-                         "finished_at = COALESCE(finished_at, ?3), updated_at = ?3 WHERE id = ?1",
-                         params, NULL, NULL);
+        store_runner_mark_deleted(s->deps.store, json_integer_value(json_object_get(row, "id")),
+                                  reason, wall_clock_ms());
     }
     json_decref(rows);
     s->recovered = true;
@@ -1859,17 +1812,9 @@ int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
         return -ENOMEM;
     }
     /* Ids are never reused, even once old records are pruned: AUTOINCREMENT remembers. */
-    json_t *rows = store_query(s->deps.store,
-                               "SELECT max(COALESCE((SELECT max(id) FROM runners), 0), "
-                               "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'runners'), "
-                               "0)) + 1 AS next",
-                               json_array());
-    s->next_id = json_integer_value(json_object_get(json_array_get(rows, 0), "next"));
-    if (s->next_id <= 0)
-        s->next_id = 1;
+    s->next_id = store_runner_next_id(s->deps.store);
     s->first_id = s->next_id;
-    json_decref(rows);
-    rows = store_query(s->deps.store, "SELECT name FROM hosts WHERE drained = 1", json_array());
+    json_t *rows = store_hosts_drained(s->deps.store);
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -1976,15 +1921,7 @@ int scheduler_config_replace(struct scheduler *s, const struct config *next)
 
 json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)
 {
-    json_t *rows = store_query(
-        s->deps.store,
-        include_ended
-            ? "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
-              "created_at, online_at, busy_at, finished_at FROM runners ORDER BY id DESC LIMIT 1000"
-            : "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
-              "created_at, online_at, busy_at, finished_at FROM runners WHERE state NOT IN "
-              "('deleted') ORDER BY id DESC LIMIT 1000",
-        json_array());
+    json_t *rows = store_runners_list(s->deps.store, include_ended);
     size_t i;
     json_t *row;
     /* Memory is ahead of the store by at most a commit: show the live state. */
@@ -2035,10 +1972,7 @@ int scheduler_host_drain(struct scheduler *s, const char *host, bool drained)
     if (h < 0)
         return -ENOENT;
     s->drained[h] = drained;
-    store_sql_submit(s->deps.store,
-                     "INSERT INTO hosts(name, drained) VALUES(?1, ?2) ON CONFLICT(name) DO "
-                     "UPDATE SET drained = excluded.drained",
-                     json_pack("[s, i]", host, drained ? 1 : 0), NULL, NULL);
+    store_host_drained_set(s->deps.store, host, drained);
     log_info(drained ? "host.drained" : "host.undrained", "host=%s", host);
     scheduler_kick(s);
     return 0;

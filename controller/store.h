@@ -11,6 +11,7 @@
 #define HATCHERY_STORE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -71,5 +72,67 @@ struct store_stats {
     size_t writes_pending;
 };
 void store_stats_get(const struct store *store, struct store_stats *ret_stats);
+
+/* ---- runners and hosts, by name (store_runners.c) ---------------------------------------- */
+
+struct store_runner_new {
+    int64_t id;
+    const char *name, *pool, *host, *state;
+    int64_t vcpus, memory_mib, created_ms;
+};
+int store_runner_insert(struct store *store, const struct store_runner_new *runner,
+                        store_write_cb cb, void *data);
+/* A runner's record after a move: 0 (or a negative exit code, or an empty reason) is
+ * stored as NULL. */
+struct store_runner_update {
+    int64_t id;
+    const char *state, *host;
+    int64_t github_runner_id, job_id, exit_code;
+    const char *reason;
+    int64_t online_ms, busy_ms, finished_ms, updated_ms;
+};
+int store_runner_update(struct store *store, const struct store_runner_update *update,
+                        store_write_cb cb, void *data);
+/* A record nobody owns any more: deleted, keeping its first reason and end. */
+int store_runner_mark_deleted(struct store *store, int64_t id, const char *reason, int64_t now_ms);
+/* Records not deleted with ids below `first_id` (an earlier hatcheryd's), as rows. */
+json_t *store_runners_live_before(struct store *store, int64_t first_id);
+/* The newest 1,000 records (only live ones unless `include_ended`), as rows. */
+json_t *store_runners_list(struct store *store, bool include_ended);
+/* The id after every one ever given (deleted and pruned ones included). */
+int64_t store_runner_next_id(struct store *store);
+/* Deletes deleted runners' records last updated before `before_ms`. */
+int store_runners_prune(struct store *store, int64_t before_ms);
+/* The drained hosts, as rows with a name; and a host's drained mark. */
+json_t *store_hosts_drained(struct store *store);
+int store_host_drained_set(struct store *store, const char *host, bool drained);
+
+/* ---- jobs, by name (store_jobs.c) --------------------------------------------------------- */
+
+/* Rows of (pool, n): verified queued jobs per pool; and (pool, at): the oldest queued. */
+json_t *store_jobs_queued_by_pool(struct store *store);
+json_t *store_jobs_oldest_queued_by_pool(struct store *store);
+/* A pool's queued jobs no runner came online for yet, oldest first: rows of (id, queued_at). */
+json_t *store_jobs_unsupplied(struct store *store, const char *pool, int limit);
+int store_job_supplied(struct store *store, int64_t id, int64_t at_ms);
+/* When the job was queued (ms), or -1 when the store does not know. */
+int64_t store_job_queued_at(struct store *store, int64_t id);
+/* A late delivery's job that GitHub says is still queued. */
+int store_job_verified(struct store *store, int64_t id, store_write_cb cb, void *data);
+/* Its updated_at moved to now: asked about again only later. */
+int store_job_touch(struct store *store, int64_t id, int64_t now_ms);
+/* A job GitHub says moved on (or forgot): its status raised, never lowered. */
+int store_job_retire(struct store *store, int64_t id, enum job_status status,
+                     const char *conclusion, int64_t now_ms, store_write_cb cb, void *data);
+/* Rows of (id, repository): queued jobs from late deliveries, not yet verified. */
+json_t *store_jobs_unverified(struct store *store, int limit);
+/* Rows of (id): `repo`'s jobs queued and untouched since before `before_ms` that `listed`
+ * (a JSON array of ids) does not name. */
+json_t *store_jobs_queued_unlisted(struct store *store, const char *repo, int64_t before_ms,
+                                   const char *listed, int limit);
+/* Rows of (id): the ids of `ids` (a JSON array) that the store has never seen. */
+json_t *store_job_ids_unknown(struct store *store, const char *ids);
+/* Deletes completed jobs last updated before `before_ms`. */
+int store_jobs_prune(struct store *store, int64_t before_ms);
 
 #endif

@@ -1,0 +1,104 @@
+/* The store's jobs table, by name (store.h): every statement on it that the scheduler,
+ * hatcheryd and /metrics make, beside the webhook's own writes in store.c. */
+#include <jansson.h>
+
+#include "store.h"
+
+json_t *store_jobs_queued_by_pool(struct store *store)
+{
+    return store_query(store,
+                       "SELECT pool, count(*) AS n FROM jobs WHERE status = 'queued' AND "
+                       "pool IS NOT NULL AND unverified = 0 GROUP BY pool",
+                       json_array());
+}
+
+json_t *store_jobs_oldest_queued_by_pool(struct store *store)
+{
+    return store_query(store,
+                       "SELECT pool, min(queued_at) AS at FROM jobs WHERE status = "
+                       "'queued' AND pool IS NOT NULL GROUP BY pool",
+                       json_array());
+}
+
+json_t *store_jobs_unsupplied(struct store *store, const char *pool, int limit)
+{
+    return store_query(store,
+                       "SELECT id, queued_at FROM jobs WHERE pool = ?1 AND status = "
+                       "'queued' AND supplied_at IS NULL ORDER BY queued_at, id LIMIT ?2",
+                       json_pack("[s, i]", pool, limit));
+}
+
+int store_job_supplied(struct store *store, int64_t id, int64_t at_ms)
+{
+    return store_sql_submit(
+        store, "UPDATE jobs SET supplied_at = ?2 WHERE id = ?1 AND supplied_at IS NULL",
+        json_pack("[I, I]", (json_int_t)id, (json_int_t)at_ms), NULL, NULL);
+}
+
+int64_t store_job_queued_at(struct store *store, int64_t id)
+{
+    json_t *rows = store_query(store, "SELECT queued_at FROM jobs WHERE id = ?1",
+                               json_pack("[I]", (json_int_t)id));
+    json_t *q = json_object_get(json_array_get(rows, 0), "queued_at");
+    int64_t at = json_is_integer(q) ? json_integer_value(q) : -1;
+    json_decref(rows);
+    return at;
+}
+
+int store_job_verified(struct store *store, int64_t id, store_write_cb cb, void *data)
+{
+    return store_sql_submit(store, "UPDATE jobs SET unverified = 0 WHERE id = ?1",
+                            json_pack("[I]", (json_int_t)id), cb, data);
+}
+
+int store_job_touch(struct store *store, int64_t id, int64_t now_ms)
+{
+    return store_sql_submit(store, "UPDATE jobs SET updated_at = ?2 WHERE id = ?1",
+                            json_pack("[I, I]", (json_int_t)id, (json_int_t)now_ms), NULL, NULL);
+}
+
+int store_job_retire(struct store *store, int64_t id, enum job_status status,
+                     const char *conclusion, int64_t now_ms, store_write_cb cb, void *data)
+{
+    return store_sql_submit(store,
+                            "UPDATE jobs SET status = ?2, status_rank = ?3, conclusion = "
+                            "COALESCE(?4, conclusion), started_at = COALESCE(started_at, ?5), "
+                            "completed_at = CASE WHEN ?3 = 3 THEN ?5 ELSE completed_at END, "
+                            "updated_at = ?5, unverified = 0 WHERE id = ?1 AND status_rank < ?3",
+                            json_pack("[I, s, i, s?, I]", (json_int_t)id, job_status_names[status],
+                                      (int)status, conclusion, (json_int_t)now_ms),
+                            cb, data);
+}
+
+json_t *store_jobs_unverified(struct store *store, int limit)
+{
+    return store_query(store,
+                       "SELECT id, repository FROM jobs WHERE unverified = 1 AND "
+                       "status = 'queued' ORDER BY id LIMIT ?1",
+                       json_pack("[i]", limit));
+}
+
+json_t *store_jobs_queued_unlisted(struct store *store, const char *repo, int64_t before_ms,
+                                   const char *listed, int limit)
+{
+    return store_query(store,
+                       "SELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 "
+                       "AND queued_at < ?2 AND updated_at < ?2 AND id NOT IN "
+                       "(SELECT value FROM json_each(?3)) ORDER BY queued_at LIMIT ?4",
+                       json_pack("[s, I, s, i]", repo, (json_int_t)before_ms, listed, limit));
+}
+
+json_t *store_job_ids_unknown(struct store *store, const char *ids)
+{
+    return store_query(store,
+                       "SELECT value AS id FROM json_each(?1) WHERE value NOT IN "
+                       "(SELECT id FROM jobs)",
+                       json_pack("[s]", ids));
+}
+
+int store_jobs_prune(struct store *store, int64_t before_ms)
+{
+    return store_sql_submit(store,
+                            "DELETE FROM jobs WHERE status = 'completed' AND updated_at < ?1",
+                            json_pack("[I]", (json_int_t)before_ms), NULL, NULL);
+}

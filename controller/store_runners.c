@@ -1,0 +1,102 @@
+/* The store's runners and hosts tables, by name (store.h): every statement on them that
+ * the scheduler and hatcheryd make is here. */
+#include <jansson.h>
+
+#include "store.h"
+
+static json_t *ms_or_null(int64_t ms)
+{
+    return ms ? json_integer(ms) : json_null();
+}
+
+int store_runner_insert(struct store *store, const struct store_runner_new *r, store_write_cb cb,
+                        void *data)
+{
+    json_t *params = json_pack("[I, s, s, s, s, I, I, I]", (json_int_t)r->id, r->name, r->pool,
+                               r->host, r->state, (json_int_t)r->vcpus, (json_int_t)r->memory_mib,
+                               (json_int_t)r->created_ms);
+    return store_sql_submit(store,
+                            "INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, "
+                            "created_at, updated_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                            params, cb, data);
+}
+
+int store_runner_update(struct store *store, const struct store_runner_update *u, store_write_cb cb,
+                        void *data)
+{
+    json_t *params =
+        json_pack("[I, s, s, o, o, o, s?, o, o, o, I]", (json_int_t)u->id, u->state, u->host,
+                  u->github_runner_id ? json_integer(u->github_runner_id) : json_null(),
+                  u->job_id ? json_integer(u->job_id) : json_null(),
+                  u->exit_code >= 0 ? json_integer(u->exit_code) : json_null(),
+                  u->reason && u->reason[0] ? u->reason : NULL, ms_or_null(u->online_ms),
+                  ms_or_null(u->busy_ms), ms_or_null(u->finished_ms), (json_int_t)u->updated_ms);
+    return store_sql_submit(store,
+                            "UPDATE runners SET state = ?2, host = ?3, github_runner_id = ?4, "
+                            "job_id = ?5, exit_code = ?6, reason = ?7, online_at = ?8, "
+                            "busy_at = ?9, finished_at = ?10, updated_at = ?11 WHERE id = ?1",
+                            params, cb, data);
+}
+
+int store_runner_mark_deleted(struct store *store, int64_t id, const char *reason, int64_t now_ms)
+{
+    return store_sql_submit(
+        store,
+        "UPDATE runners SET state = 'deleted', reason = COALESCE(reason, ?2), "
+        "finished_at = COALESCE(finished_at, ?3), updated_at = ?3 WHERE id = ?1",
+        json_pack("[I, s, I]", (json_int_t)id, reason, (json_int_t)now_ms), NULL, NULL);
+}
+
+json_t *store_runners_live_before(struct store *store, int64_t first_id)
+{
+    return store_query(store,
+                       "SELECT id, name, pool, host, state, github_runner_id, job_id, "
+                       "exit_code, reason, created_at, online_at, busy_at, finished_at "
+                       "FROM runners WHERE id < ?1 AND state NOT IN ('deleted')",
+                       json_pack("[I]", (json_int_t)first_id));
+}
+
+json_t *store_runners_list(struct store *store, bool include_ended)
+{
+    return store_query(
+        store,
+        include_ended
+            ? "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
+              "created_at, online_at, busy_at, finished_at FROM runners ORDER BY id DESC LIMIT 1000"
+            : "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
+              "created_at, online_at, busy_at, finished_at FROM runners WHERE state NOT IN "
+              "('deleted') ORDER BY id DESC LIMIT 1000",
+        json_array());
+}
+
+int64_t store_runner_next_id(struct store *store)
+{
+    json_t *rows = store_query(store,
+                               "SELECT max(COALESCE((SELECT max(id) FROM runners), 0), "
+                               "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'runners'), "
+                               "0)) + 1 AS next",
+                               json_array());
+    int64_t next = json_integer_value(json_object_get(json_array_get(rows, 0), "next"));
+    json_decref(rows);
+    return next > 0 ? next : 1;
+}
+
+int store_runners_prune(struct store *store, int64_t before_ms)
+{
+    return store_sql_submit(store,
+                            "DELETE FROM runners WHERE state = 'deleted' AND updated_at < ?1",
+                            json_pack("[I]", (json_int_t)before_ms), NULL, NULL);
+}
+
+json_t *store_hosts_drained(struct store *store)
+{
+    return store_query(store, "SELECT name FROM hosts WHERE drained = 1", json_array());
+}
+
+int store_host_drained_set(struct store *store, const char *host, bool drained)
+{
+    return store_sql_submit(store,
+                            "INSERT INTO hosts(name, drained) VALUES(?1, ?2) ON CONFLICT(name) DO "
+                            "UPDATE SET drained = excluded.drained",
+                            json_pack("[s, i]", host, drained ? 1 : 0), NULL, NULL);
+}
