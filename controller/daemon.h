@@ -48,6 +48,7 @@ struct daemon {
     struct github_scope *scopes;        /* from config.github.runner_scopes */
     size_t n_scopes;
     struct front *front; /* the HTTP front's process: the listeners */
+    bool front_attached; /* its socketpair is on the loop */
     struct admin_server admin;
     uv_signal_t sigterm, sigint, sighup;
     struct config **retired_configs; /* replaced by reloads; runners may still point in */

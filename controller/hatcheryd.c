@@ -957,9 +957,16 @@ static void on_sighup(uv_signal_t *sig, int signum)
         json_decref(daemon_reload(d, "SIGHUP"));
 }
 
-int main(int argc, char **argv)
+struct daemon_args {
+    const char *config_path;
+    const char *root_reason; /* --allow-root's */
+    bool check_only;
+};
+
+/* The command line into `a`: -1 to go on, else the exit code (--version, --help, a usage
+ * error, root refused). */
+static int parse_args(int argc, char **argv, struct daemon_args *a)
 {
-    secret_wipe_json_allocations(); /* before any JSON: GitHub's answers carry secrets */
     static const struct option options[] = {
         {"config", required_argument, NULL, 'c'},
         {"check-config", required_argument, NULL, 'n'},
@@ -968,21 +975,18 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *config_path = NULL;
-    const char *root_reason = NULL;
-    bool check_only = false;
     int opt;
     while ((opt = getopt_long(argc, argv, "c:n:Vh", options, NULL)) != -1) {
         switch (opt) {
         case 'c':
-            config_path = optarg;
+            a->config_path = optarg;
             break;
         case 'n':
-            config_path = optarg;
-            check_only = true;
+            a->config_path = optarg;
+            a->check_only = true;
             break;
         case 'R':
-            root_reason = optarg;
+            a->root_reason = optarg;
             break;
         case 'V':
             printf("hatcheryd %s\n", HATCHERY_VERSION);
@@ -995,35 +999,186 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (!config_path || optind != argc) {
+    if (!a->config_path || optind != argc) {
         usage(stderr);
         return 2;
     }
     /* Root is refused: the daemon needs only its state_dir and libvirt's socket (the
      * package's unit runs it as hatchery). An operator who must run it as root says why. */
-    if (root_reason && strspn(root_reason, " \t") == strlen(root_reason)) {
+    if (a->root_reason && strspn(a->root_reason, " \t") == strlen(a->root_reason)) {
         fprintf(stderr, "hatcheryd: --allow-root needs a reason, in words\n");
         return 2;
     }
-    if (!check_only && geteuid() == 0 && !root_reason) {
+    if (!a->check_only && geteuid() == 0 && !a->root_reason) {
         fprintf(stderr, "hatcheryd: refusing to run as root: run it as a user of its own (the "
                         "package's unit runs it as hatchery, in the libvirt group), or say why "
                         "it must be root with --allow-root REASON\n");
         return 1;
     }
+    return -1;
+}
+
+/* What start() got done before it failed, undone as far as a process about to exit needs:
+ * the front stopped, the store closed, secrets wiped. */
+static int start_failed(struct daemon *d)
+{
+    if (d->front_attached) {
+        front_close(d->front);
+        uv_run(d->loop, UV_RUN_NOWAIT);
+    }
+    front_free(d->front);
+    store_close(d->store);
+    secret_free(d->webhook_secret);
+    config_free(d->config);
+    if (d->lock_fd >= 0)
+        close(d->lock_fd);
+    return 1;
+}
+
+/* The daemon's parts, in the order each needs the one before: the state directory and
+ * its lock, the HTTP front (forked while this process holds nothing it must not inherit:
+ * no store, no libvirt connection, no App key; front.h), the loop, the store, the
+ * provider and its hosts, the GitHub client, the admin socket. 0, or 1 after logging why. */
+static int start(struct daemon *d)
+{
+    char err[512];
+    /* Others may pass through, not list: QEMU, which runs as libvirt-qemu on a stock host,
+     * opens the overlays under the default storage_dir and the images the runbook keeps
+     * in state_dir/images. What is private in it has its own mode (the store is 0640). */
+    int r = make_dir(d->config->state_dir, 0711);
+    if (r < 0) {
+        log_error("daemon.state_dir_failed", "path=%s error=\"%s\"", d->config->state_dir,
+                  strerror(-r));
+        return 1;
+    }
+    r = lock_state_dir(d->config->state_dir, &d->lock_fd);
+    if (r < 0) {
+        log_error("daemon.state_dir_locked", "path=%s error=\"%s\"", d->config->state_dir,
+                  r == -EBUSY ? "another hatcheryd uses this state directory" : strerror(-r));
+        return 1;
+    }
+    r = front_spawn(d->config, d->webhook_secret, &d->front, err, sizeof(err));
+    if (r < 0) {
+        log_error("daemon.listen_failed", "listen=%s metrics_listen=%s error=\"%s\"",
+                  d->config->listen,
+                  d->config->metrics_listen ? d->config->metrics_listen : "listen", err);
+        return 1;
+    }
+    d->loop = uv_default_loop();
+    /* libvirt's events run on our loop; this must precede every libvirt connection. */
+    libvirt_loop_register(d->loop);
+    r = store_open(d->loop, d->config->state_dir, &d->store, err, sizeof(err));
+    if (r < 0) {
+        log_error("daemon.store_failed", "error=\"%s\"", err);
+        return 1;
+    }
+    struct provisioner_options popts = {.controller_id = d->config->controller_id,
+                                        .state_dir = d->config->state_dir,
+                                        .adopt_grace_ms = d->config->adopt_grace_s * 1000};
+    struct provisioner *libvirt = NULL;
+    r = provisioner_new(d->loop, &popts, &libvirt);
+    d->provider = provisioner_provider(libvirt);
+    for (size_t i = 0; r == 0 && i < d->config->n_hosts; i++)
+        r = provider_host_add(d->provider, &d->config->hosts[i]);
+    if (r < 0) {
+        log_error("daemon.provisioner_failed", "error=\"%s\"", strerror(-r));
+        return 1;
+    }
+    if (config_github_enabled(d->config)) {
+        d->scopes = scopes_from_config(d->config, &d->n_scopes);
+        r = d->scopes ? github_open(d->loop, d->config, d->scopes, &d->github, err, sizeof(err))
+                      : -ENOMEM;
+        if (r < 0) {
+            log_error("daemon.github_failed", "error=\"%s\"", err);
+            return 1;
+        }
+    }
+    static const struct front_callbacks front_callbacks = {
+        .on_request = on_front_request,
+        .on_rejected = on_front_rejected,
+        .on_gone = on_front_gone,
+    };
+    r = front_attach(d->front, d->loop, &front_callbacks, d);
+    if (r < 0) {
+        log_error("daemon.front_failed", "error=\"%s\"", uv_strerror(r));
+        return 1;
+    }
+    d->front_attached = true;
+    char *socket_dir = strdup(d->config->admin_socket);
+    char *slash = socket_dir ? strrchr(socket_dir, '/') : NULL;
+    if (slash && slash != socket_dir) {
+        *slash = 0;
+        make_dir(socket_dir, 0750);
+    }
+    free(socket_dir);
+    r = admin_server_start(&d->admin, d->loop, d->config->admin_socket, on_admin_request, d, err,
+                           sizeof(err));
+    if (r < 0) {
+        log_error("daemon.admin_failed", "error=\"%s\"", err);
+        return 1;
+    }
+    return 0;
+}
+
+/* Signals (stop, reload), the prune and watchdog timers. */
+static void start_timers(struct daemon *d)
+{
+    uv_signal_init(d->loop, &d->sigterm);
+    uv_signal_init(d->loop, &d->sigint);
+    d->sigterm.data = d->sigint.data = d;
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    uv_signal_init(d->loop, &d->sighup);
+    d->sighup.data = d;
+    uv_signal_start(&d->sighup, on_sighup, SIGHUP);
+    uv_timer_init(d->loop, &d->watchdog_timer);
+    uv_timer_init(d->loop, &d->prune_timer);
+    d->prune_timer.data = d;
+    uv_timer_start(&d->prune_timer, on_prune, 0, PRUNE_INTERVAL_MS);
+    uint64_t watchdog_usec = sd_watchdog_usec();
+    if (watchdog_usec) {
+        uint64_t every_ms = watchdog_usec / 2000 ? watchdog_usec / 2000 : 1;
+        uv_timer_start(&d->watchdog_timer, on_watchdog, every_ms, every_ms);
+    }
+}
+
+static void log_ready(const struct daemon *d, const char *root_reason)
+{
+    if (geteuid() == 0)
+        log_warn("daemon.running_as_root", "reason=\"%s\" front_user=nobody", root_reason);
+    log_info("daemon.ready",
+             "version=%s controller=%s listen=%s metrics_listen=%s tls=%s front_pid=%d "
+             "front=%s admin=%s state=%s pools=%zu hosts=%zu github=%s",
+             HATCHERY_VERSION, d->config->controller_id, d->config->listen,
+             d->config->metrics_listen ? d->config->metrics_listen : "listen",
+             d->config->http.tls_cert_file ? "on" : "off", (int)front_pid(d->front),
+             front_sandboxed(d->front) ? "sandboxed" : "unconfined", d->config->admin_socket,
+             d->config->state_dir, d->config->n_pools, d->config->n_hosts,
+             d->github ? github_auth_mode_names[d->config->github.app_id > 0 ? GITHUB_AUTH_APP
+                                                                             : GITHUB_AUTH_TOKEN]
+                       : "off");
+}
+
+int main(int argc, char **argv)
+{
+    secret_wipe_json_allocations(); /* before any JSON: GitHub's answers carry secrets */
+    struct daemon_args args = {0};
+    int exit_code = parse_args(argc, argv, &args);
+    if (exit_code >= 0)
+        return exit_code;
 
     struct daemon d = {.lock_fd = -1};
     char *load_errors = NULL;
-    /* Running, the App key is first read after the HTTP front is forked (github_open below
-     * fails the start the same way), so that not even a freed copy of it is in the front's
-     * memory; --check-config reads it here. */
-    if (load(config_path, check_only, &d.config, &d.webhook_secret, &load_errors) < 0) {
+    /* Running, the App key is first read after the HTTP front is forked (github_open in
+     * start() fails the start the same way), so that not even a freed copy of it is in the
+     * front's memory; --check-config reads it here. */
+    if (load(args.config_path, args.check_only, &d.config, &d.webhook_secret, &load_errors) < 0) {
         fputs(load_errors ? load_errors : "cannot load the config\n", stderr);
         free(load_errors);
         return 1;
     }
-    if (check_only) {
-        printf("%s: OK (%zu hosts, %zu pools)\n", config_path, d.config->n_hosts,
+    if (args.check_only) {
+        printf("%s: OK (%zu hosts, %zu pools)\n", args.config_path, d.config->n_hosts,
                d.config->n_pools);
         secret_free(d.webhook_secret);
         config_free(d.config);
@@ -1034,9 +1189,7 @@ int main(int argc, char **argv)
     struct rlimit no_core = {0, 0};
     if (setrlimit(RLIMIT_CORE, &no_core) < 0 || prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
         fprintf(stderr, "hatcheryd: cannot disable core dumps: %s\n", strerror(errno));
-        secret_free(d.webhook_secret);
-        config_free(d.config);
-        return 1;
+        return start_failed(&d);
     }
     enum log_level level = LOG_INFO;
     log_level_parse(d.config->log_level, &level);
@@ -1045,131 +1198,12 @@ int main(int argc, char **argv)
     /* Seed jansson's hash once, before workers parse JSON in parallel. */
     json_object_seed(0);
     d.started_at_ms = wall_clock_ms();
-
-    char err[512];
-    /* Others may pass through, not list: QEMU, which runs as libvirt-qemu on a stock host,
-     * opens the overlays under the default storage_dir and the images the runbook keeps
-     * in state_dir/images. What is private in it has its own mode (the store is 0640). */
-    int r = make_dir(d.config->state_dir, 0711);
-    if (r < 0) {
-        log_error("daemon.state_dir_failed", "path=%s error=\"%s\"", d.config->state_dir,
-                  strerror(-r));
-        return 1;
-    }
-    r = lock_state_dir(d.config->state_dir, &d.lock_fd);
-    if (r < 0) {
-        log_error("daemon.state_dir_locked", "path=%s error=\"%s\"", d.config->state_dir,
-                  r == -EBUSY ? "another hatcheryd uses this state directory" : strerror(-r));
-        return 1;
-    }
-    /* The HTTP front first, while this process holds nothing it must not inherit: no
-     * store, no libvirt connection, no App key (front.h). */
-    r = front_spawn(d.config, d.webhook_secret, &d.front, err, sizeof(err));
-    if (r < 0) {
-        log_error("daemon.listen_failed", "listen=%s metrics_listen=%s error=\"%s\"",
-                  d.config->listen, d.config->metrics_listen ? d.config->metrics_listen : "listen",
-                  err);
-        secret_free(d.webhook_secret);
-        config_free(d.config);
-        close(d.lock_fd);
-        return 1;
-    }
-    d.loop = uv_default_loop();
-    /* libvirt's events run on our loop; this must precede every libvirt connection. */
-    libvirt_loop_register(d.loop);
-    r = store_open(d.loop, d.config->state_dir, &d.store, err, sizeof(err));
-    if (r < 0) {
-        log_error("daemon.store_failed", "error=\"%s\"", err);
-        front_free(d.front);
-        return 1;
-    }
-    struct provisioner_options popts = {.controller_id = d.config->controller_id,
-                                        .state_dir = d.config->state_dir,
-                                        .adopt_grace_ms = d.config->adopt_grace_s * 1000};
-    struct provisioner *libvirt = NULL;
-    r = provisioner_new(d.loop, &popts, &libvirt);
-    d.provider = provisioner_provider(libvirt);
-    for (size_t i = 0; r == 0 && i < d.config->n_hosts; i++)
-        r = provider_host_add(d.provider, &d.config->hosts[i]);
-    if (r < 0) {
-        log_error("daemon.provisioner_failed", "error=\"%s\"", strerror(-r));
-        store_close(d.store);
-        front_free(d.front);
-        return 1;
-    }
-    if (config_github_enabled(d.config)) {
-        d.scopes = scopes_from_config(d.config, &d.n_scopes);
-        r = d.scopes ? github_open(d.loop, d.config, d.scopes, &d.github, err, sizeof(err))
-                     : -ENOMEM;
-        if (r < 0) {
-            log_error("daemon.github_failed", "error=\"%s\"", err);
-            store_close(d.store);
-            front_free(d.front);
-            return 1;
-        }
-    }
-    struct front_callbacks front_callbacks = {
-        .on_request = on_front_request,
-        .on_rejected = on_front_rejected,
-        .on_gone = on_front_gone,
-    };
-    r = front_attach(d.front, d.loop, &front_callbacks, &d);
-    if (r < 0) {
-        log_error("daemon.front_failed", "error=\"%s\"", uv_strerror(r));
-        front_free(d.front);
-        store_close(d.store);
-        return 1;
-    }
-    char *socket_dir = strdup(d.config->admin_socket);
-    char *slash = socket_dir ? strrchr(socket_dir, '/') : NULL;
-    if (slash && slash != socket_dir) {
-        *slash = 0;
-        make_dir(socket_dir, 0750);
-    }
-    free(socket_dir);
-    r = admin_server_start(&d.admin, d.loop, d.config->admin_socket, on_admin_request, &d, err,
-                           sizeof(err));
-    if (r < 0) {
-        log_error("daemon.admin_failed", "error=\"%s\"", err);
-        front_close(d.front);
-        uv_run(d.loop, UV_RUN_NOWAIT);
-        front_free(d.front);
-        store_close(d.store);
-        return 1;
-    }
-
-    uv_signal_init(d.loop, &d.sigterm);
-    uv_signal_init(d.loop, &d.sigint);
-    d.sigterm.data = d.sigint.data = &d;
-    uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&d.sigint, on_signal, SIGINT);
-    uv_signal_init(d.loop, &d.sighup);
-    d.sighup.data = &d;
-    uv_signal_start(&d.sighup, on_sighup, SIGHUP);
-    uv_timer_init(d.loop, &d.watchdog_timer);
-    uv_timer_init(d.loop, &d.prune_timer);
-    d.prune_timer.data = &d;
-    uv_timer_start(&d.prune_timer, on_prune, 0, PRUNE_INTERVAL_MS);
-    uint64_t watchdog_usec = sd_watchdog_usec();
-    if (watchdog_usec) {
-        uint64_t every_ms = watchdog_usec / 2000 ? watchdog_usec / 2000 : 1;
-        uv_timer_start(&d.watchdog_timer, on_watchdog, every_ms, every_ms);
-    }
+    if (start(&d) != 0)
+        return start_failed(&d);
+    start_timers(&d);
 
     check_pool_images(d.config);
-    if (geteuid() == 0)
-        log_warn("daemon.running_as_root", "reason=\"%s\" front_user=nobody", root_reason);
-    log_info("daemon.ready",
-             "version=%s controller=%s listen=%s metrics_listen=%s tls=%s front_pid=%d "
-             "front=%s admin=%s state=%s pools=%zu hosts=%zu github=%s",
-             HATCHERY_VERSION, d.config->controller_id, d.config->listen,
-             d.config->metrics_listen ? d.config->metrics_listen : "listen",
-             d.config->http.tls_cert_file ? "on" : "off", (int)front_pid(d.front),
-             front_sandboxed(d.front) ? "sandboxed" : "unconfined", d.config->admin_socket,
-             d.config->state_dir, d.config->n_pools, d.config->n_hosts,
-             d.github ? github_auth_mode_names[d.config->github.app_id > 0 ? GITHUB_AUTH_APP
-                                                                           : GITHUB_AUTH_TOKEN]
-                      : "off");
+    log_ready(&d, args.root_reason);
     sd_notify_send("READY=1");
     if (d.github)
         github_probe(&d);
@@ -1182,7 +1216,7 @@ int main(int argc, char **argv)
         .scopes = d.scopes,
         .n_scopes = d.n_scopes,
     };
-    r = scheduler_new(&deps, &d.scheduler);
+    int r = scheduler_new(&deps, &d.scheduler);
     if (r < 0)
         log_error("daemon.scheduler_failed", "error=\"%s\"", strerror(-r));
 
