@@ -480,6 +480,229 @@ static json_t *log_file_json(const char *path)
 
 static json_t *daemon_reload(struct daemon *d, const char *how);
 
+/* jobs: the store's jobs, each queued one with why it waits. */
+static json_t *admin_jobs(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)command;
+    const char *status = json_string_value(json_object_get(request, ADMIN_KEY_STATUS));
+    json_t *limit = json_object_get(request, ADMIN_KEY_LIMIT);
+    enum job_status parsed;
+    if (status && job_status_parse(status, &parsed) < 0)
+        return json_pack("{s:b, s:s}", "ok", 0, "error",
+                         "status must be waiting, queued, in_progress or completed");
+    json_t *jobs = NULL;
+    if (store_jobs_list(d->store, status, limit ? (int)json_integer_value(limit) : 0, &jobs) < 0)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job)
+    {
+        const char *st = json_string_value(json_object_get(job, "status"));
+        json_t *pool = json_object_get(job, "pool");
+        json_t *why = json_null();
+        if (st && strcmp(st, "queued") == 0) {
+            if (!json_is_string(pool)) {
+                why = json_string("no matching pool");
+            } else if (d->github && json_is_true(json_object_get(job, "unverified"))) {
+                why = json_string("a late or replayed delivery: asking GitHub whether it is "
+                                  "still queued");
+            } else if (d->scheduler) {
+                const char *w = scheduler_pool_waiting(d->scheduler, json_string_value(pool));
+                why = w ? json_string(w) : json_null();
+            }
+        }
+        json_object_set_new(job, "waiting", why ? why : json_null());
+    }
+    return json_pack("{s:b, s:o}", "ok", 1, "jobs", jobs);
+}
+
+/* pools: each pool's config, image and runners. */
+static json_t *admin_pools(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)request;
+    (void)command;
+    json_t *pools = json_array();
+    for (size_t i = 0; i < d->config->n_pools; i++)
+        json_array_append_new(pools, pool_json(d, &d->config->pools[i]));
+    return json_pack("{s:b, s:o}", "ok", 1, "pools", pools);
+}
+
+/* runners: live ones (or all), filtered by name, pool or host. */
+static json_t *admin_runners(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)command;
+    if (!d->scheduler)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "the scheduler is not running");
+    json_t *all =
+        scheduler_runners_json(d->scheduler, json_is_true(json_object_get(request, ADMIN_KEY_ALL)));
+    /* Filters: one runner by name, or a pool's or a host's; each key names the runner's
+     * field of the same name. */
+    static const char *const filters[] = {ADMIN_KEY_NAME, ADMIN_KEY_POOL, ADMIN_KEY_HOST};
+    json_t *kept = json_array();
+    size_t i;
+    json_t *r;
+    json_array_foreach(all, i, r)
+    {
+        bool match = true;
+        for (size_t f = 0; f < sizeof(filters) / sizeof(filters[0]); f++) {
+            const char *want = json_string_value(json_object_get(request, filters[f]));
+            const char *have = json_string_value(json_object_get(r, filters[f]));
+            match = match && (!want || (have && strcmp(want, have) == 0));
+        }
+        if (match)
+            json_array_append(kept, r);
+    }
+    json_decref(all);
+    const char *name = json_string_value(json_object_get(request, ADMIN_KEY_NAME));
+    if (name && json_array_size(kept) == 0) {
+        json_decref(kept);
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "no runner of that name");
+    }
+    return json_pack("{s:b, s:o}", "ok", 1, "runners", kept);
+}
+
+/* drain, undrain: a host gets no new guests, or gets them again. */
+static json_t *admin_drain(struct daemon *d, enum admin_command command, json_t *request)
+{
+    const char *host = json_string_value(json_object_get(request, ADMIN_KEY_HOST));
+    if (!host || !d->scheduler ||
+        scheduler_host_drain(d->scheduler, host, command == ADMIN_DRAIN) < 0)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "no such host");
+    return json_pack("{s:b, s:s, s:b}", "ok", 1, "host", host, "drained", command == ADMIN_DRAIN);
+}
+
+/* delete: a live runner, now. */
+static json_t *admin_delete(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)command;
+    const char *name = json_string_value(json_object_get(request, ADMIN_KEY_RUNNER));
+    if (!name || !d->scheduler || scheduler_runner_delete(d->scheduler, name) < 0)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "no such live runner");
+    return json_pack("{s:b, s:s}", "ok", 1, "runner", name);
+}
+
+/* logs: a runner's console log. */
+static json_t *admin_logs(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)command;
+    const char *name = json_string_value(json_object_get(request, ADMIN_KEY_RUNNER));
+    char path[PATH_MAX];
+    const char *file =
+        name && d->scheduler ? scheduler_runner_log(d->scheduler, name, path, sizeof(path)) : NULL;
+    if (!file)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "no log for that runner");
+    return log_file_json(file);
+}
+
+/* hosts: each host's connection, usage, isolation and templates. */
+static json_t *admin_hosts(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)request;
+    (void)command;
+    json_t *hosts = json_array();
+    for (size_t i = 0; i < d->config->n_hosts; i++) {
+        const struct config_host *h = &d->config->hosts[i];
+        struct host_status st;
+        if (provider_host_status(d->provider, h->name, &st) < 0)
+            continue;
+        json_t *row = json_pack(
+            "{s:s, s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "name",
+            h->name, "uri", h->uri, "transport", st.streams ? "stream" : "socket", "state",
+            st.up           ? "up"
+            : st.connecting ? "connecting"
+                            : "down",
+            "error", st.error[0] ? json_string(st.error) : json_null(), "kvm", st.kvm, "vcpus_used",
+            (json_int_t)st.used.vcpus, "vcpus", (json_int_t)h->vcpus, "memory_mib_used",
+            (json_int_t)st.used.memory_mib, "memory_mib", (json_int_t)h->memory_mib, "guests",
+            (json_int_t)st.used.guests, "max_guests", (json_int_t)h->max_guests, "reconnects",
+            (json_int_t)st.reconnects, "drained",
+            d->scheduler && scheduler_host_drained(d->scheduler, h->name));
+        /* Whether what keeps guests off the host is in place (guest_isolation.h). */
+        char why[256];
+        enum guest_isolation_state iso =
+            guest_isolation_host(d->config, h, host_status_filter_missing(&st), why, sizeof(why));
+        json_object_set_new(row, "guest_isolation", json_string(guest_isolation_state_names[iso]));
+        json_object_set_new(row, "unsafe", why[0] ? json_string(why) : json_null());
+        /* Its warm templates: their files, state and use. */
+        struct template_status ts[64];
+        size_t n_ts = 0;
+        json_t *templates = json_array();
+        provider_templates(d->provider, h->name, ts, 64, &n_ts);
+        for (size_t k = 0; k < n_ts; k++)
+            json_array_append_new(
+                templates,
+                json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:I, s:I}", "name", ts[k].name, "pool",
+                          ts[k].pool, "state", ts[k].state, "reason",
+                          ts[k].reason[0] ? json_string(ts[k].reason) : json_null(), "file_bytes",
+                          ts[k].file_bytes >= 0 ? json_integer(ts[k].file_bytes) : json_null(),
+                          "in_use", ts[k].in_use, "restores", (json_int_t)ts[k].restores,
+                          "fallbacks", (json_int_t)ts[k].fallbacks));
+        json_object_set_new(row, "templates", templates);
+        json_array_append_new(hosts, row);
+    }
+    return json_pack("{s:b, s:o}", "ok", 1, "hosts", hosts);
+}
+
+/* github: the client's auth, rate limit and scopes. */
+static json_t *admin_github(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)request;
+    (void)command;
+    if (!d->github)
+        return json_pack("{s:b, s:b}", "ok", 1, "configured", 0);
+    json_t *status = github_client_status(d->github);
+    json_t *scopes = json_array();
+    for (size_t i = 0; i < d->n_scopes; i++)
+        json_array_append_new(
+            scopes, json_pack("{s:s, s:s, s:I}", "kind", d->scopes[i].repo ? "repo" : "org", "name",
+                              d->scopes[i].repo ? d->scopes[i].repo : d->scopes[i].org,
+                              "runner_group_id", (json_int_t)d->scopes[i].runner_group_id));
+    json_object_set_new(status, "scopes", scopes);
+    json_object_set_new(status, "ok", json_true());
+    json_object_set_new(status, "configured", json_true());
+    return status;
+}
+
+static json_t *admin_capacity_command(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)command;
+    (void)request;
+    return admin_capacity(d);
+}
+
+static json_t *admin_reload(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)command;
+    (void)request;
+    return daemon_reload(d, "admin");
+}
+
+static json_t *admin_health(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)command;
+    (void)request;
+    return json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "version", HATCHERY_VERSION, "controller_id",
+                     d->config->controller_id, "uptime_s",
+                     (json_int_t)((wall_clock_ms() - d->started_at_ms) / 1000));
+}
+
+/* Every admin command's handler, by the command (admin_protocol.h names them). */
+static json_t *(*const admin_handlers[ADMIN_COMMAND_MAX])(struct daemon *, enum admin_command,
+                                                          json_t *) = {
+    [ADMIN_JOBS] = admin_jobs,
+    [ADMIN_POOLS] = admin_pools,
+    [ADMIN_CAPACITY] = admin_capacity_command,
+    [ADMIN_HOSTS] = admin_hosts,
+    [ADMIN_RUNNERS] = admin_runners,
+    [ADMIN_DRAIN] = admin_drain,
+    [ADMIN_UNDRAIN] = admin_drain,
+    [ADMIN_DELETE] = admin_delete,
+    [ADMIN_LOGS] = admin_logs,
+    [ADMIN_GITHUB] = admin_github,
+    [ADMIN_RELOAD] = admin_reload,
+    [ADMIN_HEALTH] = admin_health,
+};
+
 static json_t *on_admin_request(struct admin_server *server, json_t *request)
 {
     struct daemon *d = server->data;
@@ -487,169 +710,10 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
     if (!cmd)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "missing \"cmd\"");
     enum admin_command command = admin_command_parse(cmd);
-    if (command == ADMIN_JOBS) {
-        const char *status = json_string_value(json_object_get(request, ADMIN_KEY_STATUS));
-        json_t *limit = json_object_get(request, ADMIN_KEY_LIMIT);
-        enum job_status parsed;
-        if (status && job_status_parse(status, &parsed) < 0)
-            return json_pack("{s:b, s:s}", "ok", 0, "error",
-                             "status must be waiting, queued, in_progress or completed");
-        json_t *jobs = NULL;
-        if (store_jobs_list(d->store, status, limit ? (int)json_integer_value(limit) : 0, &jobs) <
-            0)
-            return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
-        size_t i;
-        json_t *job;
-        json_array_foreach(jobs, i, job)
-        {
-            const char *st = json_string_value(json_object_get(job, "status"));
-            json_t *pool = json_object_get(job, "pool");
-            json_t *why = json_null();
-            if (st && strcmp(st, "queued") == 0) {
-                if (!json_is_string(pool)) {
-                    why = json_string("no matching pool");
-                } else if (d->github && json_is_true(json_object_get(job, "unverified"))) {
-                    why = json_string("a late or replayed delivery: asking GitHub whether it is "
-                                      "still queued");
-                } else if (d->scheduler) {
-                    const char *w = scheduler_pool_waiting(d->scheduler, json_string_value(pool));
-                    why = w ? json_string(w) : json_null();
-                }
-            }
-            json_object_set_new(job, "waiting", why ? why : json_null());
-        }
-        return json_pack("{s:b, s:o}", "ok", 1, "jobs", jobs);
-    }
-    if (command == ADMIN_POOLS) {
-        json_t *pools = json_array();
-        for (size_t i = 0; i < d->config->n_pools; i++)
-            json_array_append_new(pools, pool_json(d, &d->config->pools[i]));
-        return json_pack("{s:b, s:o}", "ok", 1, "pools", pools);
-    }
-    if (command == ADMIN_CAPACITY)
-        return admin_capacity(d);
-    if (command == ADMIN_RUNNERS) {
-        if (!d->scheduler)
-            return json_pack("{s:b, s:s}", "ok", 0, "error", "the scheduler is not running");
-        json_t *all = scheduler_runners_json(d->scheduler,
-                                             json_is_true(json_object_get(request, ADMIN_KEY_ALL)));
-        /* Filters: one runner by name, or a pool's or a host's; each key names the runner's
-         * field of the same name. */
-        static const char *const filters[] = {ADMIN_KEY_NAME, ADMIN_KEY_POOL, ADMIN_KEY_HOST};
-        json_t *kept = json_array();
-        size_t i;
-        json_t *r;
-        json_array_foreach(all, i, r)
-        {
-            bool match = true;
-            for (size_t f = 0; f < sizeof(filters) / sizeof(filters[0]); f++) {
-                const char *want = json_string_value(json_object_get(request, filters[f]));
-                const char *have = json_string_value(json_object_get(r, filters[f]));
-                match = match && (!want || (have && strcmp(want, have) == 0));
-            }
-            if (match)
-                json_array_append(kept, r);
-        }
-        json_decref(all);
-        const char *name = json_string_value(json_object_get(request, ADMIN_KEY_NAME));
-        if (name && json_array_size(kept) == 0) {
-            json_decref(kept);
-            return json_pack("{s:b, s:s}", "ok", 0, "error", "no runner of that name");
-        }
-        return json_pack("{s:b, s:o}", "ok", 1, "runners", kept);
-    }
-    if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN) {
-        const char *host = json_string_value(json_object_get(request, ADMIN_KEY_HOST));
-        if (!host || !d->scheduler ||
-            scheduler_host_drain(d->scheduler, host, command == ADMIN_DRAIN) < 0)
-            return json_pack("{s:b, s:s}", "ok", 0, "error", "no such host");
-        return json_pack("{s:b, s:s, s:b}", "ok", 1, "host", host, "drained",
-                         command == ADMIN_DRAIN);
-    }
-    if (command == ADMIN_DELETE) {
-        const char *name = json_string_value(json_object_get(request, ADMIN_KEY_RUNNER));
-        if (!name || !d->scheduler || scheduler_runner_delete(d->scheduler, name) < 0)
-            return json_pack("{s:b, s:s}", "ok", 0, "error", "no such live runner");
-        return json_pack("{s:b, s:s}", "ok", 1, "runner", name);
-    }
-    if (command == ADMIN_LOGS) {
-        const char *name = json_string_value(json_object_get(request, ADMIN_KEY_RUNNER));
-        char path[PATH_MAX];
-        const char *file = name && d->scheduler
-                               ? scheduler_runner_log(d->scheduler, name, path, sizeof(path))
-                               : NULL;
-        if (!file)
-            return json_pack("{s:b, s:s}", "ok", 0, "error", "no log for that runner");
-        return log_file_json(file);
-    }
-    if (command == ADMIN_HOSTS) {
-        json_t *hosts = json_array();
-        for (size_t i = 0; i < d->config->n_hosts; i++) {
-            const struct config_host *h = &d->config->hosts[i];
-            struct host_status st;
-            if (provider_host_status(d->provider, h->name, &st) < 0)
-                continue;
-            json_t *row = json_pack(
-                "{s:s, s:s, s:s, s:s, s:o, s:b, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b}", "name",
-                h->name, "uri", h->uri, "transport", st.streams ? "stream" : "socket", "state",
-                st.up           ? "up"
-                : st.connecting ? "connecting"
-                                : "down",
-                "error", st.error[0] ? json_string(st.error) : json_null(), "kvm", st.kvm,
-                "vcpus_used", (json_int_t)st.used.vcpus, "vcpus", (json_int_t)h->vcpus,
-                "memory_mib_used", (json_int_t)st.used.memory_mib, "memory_mib",
-                (json_int_t)h->memory_mib, "guests", (json_int_t)st.used.guests, "max_guests",
-                (json_int_t)h->max_guests, "reconnects", (json_int_t)st.reconnects, "drained",
-                d->scheduler && scheduler_host_drained(d->scheduler, h->name));
-            /* Whether what keeps guests off the host is in place (guest_isolation.h). */
-            char why[256];
-            enum guest_isolation_state iso = guest_isolation_host(
-                d->config, h, host_status_filter_missing(&st), why, sizeof(why));
-            json_object_set_new(row, "guest_isolation",
-                                json_string(guest_isolation_state_names[iso]));
-            json_object_set_new(row, "unsafe", why[0] ? json_string(why) : json_null());
-            /* Its warm templates: their files, state and use. */
-            struct template_status ts[64];
-            size_t n_ts = 0;
-            json_t *templates = json_array();
-            provider_templates(d->provider, h->name, ts, 64, &n_ts);
-            for (size_t k = 0; k < n_ts; k++)
-                json_array_append_new(
-                    templates,
-                    json_pack("{s:s, s:s, s:s, s:o, s:o, s:b, s:I, s:I}", "name", ts[k].name,
-                              "pool", ts[k].pool, "state", ts[k].state, "reason",
-                              ts[k].reason[0] ? json_string(ts[k].reason) : json_null(),
-                              "file_bytes",
-                              ts[k].file_bytes >= 0 ? json_integer(ts[k].file_bytes) : json_null(),
-                              "in_use", ts[k].in_use, "restores", (json_int_t)ts[k].restores,
-                              "fallbacks", (json_int_t)ts[k].fallbacks));
-            json_object_set_new(row, "templates", templates);
-            json_array_append_new(hosts, row);
-        }
-        return json_pack("{s:b, s:o}", "ok", 1, "hosts", hosts);
-    }
-    if (command == ADMIN_GITHUB) {
-        if (!d->github)
-            return json_pack("{s:b, s:b}", "ok", 1, "configured", 0);
-        json_t *status = github_client_status(d->github);
-        json_t *scopes = json_array();
-        for (size_t i = 0; i < d->n_scopes; i++)
-            json_array_append_new(
-                scopes, json_pack("{s:s, s:s, s:I}", "kind", d->scopes[i].repo ? "repo" : "org",
-                                  "name", d->scopes[i].repo ? d->scopes[i].repo : d->scopes[i].org,
-                                  "runner_group_id", (json_int_t)d->scopes[i].runner_group_id));
-        json_object_set_new(status, "scopes", scopes);
-        json_object_set_new(status, "ok", json_true());
-        json_object_set_new(status, "configured", json_true());
-        return status;
-    }
-    if (command == ADMIN_RELOAD)
-        return daemon_reload(d, "admin");
-    if (command == ADMIN_HEALTH)
-        return json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "version", HATCHERY_VERSION,
-                         "controller_id", d->config->controller_id, "uptime_s",
-                         (json_int_t)((wall_clock_ms() - d->started_at_ms) / 1000));
-    return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", ADMIN_KEY_CMD, cmd);
+    if (command == ADMIN_COMMAND_MAX || !admin_handlers[command])
+        return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", ADMIN_KEY_CMD,
+                         cmd);
+    return admin_handlers[command](d, command, request);
 }
 
 /* ---- GitHub ------------------------------------------------------------------------- */
