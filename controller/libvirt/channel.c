@@ -72,7 +72,10 @@ static void ch_hello(void *data, const struct agent_hello *hello)
     if (g->slot && hello->restored)
         g->slot->failures = 0;
     uv_timer_stop(&g->timer);
-    g->state = GUEST_READY;
+    if (!guest_move(g, GUEST_READY)) {
+        guest_fail(g, "the agent said hello to a guest that was %s", guest_state_names[g->state]);
+        return;
+    }
     log_info("guest.hello",
              "guest=%s arch=%s agent=%s boot_id=%s machine_id=%s nonce=%s crng_ready=%d", g->name,
              hello->arch, hello->version, hello->boot_id, hello->machine_id,
@@ -86,7 +89,10 @@ static void ch_started(void *data, int64_t pid)
     struct guest *g = data;
     if (g->prov->closing)
         return;
-    g->state = GUEST_RUNNING;
+    if (!guest_move(g, GUEST_RUNNING)) {
+        guest_fail(g, "the agent said started to a guest that was %s", guest_state_names[g->state]);
+        return;
+    }
     log_info("guest.runner_started", "guest=%s pid=%lld", g->name, (long long)pid);
     if (g->events->on_started)
         g->events->on_started(g->data, g, pid);
@@ -109,7 +115,10 @@ static void ch_resumed(void *data, const struct agent_resumed *resumed)
         return;
     uv_timer_stop(&g->timer);
     g->adopting = false;
-    g->state = resumed->state == AGENT_RESUMED_WAITING ? GUEST_READY : GUEST_RUNNING;
+    if (!guest_move(g, resumed->state == AGENT_RESUMED_WAITING ? GUEST_READY : GUEST_RUNNING)) {
+        guest_fail(g, "the agent said resumed to a guest that was %s", guest_state_names[g->state]);
+        return;
+    }
     log_info("guest.resumed", "guest=%s agent_state=%s pid=%lld boot_id=%s", g->name,
              names[resumed->state], (long long)resumed->pid, resumed->boot_id);
     if (strcmp(resumed->runner_name, g->name) != 0 && resumed->runner_name[0]) {
@@ -139,7 +148,10 @@ static void ch_exited(void *data, const struct agent_exit *exit)
     struct guest *g = data;
     if (g->prov->closing)
         return;
-    g->state = GUEST_EXITED;
+    if (!guest_move(g, GUEST_EXITED)) {
+        guest_fail(g, "the agent said exited to a guest that was %s", guest_state_names[g->state]);
+        return;
+    }
     log_info("guest.runner_exited",
              "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d relaunches=%d "
              "jit_on_argv=%d argv_scans=%d meaning=\"%s\"",

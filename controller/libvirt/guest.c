@@ -49,6 +49,40 @@ void guest_release(struct guest *g)
     free(g);
 }
 
+/* The guest's lifecycle: the moves each state may make. A guest begins creating (or
+ * adopting, an earlier hatcheryd's); a container's agent may say hello before its create
+ * call returns, so creating may go straight to ready. Every state may go to deleting (the
+ * teardown), and only deleting to gone. guest_move is the one writer of a guest's state. */
+static const uint8_t guest_moves[GUEST_STATE_MAX] = {
+#define TO(s) (1u << (s))
+    [GUEST_CREATING] = TO(GUEST_BOOTING) | TO(GUEST_READY) | TO(GUEST_DELETING),
+    [GUEST_ADOPTING] = TO(GUEST_READY) | TO(GUEST_RUNNING) | TO(GUEST_DELETING),
+    [GUEST_BOOTING] = TO(GUEST_READY) | TO(GUEST_DELETING),
+    [GUEST_READY] = TO(GUEST_RUNNING) | TO(GUEST_EXITED) | TO(GUEST_DELETING),
+    [GUEST_RUNNING] = TO(GUEST_EXITED) | TO(GUEST_DELETING),
+    [GUEST_EXITED] = TO(GUEST_DELETING),
+    [GUEST_DELETING] = TO(GUEST_GONE),
+    [GUEST_GONE] = 0,
+#undef TO
+};
+
+bool guest_move_allowed(enum guest_state from, enum guest_state to)
+{
+    return from < GUEST_STATE_MAX && to < GUEST_STATE_MAX && (guest_moves[from] & (1u << to));
+}
+
+bool guest_move(struct guest *g, enum guest_state to)
+{
+    if (!guest_move_allowed(g->state, to)) {
+        g->prov->guest_moves_refused++;
+        log_error("guest.transition_refused", "guest=%s from=%s to=%s", g->name,
+                  guest_state_names[g->state], to < GUEST_STATE_MAX ? guest_state_names[to] : "?");
+        return false;
+    }
+    g->state = to;
+    return true;
+}
+
 /* ---- guests: creation ------------------------------------------------------------------ */
 
 /* The host's storage pool for overlays, made as a transient directory pool when absent. */
@@ -342,7 +376,7 @@ static void on_guest_timer_closed(uv_handle_t *handle)
 static void guest_gone(struct guest *g)
 {
     struct host *h = g->host;
-    g->state = GUEST_GONE;
+    guest_move(g, GUEST_GONE);
     h->used.vcpus -= g->pool->vcpus;
     h->used.memory_mib -= g->pool->memory_mib;
     h->used.guests--;
@@ -433,7 +467,7 @@ void create_done(uv_work_t *w, int status)
             guest_fail(g, "the guest stopped before its runner reported an exit");
         return;
     }
-    g->state = GUEST_BOOTING;
+    guest_move(g, GUEST_BOOTING);
     if (g->events->on_booting)
         g->events->on_booting(g->data, g);
     if (g->state != GUEST_BOOTING || g->failed)
@@ -608,7 +642,7 @@ int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
     struct guest *g = guest_new(p, h, spec, NULL, events, data);
     if (!g)
         return -ENOMEM;
-    g->state = GUEST_ADOPTING;
+    g->state = GUEST_ADOPTING; /* its first state: nothing has seen guest_new's yet */
     g->adopting = true;
     /* It exists, so it counts, even past what the host allows now. */
     guest_attach(g);
@@ -731,7 +765,7 @@ void teardown_start(struct guest *g)
     }
     if (g->state >= GUEST_DELETING)
         return;
-    g->state = GUEST_DELETING;
+    guest_move(g, GUEST_DELETING);
     uv_timer_stop(&g->timer);
     if (g->channel) {
         agent_channel_close(g->channel);

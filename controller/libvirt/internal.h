@@ -219,6 +219,7 @@ struct provisioner {
     int64_t adopt_grace_ms;
     struct host *hosts;
     struct provisioner_hooks hooks;
+    uint64_t guest_moves_refused; /* guest_move refusals: a bug if not 0 */
 };
 
 /* How a guest boots: its pool's kernel, else its image's manifest's; NULL from its disk. */
@@ -244,6 +245,10 @@ bool image_usable(struct host *h, const struct config_pool *pool);
 struct boot_files boot_files_of(const struct host *h, const struct config_pool *pool);
 
 /* guest.c */
+/* The one writer of a guest's state: false (logged, counted) for a move its lifecycle
+ * table does not allow, and the state is kept. */
+bool guest_move(struct guest *g, enum guest_state to);
+bool guest_move_allowed(enum guest_state from, enum guest_state to);
 void guest_release(struct guest *g);
 virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
 void create_work(uv_work_t *w);

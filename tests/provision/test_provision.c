@@ -1,6 +1,7 @@
 /* The provisioner end to end.
- *   test_provision testdriver  on libvirt's test:///default: create/destroy cycles,
- *                              capacity accounting, tagging through <metadata>;
+ *   test_provision testdriver  the guest lifecycle table; on libvirt's test:///default:
+ *                              create/destroy cycles, capacity accounting, tagging
+ *                              through <metadata>;
  *   test_provision real        on a real libvirtd (run-real.sh starts it and builds the
  *                              test guests): ppc64le and s390x guests boot under TCG, say
  *                              hello, take a config, run the stand-in runner (exit 0, then
@@ -27,6 +28,7 @@
 
 #include "libvirt/libvirt_loop.h"
 #include "log.h"
+#include "libvirt/internal.h" /* the guest lifecycle table */
 #include "libvirt/provisioner.h"
 
 static uv_loop_t loop;
@@ -254,6 +256,33 @@ static struct config_pool test_pool = {
     .disk_mib = 64,
     .boot_timeout_s = 600,
 };
+
+/* The guest lifecycle table (libvirt/guest.c): what may follow what. */
+static void test_guest_lifecycle_table(void **state)
+{
+    (void)state;
+    for (int from = 0; from < GUEST_DELETING; from++)
+        assert_true(guest_move_allowed((enum guest_state)from, GUEST_DELETING));
+    assert_true(guest_move_allowed(GUEST_DELETING, GUEST_GONE));
+    for (int to = 0; to < GUEST_STATE_MAX; to++) {
+        assert_false(guest_move_allowed(GUEST_GONE, (enum guest_state)to));
+        assert_false(guest_move_allowed((enum guest_state)to, (enum guest_state)to));
+        if (to != GUEST_GONE)
+            assert_false(guest_move_allowed(GUEST_DELETING, (enum guest_state)to));
+        if (to != GUEST_DELETING)
+            assert_false(guest_move_allowed(GUEST_EXITED, (enum guest_state)to));
+    }
+    /* A container's agent may say hello before its create call returns. */
+    assert_true(guest_move_allowed(GUEST_CREATING, GUEST_READY));
+    /* No runner starts before its agent said hello, and nothing goes back. */
+    assert_false(guest_move_allowed(GUEST_BOOTING, GUEST_RUNNING));
+    assert_false(guest_move_allowed(GUEST_BOOTING, GUEST_EXITED));
+    assert_false(guest_move_allowed(GUEST_READY, GUEST_BOOTING));
+    assert_false(guest_move_allowed(GUEST_RUNNING, GUEST_READY));
+    assert_false(guest_move_allowed(GUEST_CREATING, GUEST_GONE));
+    assert_true(guest_move_allowed(GUEST_ADOPTING, GUEST_RUNNING));
+    assert_false(guest_move_allowed(GUEST_STATE_MAX, GUEST_DELETING));
+}
 
 static void test_create_destroy_cycles_and_capacity(void **state)
 {
@@ -1062,6 +1091,7 @@ int main(int argc, char **argv)
 {
     log_level_set(LOG_INFO);
     const struct CMUnitTest testdriver[] = {
+        cmocka_unit_test(test_guest_lifecycle_table),
         cmocka_unit_test(test_create_destroy_cycles_and_capacity),
     };
     const struct CMUnitTest real[] = {
