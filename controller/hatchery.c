@@ -867,6 +867,130 @@ static int check_shape(const struct cli_args *a, unsigned allowed, size_t min, s
     return EXIT_OK;
 }
 
+/* image-check runs here, without the daemon; its exit statuses are its own. */
+static int run_image_check(const struct cli_args *a)
+{
+    if (check_shape(a, GIVEN(OPT_NOW) | GIVEN(OPT_WARN_DAYS), 2, 2, "IMAGE and RELEASES") !=
+        EXIT_OK) {
+        fprintf(stderr, "usage: hatchery image-check IMAGE RELEASES [--now ISO] [--warn-days N]\n");
+        return RUNNER_BAD_INPUT;
+    }
+    time_t now = time(NULL);
+    if (a->now && (now = runner_version_time(a->now)) < 0) {
+        fprintf(stderr,
+                "hatchery: image-check: --now takes a UTC time like 2026-11-27T00:00:00Z\n");
+        return RUNNER_BAD_INPUT;
+    }
+    const char *paths[2] = {a->words[1], a->words[2]};
+    return image_check(paths, now, (int)a->warn_days);
+}
+
+/* Whether the command line fits `command` (its words and options), and how its answer is
+ * printed. EXIT_OK, or the usage error's status (said already). */
+static int check_command(const struct cli_args *a, enum admin_command command,
+                         void (**print)(json_t *))
+{
+    int r;
+    if (command == ADMIN_JOBS) {
+        *print = print_jobs;
+        r = check_shape(a, GIVEN(OPT_STATUS) | GIVEN(OPT_LIMIT), 0, 0, "");
+        /* Known here, so that a typo is a usage error, not the daemon's refusal. */
+        static const char *const statuses[] = {"waiting", "queued", "in_progress", "completed"};
+        bool known = !a->status;
+        for (size_t k = 0; !known && k < sizeof(statuses) / sizeof(statuses[0]); k++)
+            known = strcmp(a->status, statuses[k]) == 0;
+        if (r == EXIT_OK && !known)
+            r = usage_error("jobs: --status must be waiting, queued, in_progress or completed, "
+                            "not '%s'",
+                            a->status);
+    } else if (command == ADMIN_POOLS || command == ADMIN_CAPACITY || command == ADMIN_HEALTH ||
+               command == ADMIN_GITHUB || command == ADMIN_HOSTS || command == ADMIN_RELOAD) {
+        *print = command == ADMIN_POOLS      ? print_pools
+                 : command == ADMIN_RELOAD   ? print_reload
+                 : command == ADMIN_CAPACITY ? print_capacity
+                 : command == ADMIN_GITHUB   ? print_github
+                 : command == ADMIN_HOSTS    ? print_hosts
+                                             : print_health;
+        r = check_shape(a, 0, 0, 0, "");
+    } else if (command == ADMIN_RUNNERS) {
+        bool show = a->n_words > 1 && strcmp(a->words[1], "show") == 0;
+        *print = show ? print_runner : print_runners;
+        r = show ? check_shape(a, 0, 2, 2, "show RUNNER")
+                 : check_shape(a, GIVEN(OPT_ALL) | GIVEN(OPT_POOL) | GIVEN(OPT_HOST), 0, 0, "");
+    } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN || command == ADMIN_DELETE ||
+               command == ADMIN_LOGS) {
+        *print = command == ADMIN_LOGS ? print_logs : print_done;
+        r = check_shape(a, 0, 1, 1,
+                        command == ADMIN_DRAIN || command == ADMIN_UNDRAIN ? "a HOST" : "a RUNNER");
+    } else {
+        r = usage_error("unknown command '%s'", a->words[0]);
+    }
+    return r;
+}
+
+/* The admin request for the command line (admin_protocol.h). */
+static json_t *build_request(const struct cli_args *a, enum admin_command command, bool show)
+{
+    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, a->words[0]);
+    if (a->status)
+        json_object_set_new(request, ADMIN_KEY_STATUS, json_string(a->status));
+    if (a->limit)
+        json_object_set_new(request, ADMIN_KEY_LIMIT, json_integer(a->limit));
+    if (command == ADMIN_RUNNERS) {
+        if (show) {
+            json_object_set_new(request, ADMIN_KEY_NAME, json_string(a->words[2]));
+            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
+        }
+        if (a->all)
+            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
+        if (a->pool)
+            json_object_set_new(request, ADMIN_KEY_POOL, json_string(a->pool));
+        if (a->host)
+            json_object_set_new(request, ADMIN_KEY_HOST, json_string(a->host));
+    } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN) {
+        json_object_set_new(request, ADMIN_KEY_HOST, json_string(a->words[1]));
+    } else if (command == ADMIN_DELETE || command == ADMIN_LOGS) {
+        json_object_set_new(request, ADMIN_KEY_RUNNER, json_string(a->words[1]));
+    }
+    return request;
+}
+
+static void print_json(json_t *value)
+{
+    char *text = value ? json_dumps(value, JSON_INDENT(2)) : NULL;
+    puts(text ? text : "{}");
+    free(text);
+}
+
+/* The daemon's answer (or why there is none, status `rc`) as the user asked for it. */
+static int report(const char *cmd, bool as_json, int rc, json_t *answer, void (*print)(json_t *))
+{
+    if (rc != EXIT_OK) {
+        /* A script asked for JSON: it gets JSON, the error and the exit status in it. */
+        if (as_json) {
+            json_t *err = json_pack("{s:b, s:s, s:i}", "ok", 0, "error", call_error, "exit", rc);
+            if (err)
+                print_json(err);
+            else
+                puts("{\"ok\": false}");
+            json_decref(err);
+        }
+        return rc;
+    }
+    if (!json_is_true(json_object_get(answer, "ok"))) {
+        const char *e = json_string_value(json_object_get(answer, "error"));
+        if (as_json)
+            print_json(answer);
+        fprintf(stderr, "hatchery: %s: %s\n", cmd, e ? e : "failed");
+        return EXIT_DAEMON_ERROR;
+    }
+    if (as_json)
+        print_json(answer);
+    else
+        print(answer);
+    return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
     struct cli_args a = {.socket_path = getenv("HATCHERY_SOCKET"), .warn_days = 7};
@@ -882,119 +1006,18 @@ int main(int argc, char **argv)
     }
     if (a.n_words == 0)
         return usage_error("which command?");
-    const char *cmd = a.words[0];
-    int r;
-    const char *socket_path = a.socket_path;
-    bool as_json = a.as_json;
-    if (strcmp(cmd, "image-check") == 0) {
-        if (check_shape(&a, GIVEN(OPT_NOW) | GIVEN(OPT_WARN_DAYS), 2, 2, "IMAGE and RELEASES") !=
-            EXIT_OK) {
-            fprintf(stderr,
-                    "usage: hatchery image-check IMAGE RELEASES [--now ISO] [--warn-days N]\n");
-            return RUNNER_BAD_INPUT;
-        }
-        time_t now = time(NULL);
-        if (a.now && (now = runner_version_time(a.now)) < 0) {
-            fprintf(stderr,
-                    "hatchery: image-check: --now takes a UTC time like 2026-11-27T00:00:00Z\n");
-            return RUNNER_BAD_INPUT;
-        }
-        const char *paths[2] = {a.words[1], a.words[2]};
-        return image_check(paths, now, (int)a.warn_days);
-    }
-    enum admin_command command = admin_command_parse(cmd);
+    if (strcmp(a.words[0], "image-check") == 0)
+        return run_image_check(&a);
+    enum admin_command command = admin_command_parse(a.words[0]);
     void (*print)(json_t *) = NULL;
-    if (command == ADMIN_JOBS) {
-        print = print_jobs;
-        r = check_shape(&a, GIVEN(OPT_STATUS) | GIVEN(OPT_LIMIT), 0, 0, "");
-        /* Known here, so that a typo is a usage error, not the daemon's refusal. */
-        static const char *const statuses[] = {"waiting", "queued", "in_progress", "completed"};
-        bool known = !a.status;
-        for (size_t k = 0; !known && k < sizeof(statuses) / sizeof(statuses[0]); k++)
-            known = strcmp(a.status, statuses[k]) == 0;
-        if (r == EXIT_OK && !known)
-            r = usage_error("jobs: --status must be waiting, queued, in_progress or completed, "
-                            "not '%s'",
-                            a.status);
-    } else if (command == ADMIN_POOLS || command == ADMIN_CAPACITY || command == ADMIN_HEALTH ||
-               command == ADMIN_GITHUB || command == ADMIN_HOSTS || command == ADMIN_RELOAD) {
-        print = command == ADMIN_POOLS      ? print_pools
-                : command == ADMIN_RELOAD   ? print_reload
-                : command == ADMIN_CAPACITY ? print_capacity
-                : command == ADMIN_GITHUB   ? print_github
-                : command == ADMIN_HOSTS    ? print_hosts
-                                            : print_health;
-        r = check_shape(&a, 0, 0, 0, "");
-    } else if (command == ADMIN_RUNNERS) {
-        bool show = a.n_words > 1 && strcmp(a.words[1], "show") == 0;
-        print = show ? print_runner : print_runners;
-        r = show ? check_shape(&a, 0, 2, 2, "show RUNNER")
-                 : check_shape(&a, GIVEN(OPT_ALL) | GIVEN(OPT_POOL) | GIVEN(OPT_HOST), 0, 0, "");
-    } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN || command == ADMIN_DELETE ||
-               command == ADMIN_LOGS) {
-        print = command == ADMIN_LOGS ? print_logs : print_done;
-        r = check_shape(&a, 0, 1, 1,
-                        command == ADMIN_DRAIN || command == ADMIN_UNDRAIN ? "a HOST" : "a RUNNER");
-    } else {
-        r = usage_error("unknown command '%s'", cmd);
-    }
+    int r = check_command(&a, command, &print);
     if (r != EXIT_OK)
         return r;
-
-    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, cmd);
-    if (a.status)
-        json_object_set_new(request, ADMIN_KEY_STATUS, json_string(a.status));
-    if (a.limit)
-        json_object_set_new(request, ADMIN_KEY_LIMIT, json_integer(a.limit));
-    if (command == ADMIN_RUNNERS) {
-        if (print == print_runner) {
-            json_object_set_new(request, ADMIN_KEY_NAME, json_string(a.words[2]));
-            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
-        }
-        if (a.all)
-            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
-        if (a.pool)
-            json_object_set_new(request, ADMIN_KEY_POOL, json_string(a.pool));
-        if (a.host)
-            json_object_set_new(request, ADMIN_KEY_HOST, json_string(a.host));
-    } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN) {
-        json_object_set_new(request, ADMIN_KEY_HOST, json_string(a.words[1]));
-    } else if (command == ADMIN_DELETE || command == ADMIN_LOGS) {
-        json_object_set_new(request, ADMIN_KEY_RUNNER, json_string(a.words[1]));
-    }
-
+    json_t *request = build_request(&a, command, print == print_runner);
     json_t *answer = NULL;
-    int rc = call(socket_path, request, &answer);
+    int rc = call(a.socket_path, request, &answer);
     json_decref(request);
-    if (rc != EXIT_OK) {
-        /* A script asked for JSON: it gets JSON, the error and the exit status in it. */
-        if (as_json) {
-            json_t *err = json_pack("{s:b, s:s, s:i}", "ok", 0, "error", call_error, "exit", rc);
-            char *text = err ? json_dumps(err, JSON_INDENT(2)) : NULL;
-            puts(text ? text : "{\"ok\": false}");
-            free(text);
-            json_decref(err);
-        }
-        return rc;
-    }
-    if (!json_is_true(json_object_get(answer, "ok"))) {
-        const char *e = json_string_value(json_object_get(answer, "error"));
-        if (as_json) {
-            char *text = json_dumps(answer, JSON_INDENT(2));
-            puts(text ? text : "{}");
-            free(text);
-        }
-        fprintf(stderr, "hatchery: %s: %s\n", cmd, e ? e : "failed");
-        json_decref(answer);
-        return EXIT_DAEMON_ERROR;
-    }
-    if (as_json) {
-        char *text = json_dumps(answer, JSON_INDENT(2));
-        puts(text ? text : "{}");
-        free(text);
-    } else {
-        print(answer);
-    }
+    r = report(a.words[0], a.as_json, rc, answer, print);
     json_decref(answer);
-    return EXIT_OK;
+    return r;
 }
