@@ -161,12 +161,93 @@ static void put_escaped(struct line *l, const char *v, size_t n)
     }
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+/* A %s value of `fmt` (its conversion at `start`): a logfmt value, quoted and escaped when
+ * it must be, only escaped where the format already quotes it (`reason="%s"`). */
+static void put_string_value(struct line *l, const char *fmt, const char *start, const char *v,
+                             int precision)
+{
+    if (!v)
+        v = "(null)";
+    size_t len = strlen(v);
+    if (precision >= 0 && (size_t)precision < len)
+        len = (size_t)precision;
+    keep_field(l, field_of(fmt, start), v, len);
+    bool quoted_in_format = start > fmt && start[-1] == '"';
+    if (quoted_in_format) {
+        put_escaped(l, v, len);
+    } else if (needs_quotes(v, len)) {
+        put_char(l, '"');
+        put_escaped(l, v, len);
+        put_char(l, '"');
+    } else {
+        put_text(l, v, len);
+    }
+}
+
+/* A numeric or pointer conversion, by snprintf with its own `spec` (the compiler checked it
+ * against its argument at log_emit's call): the length snprintf gives. */
+static int format_number(char *out, size_t size, const char *spec, const char *length, char conv,
+                         va_list *ap)
+{
+    int n = 0;
+    switch (conv) {
+    case 'd':
+    case 'i':
+    case 'c':
+        if (!strcmp(length, "l"))
+            n = snprintf(out, size, spec, va_arg(*ap, long));
+        else if (!strcmp(length, "ll"))
+            n = snprintf(out, size, spec, va_arg(*ap, long long));
+        else if (!strcmp(length, "z"))
+            n = snprintf(out, size, spec, va_arg(*ap, ssize_t));
+        else if (!strcmp(length, "j"))
+            n = snprintf(out, size, spec, va_arg(*ap, intmax_t));
+        else if (!strcmp(length, "t"))
+            n = snprintf(out, size, spec, va_arg(*ap, ptrdiff_t));
+        else
+            n = snprintf(out, size, spec, va_arg(*ap, int));
+        return n;
+    case 'u':
+    case 'x':
+    case 'X':
+    case 'o':
+        if (!strcmp(length, "l"))
+            n = snprintf(out, size, spec, va_arg(*ap, unsigned long));
+        else if (!strcmp(length, "ll"))
+            n = snprintf(out, size, spec, va_arg(*ap, unsigned long long));
+        else if (!strcmp(length, "z"))
+            n = snprintf(out, size, spec, va_arg(*ap, size_t));
+        else if (!strcmp(length, "j"))
+            n = snprintf(out, size, spec, va_arg(*ap, uintmax_t));
+        else
+            n = snprintf(out, size, spec, va_arg(*ap, unsigned int));
+        return n;
+    case 'f':
+    case 'F':
+    case 'e':
+    case 'E':
+    case 'g':
+    case 'G':
+        if (!strcmp(length, "L"))
+            n = snprintf(out, size, spec, va_arg(*ap, long double));
+        else
+            n = snprintf(out, size, spec, va_arg(*ap, double));
+        return n;
+    case 'p':
+        n = snprintf(out, size, spec, va_arg(*ap, void *));
+        return n;
+    default:
+        break;
+    }
+    return n;
+}
+
 /* Formats `fmt` as printf would, except that each %s value is a logfmt value: quoted and
  * escaped when it must be, and only escaped where the format already quotes it
  * (`reason="%s"`). Each other conversion is handed to snprintf with its own spec, cut
  * from `fmt`, which the compiler checked against the arguments at log_emit's call. */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wformat-nonliteral"
 static void format_pairs(struct line *l, const char *fmt, va_list *ap)
 {
     for (const char *p = fmt; *p; p++) {
@@ -222,70 +303,24 @@ static void format_pairs(struct line *l, const char *fmt, va_list *ap)
         char out[128];
         int n = 0;
         switch (conv) {
-        case 's': {
-            const char *v = va_arg(*ap, const char *);
-            if (!v)
-                v = "(null)";
-            size_t len = strlen(v);
-            if (precision >= 0 && (size_t)precision < len)
-                len = (size_t)precision;
-            keep_field(l, field_of(fmt, start), v, len);
-            bool quoted_in_format = start > fmt && start[-1] == '"';
-            if (quoted_in_format) {
-                put_escaped(l, v, len);
-            } else if (needs_quotes(v, len)) {
-                put_char(l, '"');
-                put_escaped(l, v, len);
-                put_char(l, '"');
-            } else {
-                put_text(l, v, len);
-            }
+        case 's':
+            put_string_value(l, fmt, start, va_arg(*ap, const char *), precision);
             continue;
-        }
         case 'd':
         case 'i':
         case 'c':
-            if (!strcmp(length, "l"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, long));
-            else if (!strcmp(length, "ll"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, long long));
-            else if (!strcmp(length, "z"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, ssize_t));
-            else if (!strcmp(length, "j"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, intmax_t));
-            else if (!strcmp(length, "t"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, ptrdiff_t));
-            else
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, int));
-            break;
         case 'u':
         case 'x':
         case 'X':
         case 'o':
-            if (!strcmp(length, "l"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, unsigned long));
-            else if (!strcmp(length, "ll"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, unsigned long long));
-            else if (!strcmp(length, "z"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, size_t));
-            else if (!strcmp(length, "j"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, uintmax_t));
-            else
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, unsigned int));
-            break;
         case 'f':
         case 'F':
         case 'e':
         case 'E':
         case 'g':
         case 'G':
-            if (!strcmp(length, "L"))
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, long double));
-            else
-                n = snprintf(out, sizeof(out), spec, va_arg(*ap, double));
-            break;
         case 'p':
-            n = snprintf(out, sizeof(out), spec, va_arg(*ap, void *));
+            n = format_number(out, sizeof(out), spec, length, conv, ap);
             break;
         default:
             /* Not a conversion this logger knows: written as it is, nothing consumed. */
