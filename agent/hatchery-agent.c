@@ -767,17 +767,35 @@ static int restore_identity(const char *seed_hex)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* One conversation with the controller, from hello to power-off: the runner, its launch
+ * (the JIT config lives there), and the bytes read from the channel (a config line among
+ * them: wiped as soon as each line is parsed). */
+struct session {
+    const struct runner_user *user;
+    struct runner runner;
+    struct launch launch;
+    char runner_name[160];
+    bool configured, done;
+    int exit_status;
+    double next_heartbeat;
+    char *buf;
+    size_t len;
+};
+
+struct agent_args {
+    const char *port, *socket_path, *user_name;
+};
+
+/* The command line into `a` (and the globals it sets): -1 to go on, else the exit code. */
+static int parse_args(int argc, char **argv, struct agent_args *a)
 {
-    json_set_alloc_funcs(malloc, json_wipe_free);
-    const char *port = NULL, *socket_path = NULL, *user_name = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--port") == 0 && i + 1 < argc)
-            port = argv[++i];
+            a->port = argv[++i];
         else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc)
-            socket_path = argv[++i];
+            a->socket_path = argv[++i];
         else if (strcmp(argv[i], "--user") == 0 && i + 1 < argc)
-            user_name = argv[++i];
+            a->user_name = argv[++i];
         else if (strcmp(argv[i], "--state-dir") == 0 && i + 1 < argc)
             state_dir = argv[++i];
         else if (strcmp(argv[i], "--no-poweroff") == 0)
@@ -788,21 +806,17 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (socket_path)
+    if (a->socket_path)
         power_off = false; /* a container just ends */
-    channel_socket = socket_path;
-    struct runner_user user_buf, *user = NULL;
-    if (user_name) {
-        int r = runner_user_lookup(user_name, &user_buf);
-        if (r < 0) {
-            say("cannot run the runner as %s: %s", user_name,
-                r == -EPERM ? "that user is root" : strerror(-r));
-            poweroff_now();
-            return 1;
-        }
-        user = &user_buf;
-    }
-    channel = open_channel(port, socket_path);
+    channel_socket = a->socket_path;
+    return -1;
+}
+
+/* The channel opened, signals set up, the CRNG waited for, and hello said once a
+ * controller is there. 0, or 1 after saying why (the guest is powered off). */
+static int start(const struct agent_args *a)
+{
+    channel = open_channel(a->port, a->socket_path);
     if (channel < 0) {
         poweroff_now();
         return 1;
@@ -831,232 +845,294 @@ int main(int argc, char **argv)
         return 1;
     }
     say("hello sent (crng waited %.1f s)", crng_wait);
+    return 0;
+}
 
-    char *buf = malloc(AGENT_MAX_LINE_BYTES + 1);
-    size_t len = 0;
-    struct runner runner = {.pid = 0};
-    struct launch launch = {.jit = NULL};
-    char runner_name[160] = "";
-    bool configured = false, done = false;
-    int exit_status = 1;
-    double next_heartbeat = 0;
+/* The runner's own life, each turn: a re-launch that is due, its exit (re-launched when
+ * its code says so, else reported), the job timeout and the kill after it. */
+static void tend_runner(struct session *ss, double now)
+{
+    struct runner *runner = &ss->runner;
+    if (runner->relaunch_at > 0 && now >= runner->relaunch_at) {
+        runner->relaunch_at = 0;
+        pid_t pid = launch_start(&ss->launch);
+        if (pid < 0) {
+            send_exited(runner, &ss->launch, 0, false, now);
+        } else {
+            runner->pid = pid;
+            say("runner re-launched (pid %d, %d of %d)", (int)pid, runner->relaunches,
+                RELAUNCH_MAX);
+        }
+    }
+    if (runner->pid <= 0)
+        return;
+    int status;
+    pid_t w = waitpid(runner->pid, &status, WNOHANG);
+    if (w == runner->pid) {
+        runner->pid = 0;
+        int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (listener_code_relaunches(code) && runner->relaunches < RELAUNCH_MAX &&
+            !runner->timed_out && !runner->term_sent) {
+            runner->relaunches++;
+            runner->relaunch_at = now + RELAUNCH_DELAY_S;
+            say("runner exited %d (%s): re-launching in %d s", code, listener_code_meaning(code),
+                RELAUNCH_DELAY_S);
+        } else {
+            ss->exit_status = code >= 0 ? code : 1;
+            send_exited(runner, &ss->launch, status, true, now);
+        }
+    }
+    if (runner->pid > 0 && now >= runner->deadline && !runner->term_sent) {
+        say("job timeout: stopping the runner");
+        runner->timed_out = true;
+        runner->term_sent = true;
+        runner->kill_at = now + KILL_GRACE_S;
+        kill(-runner->pid, SIGTERM);
+    } else if (runner->pid > 0 && runner->term_sent && now >= runner->kill_at) {
+        kill(-runner->pid, SIGKILL);
+    }
+}
 
-    while (!done) {
-        int timeout_ms = 1000;
+/* A heartbeat while a runner runs (or waits to re-launch), and while a version 2
+ * controller waits for this guest to be configured; each also looks for the JIT config
+ * on a command line. */
+static void heartbeat(struct session *ss, double now)
+{
+    bool waiting = !ss->configured && controller_version >= 2;
+    if (!((ss->runner.pid > 0 || ss->runner.relaunch_at > 0 || waiting) &&
+          now >= ss->next_heartbeat && host_connected()))
+        return;
+    if (!ss->runner.jit_on_argv && ss->launch.jit && jit_in_any_cmdline(&ss->launch)) {
+        ss->runner.jit_on_argv = true;
+        say("the JIT config is on a command line in this guest");
+    }
+    if (ss->launch.jit)
+        ss->runner.argv_scans++;
+    send_msg(agent_msg_new(AGENT_MSG_HEARTBEAT));
+    ss->next_heartbeat = now + AGENT_HEARTBEAT_S;
+}
+
+/* config: the runner is started with it (once). */
+static void on_config(struct session *ss, json_t *msg)
+{
+    ss->configured = true;
+    json_t *timeout = json_object_get(msg, "job_timeout_s");
+    const char *name = json_string_value(json_object_get(msg, "runner_name"));
+    snprintf(ss->runner_name, sizeof(ss->runner_name), "%s", name ? name : "");
+    choose_report_dir(ss->user);
+    int lr = launch_prepare(msg, ss->user, &ss->launch);
+    pid_t pid = lr < 0 ? lr : launch_start(&ss->launch);
+    struct runner *runner = &ss->runner;
+    runner->started_at = now_s();
+    if (pid < 0) {
+        say("cannot start the runner: %s", strerror(-pid));
+        send_exited(runner, &ss->launch, 0, false, runner->started_at);
+        return;
+    }
+    runner->pid = pid;
+    runner->deadline =
+        runner->started_at + (json_is_integer(timeout) && json_integer_value(timeout) > 0
+                                  ? (double)json_integer_value(timeout)
+                                  : 6 * 3600.0);
+    json_t *m = agent_msg_new(AGENT_MSG_STARTED);
+    json_object_set_new(m, "pid", json_integer(pid));
+    if (ss->user)
+        json_object_set_new(m, "uid", json_integer(ss->user->uid));
+    send_msg(m);
+    ss->next_heartbeat = runner->started_at + AGENT_HEARTBEAT_S;
+    say("runner %s started (pid %d, uid %u)", ss->runner_name[0] ? ss->runner_name : "?", (int)pid,
+        ss->user ? (unsigned)ss->user->uid : (unsigned)getuid());
+}
+
+/* resume: a new controller asks where things stand; an exit it may have missed follows. */
+static void on_resume(struct session *ss)
+{
+    const char *agent_state = exited_msg                                         ? "exited"
+                              : ss->runner.pid > 0 || ss->runner.relaunch_at > 0 ? "running"
+                                                                                 : "waiting";
+    json_t *m = agent_msg_new(AGENT_MSG_RESUMED);
+    json_object_set_new(m, "state", json_string(agent_state));
+    json_object_set_new(m, "runner_name", json_string(ss->runner_name));
+    json_object_set_new(m, "pid", json_integer(ss->runner.pid));
+    json_object_set_new(m, "boot_id", json_string(boot_id));
+    send_msg(m);
+    say("resumed by a new controller (%s)", agent_state);
+    if (exited_msg)
+        send_msg(json_incref(exited_msg));
+    ss->next_heartbeat = now_s() + AGENT_HEARTBEAT_S;
+}
+
+/* restore: this guest is a template's clone; it takes the host's clock and a new identity
+ * before it says hello again. */
+static void on_restore(struct session *ss, json_t *msg)
+{
+    const char *seed = json_string_value(json_object_get(msg, "seed"));
+    /* The saved image's clock stopped at the save: TLS and GitHub's tokens need today's. */
+    json_t *host_ms = json_object_get(msg, "time_ms");
+    if (json_is_integer(host_ms) && json_integer_value(host_ms) > 0) {
+        struct timespec ts = {.tv_sec = json_integer_value(host_ms) / 1000,
+                              .tv_nsec = json_integer_value(host_ms) % 1000 * 1000000};
+        if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+            say("cannot set the clock after the restore: %s", strerror(errno));
+    }
+    int rr = restore_identity(seed);
+    /* A clone whose timers did not survive the restore (pseries under TCG before QEMU 8.2
+     * loses its decrementer; the controller refuses those) may stall in this sleep, before
+     * its hello and any config, rather than mid-job: a cheap early probe, not a proof. */
+    if (rr == 0 && usleep(10000) < 0)
+        rr = -errno;
+    if (rr < 0) {
+        /* A clone that cannot tell itself apart says so, and gets nothing. */
+        say("cannot take a new identity after the restore: %s", strerror(-rr));
+        ss->done = true;
+        return;
+    }
+    send_hello(0, true);
+    say("restored: reseeded, new machine-id and nonce, hello sent again");
+    ss->next_heartbeat = now_s() + AGENT_HEARTBEAT_S;
+}
+
+/* shutdown: the runner is stopped (killed after a grace), or the agent ends. */
+static void on_shutdown(struct session *ss, json_t *msg)
+{
+    const char *reason = json_string_value(json_object_get(msg, "reason"));
+    say("shutdown requested (%s)", reason ? reason : "no reason");
+    if (ss->runner.pid > 0) {
+        kill(-ss->runner.pid, SIGTERM);
+        ss->runner.term_sent = true;
+        ss->runner.kill_at = now_s() + KILL_GRACE_S;
+    } else {
+        ss->done = true;
+    }
+}
+
+static void on_message(struct session *ss, json_t *msg, enum agent_msg_type type)
+{
+    controller_version = (int)json_integer_value(json_object_get(msg, "v"));
+    if (type == AGENT_MSG_CONFIG && !ss->configured) {
+        on_config(ss, msg);
+    } else if (type == AGENT_MSG_RESUME) {
+        on_resume(ss);
+    } else if (type == AGENT_MSG_RESTORE && !ss->configured) {
+        on_restore(ss, msg);
+    } else if (type == AGENT_MSG_ACK && exited_msg) {
+        say("the controller has the exit");
+        ss->done = true;
+    } else if (type == AGENT_MSG_SHUTDOWN) {
+        on_shutdown(ss, msg);
+    } else {
+        say("unexpected %s message: ignored", agent_msg_type_names[type]);
+    }
+}
+
+/* What the channel has to read, as lines to on_message. Each line is wiped from the buffer
+ * as soon as it is parsed (the config line carries the JIT config). */
+static void read_channel(struct session *ss, short revents)
+{
+    if (revents & (POLLHUP | POLLERR) && !(revents & POLLIN)) {
+        /* A virtio port reports HUP while the host side is not connected: wait. */
+        channel_lost();
+        if (!channel_socket)
+            usleep(100000);
+        return;
+    }
+    if (!(revents & POLLIN))
+        return;
+    char *buf = ss->buf;
+    ssize_t got = read(channel, buf + ss->len, AGENT_MAX_LINE_BYTES + 1 - ss->len);
+    if (got <= 0) {
+        if (got < 0 && (errno == EINTR || errno == EAGAIN))
+            return;
+        channel_lost();
+        if (!channel_socket)
+            usleep(100000);
+        return;
+    }
+    ss->len += (size_t)got;
+    char *nl;
+    while ((nl = memchr(buf, '\n', ss->len))) {
+        size_t line_len = (size_t)(nl - buf);
+        json_t *msg = NULL;
+        enum agent_msg_type type;
+        char err[256];
+        int r = agent_msg_parse(buf, line_len, &msg, &type, err, sizeof(err));
+        explicit_bzero(buf, line_len); /* the config line carries the JIT config */
+        memmove(buf, nl + 1, ss->len - line_len - 1);
+        explicit_bzero(buf + ss->len - line_len - 1, line_len + 1); /* the moved tail's old copy */
+        ss->len -= line_len + 1;
+        if (r < 0) {
+            say("bad message from the controller: %s", err);
+            continue;
+        }
+        on_message(ss, msg, type);
+        json_decref(msg);
+    }
+    if (ss->len > AGENT_MAX_LINE_BYTES) {
+        say("line from the controller too long: dropped");
+        explicit_bzero(buf, ss->len);
+        ss->len = 0;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    json_set_alloc_funcs(malloc, json_wipe_free);
+    struct agent_args args = {0};
+    int exit_code = parse_args(argc, argv, &args);
+    if (exit_code >= 0)
+        return exit_code;
+    struct runner_user user_buf;
+    struct session ss = {.exit_status = 1};
+    if (args.user_name) {
+        int r = runner_user_lookup(args.user_name, &user_buf);
+        if (r < 0) {
+            say("cannot run the runner as %s: %s", args.user_name,
+                r == -EPERM ? "that user is root" : strerror(-r));
+            poweroff_now();
+            return 1;
+        }
+        ss.user = &user_buf;
+    }
+    if (start(&args) != 0)
+        return 1;
+    ss.buf = malloc(AGENT_MAX_LINE_BYTES + 1);
+    while (!ss.done) {
         channel_retry();
         struct pollfd fds[2] = {{.fd = channel, .events = POLLIN},
                                 {.fd = sigchld_pipe[0], .events = POLLIN}};
-        int n = poll(fds, 2, timeout_ms);
+        int n = poll(fds, 2, 1000);
         if (n < 0 && errno != EINTR)
             break;
         double now = now_s();
         if (terminate) {
             say("terminated");
-            if (runner.pid > 0)
-                kill(-runner.pid, SIGKILL);
+            if (ss.runner.pid > 0)
+                kill(-ss.runner.pid, SIGKILL);
             break;
         }
-
         if (fds[1].revents & POLLIN) {
             char drain[64];
             while (read(sigchld_pipe[0], drain, sizeof(drain)) > 0) {
             }
         }
-        if (runner.relaunch_at > 0 && now >= runner.relaunch_at) {
-            runner.relaunch_at = 0;
-            pid_t pid = launch_start(&launch);
-            if (pid < 0) {
-                send_exited(&runner, &launch, 0, false, now);
-            } else {
-                runner.pid = pid;
-                say("runner re-launched (pid %d, %d of %d)", (int)pid, runner.relaunches,
-                    RELAUNCH_MAX);
-            }
-        }
-        if (runner.pid > 0) {
-            int status;
-            pid_t w = waitpid(runner.pid, &status, WNOHANG);
-            if (w == runner.pid) {
-                runner.pid = 0;
-                int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-                if (listener_code_relaunches(code) && runner.relaunches < RELAUNCH_MAX &&
-                    !runner.timed_out && !runner.term_sent) {
-                    runner.relaunches++;
-                    runner.relaunch_at = now + RELAUNCH_DELAY_S;
-                    say("runner exited %d (%s): re-launching in %d s", code,
-                        listener_code_meaning(code), RELAUNCH_DELAY_S);
-                } else {
-                    exit_status = code >= 0 ? code : 1;
-                    send_exited(&runner, &launch, status, true, now);
-                }
-            }
-            if (runner.pid > 0 && now >= runner.deadline && !runner.term_sent) {
-                say("job timeout: stopping the runner");
-                runner.timed_out = true;
-                runner.term_sent = true;
-                runner.kill_at = now + KILL_GRACE_S;
-                kill(-runner.pid, SIGTERM);
-            } else if (runner.pid > 0 && runner.term_sent && now >= runner.kill_at) {
-                kill(-runner.pid, SIGKILL);
-            }
-        }
+        tend_runner(&ss, now);
         /* An exit told to a version 1 controller ends the conversation; a version 2
          * controller acknowledges it first. */
-        if (exited_msg && controller_version < 2 && host_connected()) {
-            done = true;
+        if (exited_msg && controller_version < 2 && host_connected())
             break;
-        }
-        bool waiting = !configured && controller_version >= 2;
-        if ((runner.pid > 0 || runner.relaunch_at > 0 || waiting) && now >= next_heartbeat &&
-            host_connected()) {
-            if (!runner.jit_on_argv && launch.jit && jit_in_any_cmdline(&launch)) {
-                runner.jit_on_argv = true;
-                say("the JIT config is on a command line in this guest");
-            }
-            if (launch.jit)
-                runner.argv_scans++;
-            send_msg(agent_msg_new(AGENT_MSG_HEARTBEAT));
-            next_heartbeat = now + AGENT_HEARTBEAT_S;
-        }
-
-        if (channel < 0)
-            continue;
-        if (fds[0].revents & (POLLHUP | POLLERR) && !(fds[0].revents & POLLIN)) {
-            /* A virtio port reports HUP while the host side is not connected: wait. */
-            channel_lost();
-            if (!channel_socket)
-                usleep(100000);
-            continue;
-        }
-        if (!(fds[0].revents & POLLIN))
-            continue;
-        ssize_t got = read(channel, buf + len, AGENT_MAX_LINE_BYTES + 1 - len);
-        if (got <= 0) {
-            if (got < 0 && (errno == EINTR || errno == EAGAIN))
-                continue;
-            channel_lost();
-            if (!channel_socket)
-                usleep(100000);
-            continue;
-        }
-        len += (size_t)got;
-        char *nl;
-        while ((nl = memchr(buf, '\n', len))) {
-            size_t line_len = (size_t)(nl - buf);
-            json_t *msg = NULL;
-            enum agent_msg_type type;
-            char err[256];
-            int r = agent_msg_parse(buf, line_len, &msg, &type, err, sizeof(err));
-            explicit_bzero(buf, line_len); /* the config line carries the JIT config */
-            memmove(buf, nl + 1, len - line_len - 1);
-            explicit_bzero(buf + len - line_len - 1, line_len + 1); /* the moved tail's old copy */
-            len -= line_len + 1;
-            if (r < 0) {
-                say("bad message from the controller: %s", err);
-                continue;
-            }
-            controller_version = (int)json_integer_value(json_object_get(msg, "v"));
-            if (type == AGENT_MSG_CONFIG && !configured) {
-                configured = true;
-                json_t *timeout = json_object_get(msg, "job_timeout_s");
-                const char *name = json_string_value(json_object_get(msg, "runner_name"));
-                snprintf(runner_name, sizeof(runner_name), "%s", name ? name : "");
-                choose_report_dir(user);
-                int lr = launch_prepare(msg, user, &launch);
-                pid_t pid = lr < 0 ? lr : launch_start(&launch);
-                runner.started_at = now_s();
-                if (pid < 0) {
-                    say("cannot start the runner: %s", strerror(-pid));
-                    send_exited(&runner, &launch, 0, false, runner.started_at);
-                } else {
-                    runner.pid = pid;
-                    runner.deadline = runner.started_at +
-                                      (json_is_integer(timeout) && json_integer_value(timeout) > 0
-                                           ? (double)json_integer_value(timeout)
-                                           : 6 * 3600.0);
-                    json_t *m = agent_msg_new(AGENT_MSG_STARTED);
-                    json_object_set_new(m, "pid", json_integer(pid));
-                    if (user)
-                        json_object_set_new(m, "uid", json_integer(user->uid));
-                    send_msg(m);
-                    next_heartbeat = runner.started_at + AGENT_HEARTBEAT_S;
-                    say("runner %s started (pid %d, uid %u)", runner_name[0] ? runner_name : "?",
-                        (int)pid, user ? (unsigned)user->uid : (unsigned)getuid());
-                }
-            } else if (type == AGENT_MSG_RESUME) {
-                const char *agent_state = exited_msg                                 ? "exited"
-                                          : runner.pid > 0 || runner.relaunch_at > 0 ? "running"
-                                                                                     : "waiting";
-                json_t *m = agent_msg_new(AGENT_MSG_RESUMED);
-                json_object_set_new(m, "state", json_string(agent_state));
-                json_object_set_new(m, "runner_name", json_string(runner_name));
-                json_object_set_new(m, "pid", json_integer(runner.pid));
-                json_object_set_new(m, "boot_id", json_string(boot_id));
-                send_msg(m);
-                say("resumed by a new controller (%s)", agent_state);
-                if (exited_msg)
-                    send_msg(json_incref(exited_msg));
-                next_heartbeat = now_s() + AGENT_HEARTBEAT_S;
-            } else if (type == AGENT_MSG_RESTORE && !configured) {
-                const char *seed = json_string_value(json_object_get(msg, "seed"));
-                /* The saved image's clock stopped at the save: TLS and GitHub's tokens
-                 * need today's. */
-                json_t *host_ms = json_object_get(msg, "time_ms");
-                if (json_is_integer(host_ms) && json_integer_value(host_ms) > 0) {
-                    struct timespec ts = {.tv_sec = json_integer_value(host_ms) / 1000,
-                                          .tv_nsec = json_integer_value(host_ms) % 1000 * 1000000};
-                    if (clock_settime(CLOCK_REALTIME, &ts) < 0)
-                        say("cannot set the clock after the restore: %s", strerror(errno));
-                }
-                int rr = restore_identity(seed);
-                /* A clone whose timers did not survive the restore (pseries under TCG
-                 * before QEMU 8.2 loses its decrementer; the controller refuses those)
-                 * may stall in this sleep, before its hello and any config, rather than
-                 * mid-job: a cheap early probe, not a proof. */
-                if (rr == 0 && usleep(10000) < 0)
-                    rr = -errno;
-                if (rr < 0) {
-                    /* A clone that cannot tell itself apart says so, and gets nothing. */
-                    say("cannot take a new identity after the restore: %s", strerror(-rr));
-                    done = true;
-                } else {
-                    send_hello(0, true);
-                    say("restored: reseeded, new machine-id and nonce, hello sent again");
-                    next_heartbeat = now_s() + AGENT_HEARTBEAT_S;
-                }
-            } else if (type == AGENT_MSG_ACK && exited_msg) {
-                say("the controller has the exit");
-                done = true;
-            } else if (type == AGENT_MSG_SHUTDOWN) {
-                const char *reason = json_string_value(json_object_get(msg, "reason"));
-                say("shutdown requested (%s)", reason ? reason : "no reason");
-                if (runner.pid > 0) {
-                    kill(-runner.pid, SIGTERM);
-                    runner.term_sent = true;
-                    runner.kill_at = now_s() + KILL_GRACE_S;
-                } else {
-                    done = true;
-                }
-            } else {
-                say("unexpected %s message: ignored", agent_msg_type_names[type]);
-            }
-            json_decref(msg);
-        }
-        if (len > AGENT_MAX_LINE_BYTES) {
-            say("line from the controller too long: dropped");
-            explicit_bzero(buf, len);
-            len = 0;
-        }
+        heartbeat(&ss, now);
+        if (channel >= 0)
+            read_channel(&ss, fds[0].revents);
     }
-    launch_free(&launch);
+    launch_free(&ss.launch);
     /* Let the last message reach the host before the port goes away. */
     usleep(SHUTDOWN_LINGER_MS * 1000);
-    free(buf);
+    free(ss.buf);
     json_decref(exited_msg);
     poweroff_now();
     if (channel >= 0)
         close(channel);
-    return exit_status;
+    return ss.exit_status;
 }
 
 /* libjansson.a's assertions land here rather than in glibc's __assert_fail, which would
