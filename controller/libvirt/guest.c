@@ -535,10 +535,11 @@ void guest_attach(struct guest *g)
     h->guests = g;
 }
 
-int provisioner_guest_create(struct provisioner *p, const char *host_name,
+int provisioner_guest_create(struct provider *provider, const char *host_name,
                              const struct guest_spec *spec, const struct guest_events *events,
                              void *data, struct guest **ret_guest)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, host_name);
     if (!h || !spec->name || !spec->pool)
         return -EINVAL;
@@ -630,10 +631,11 @@ static void adopt_done(uv_work_t *w, int status)
     }
 }
 
-int provisioner_guest_adopt(struct provisioner *p, const char *host_name,
+int provisioner_guest_adopt(struct provider *provider, const char *host_name,
                             const struct guest_spec *spec, const struct guest_events *events,
                             void *data, struct guest **ret_guest)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, host_name);
     if (!h || !spec->name || !spec->pool)
         return -EINVAL;

@@ -389,8 +389,9 @@ static void host_connect(struct host *h)
         h->connecting = false;
 }
 
-int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
+int provisioner_host_add(struct provider *provider, const struct config_host *cfg)
 {
+    struct provisioner *p = provider_of(provider);
     if (host_find(p, cfg->name))
         return -EEXIST;
     struct host *h = calloc(1, sizeof(*h));
@@ -417,11 +418,12 @@ int provisioner_host_add(struct provisioner *p, const struct config_host *cfg)
     return 0;
 }
 
-int provisioner_host_update(struct provisioner *p, const struct config_host *cfg)
+int provisioner_host_update(struct provider *provider, const struct config_host *cfg)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, cfg->name);
     if (!h)
-        return provisioner_host_add(p, cfg);
+        return provisioner_host_add(&p->provider, cfg);
     /* Its connection (uri, transport) and volumes (storage_*) stay as they run. */
     h->cfg.vcpus = cfg->vcpus;
     h->cfg.memory_mib = cfg->memory_mib;
@@ -430,8 +432,9 @@ int provisioner_host_update(struct provisioner *p, const struct config_host *cfg
     return 0;
 }
 
-bool provisioner_host_up(struct provisioner *p, const char *name)
+bool provisioner_host_up(struct provider *provider, const char *name)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, name);
     return h && h->up;
 }
@@ -445,8 +448,9 @@ int provisioner_host_usage(struct provisioner *p, const char *name, struct host_
     return 0;
 }
 
-int provisioner_host_status(struct provisioner *p, const char *name, struct host_status *ret)
+int provisioner_host_status(struct provider *provider, const char *name, struct host_status *ret)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, name);
     if (!h)
         return -ENOENT;

@@ -284,4 +284,34 @@ void slot_broken(struct template_slot *slot, const char *reason);
 void slot_restore_failed(struct template_slot *slot, const char *reason);
 struct template_slot *slot_for(struct host *h, const struct config_pool *pool);
 
+/* The provider's operations (provisioner.c's ops table), each in the file of its layer. */
+static inline struct provisioner *provider_of(struct provider *p)
+{
+    return (struct provisioner *)p; /* the provider is its first member */
+}
+int provisioner_guest_create(struct provider *provider, const char *host_name,
+                             const struct guest_spec *spec, const struct guest_events *events,
+                             void *data, struct guest **ret_guest);
+int provisioner_guest_adopt(struct provider *provider, const char *host_name,
+                            const struct guest_spec *spec, const struct guest_events *events,
+                            void *data, struct guest **ret_guest);
+int provisioner_host_add(struct provider *provider, const struct config_host *cfg);
+int provisioner_host_update(struct provider *provider, const struct config_host *cfg);
+bool provisioner_host_up(struct provider *provider, const char *name);
+int provisioner_host_status(struct provider *provider, const char *name, struct host_status *ret);
+void provisioner_templates_want(struct provider *provider, const char *host_name,
+                                const struct config_pool *pool, int n);
+void provisioner_templates_sweep(struct provider *provider, const char *host_name);
+int provisioner_templates(struct provider *provider, const char *host_name,
+                          struct template_status *out, size_t max, size_t *ret_n);
+void provisioner_free(struct provider *provider);
+int provisioner_tagged_domains_async(struct provider *provider, const char *host,
+                                     provider_names_cb cb, void *data);
+int provisioner_orphan_volumes_async(struct provider *provider, const char *host,
+                                     provider_names_cb cb, void *data);
+int provisioner_domain_remove(struct provider *provider, const char *host, const char *name,
+                              provider_done_cb cb, void *data);
+int provisioner_host_image(struct provider *provider, const char *host_name,
+                           const struct config_pool *pool, struct image_status *ret);
+
 #endif

@@ -205,15 +205,17 @@ static int names_async(struct provisioner *p, const char *host, bool volumes, pr
     return r;
 }
 
-int provisioner_tagged_domains_async(struct provisioner *p, const char *host, provider_names_cb cb,
-                                     void *data)
+int provisioner_tagged_domains_async(struct provider *provider, const char *host,
+                                     provider_names_cb cb, void *data)
 {
+    struct provisioner *p = provider_of(provider);
     return names_async(p, host, false, cb, data);
 }
 
-int provisioner_orphan_volumes_async(struct provisioner *p, const char *host, provider_names_cb cb,
-                                     void *data)
+int provisioner_orphan_volumes_async(struct provider *provider, const char *host,
+                                     provider_names_cb cb, void *data)
 {
+    struct provisioner *p = provider_of(provider);
     return names_async(p, host, true, cb, data);
 }
 
@@ -264,9 +266,10 @@ static void remove_done(uv_work_t *w, int status)
     free(nw);
 }
 
-int provisioner_domain_remove(struct provisioner *p, const char *host, const char *name,
+int provisioner_domain_remove(struct provider *provider, const char *host, const char *name,
                               provider_done_cb cb, void *data)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, host);
     if (!h)
         return -ENOENT;

@@ -97,8 +97,9 @@ static void finalize(struct provisioner *p)
     free(p);
 }
 
-void provisioner_free(struct provisioner *p)
+void provisioner_free(struct provider *provider)
 {
+    struct provisioner *p = provider_of(provider);
     if (!p || p->closing)
         return;
     p->closing = true;
@@ -113,94 +114,25 @@ void provisioner_free(struct provisioner *p)
 /* ---- the provider ops
  * ---------------------------------------------------------------------------- */
 
-static struct provisioner *provider_of(struct provider *p)
-{
-    return (struct provisioner *)p;
-}
-
-static void op_free(struct provider *p)
-{
-    provisioner_free(provider_of(p));
-}
-static int op_host_add(struct provider *p, const struct config_host *host)
-{
-    return provisioner_host_add(provider_of(p), host);
-}
-static int op_host_update(struct provider *p, const struct config_host *host)
-{
-    return provisioner_host_update(provider_of(p), host);
-}
-static bool op_host_up(struct provider *p, const char *host)
-{
-    return provisioner_host_up(provider_of(p), host);
-}
-static int op_host_status(struct provider *p, const char *host, struct host_status *ret)
-{
-    return provisioner_host_status(provider_of(p), host, ret);
-}
-static int op_host_image(struct provider *p, const char *host, const struct config_pool *pool,
-                         struct image_status *ret)
-{
-    return provisioner_host_image(provider_of(p), host, pool, ret);
-}
-static int op_guest_create(struct provider *p, const char *host, const struct guest_spec *spec,
-                           const struct guest_events *events, void *data, struct guest **ret)
-{
-    return provisioner_guest_create(provider_of(p), host, spec, events, data, ret);
-}
-static int op_guest_adopt(struct provider *p, const char *host, const struct guest_spec *spec,
-                          const struct guest_events *events, void *data, struct guest **ret)
-{
-    return provisioner_guest_adopt(provider_of(p), host, spec, events, data, ret);
-}
-static int op_tagged_async(struct provider *p, const char *host, provider_names_cb cb, void *data)
-{
-    return provisioner_tagged_domains_async(provider_of(p), host, cb, data);
-}
-static int op_orphan_volumes_async(struct provider *p, const char *host, provider_names_cb cb,
-                                   void *data)
-{
-    return provisioner_orphan_volumes_async(provider_of(p), host, cb, data);
-}
-static int op_remove(struct provider *p, const char *host, const char *name, provider_done_cb cb,
-                     void *data)
-{
-    return provisioner_domain_remove(provider_of(p), host, name, cb, data);
-}
-static void op_templates_want(struct provider *p, const char *host, const struct config_pool *pool,
-                              int n)
-{
-    provisioner_templates_want(provider_of(p), host, pool, n);
-}
-static void op_templates_sweep(struct provider *p, const char *host)
-{
-    provisioner_templates_sweep(provider_of(p), host);
-}
-static int op_templates(struct provider *p, const char *host, struct template_status *out,
-                        size_t max, size_t *ret_n)
-{
-    return provisioner_templates(provider_of(p), host, out, max, ret_n);
-}
-
 static const struct provider_ops libvirt_provider_ops = {
-    .free = op_free,
-    .host_add = op_host_add,
-    .host_update = op_host_update,
-    .host_up = op_host_up,
-    .host_status = op_host_status,
-    .host_image = op_host_image,
-    .guest_create = op_guest_create,
-    .guest_adopt = op_guest_adopt,
+    .free = provisioner_free,
+    .host_add = provisioner_host_add,
+    .host_update = provisioner_host_update,
+    .host_up = provisioner_host_up,
+    .host_status = provisioner_host_status,
+    .host_image = provisioner_host_image,
+    .guest_create = provisioner_guest_create,
+    .guest_adopt = provisioner_guest_adopt,
     .guest_send_config = guest_send_config,
     .guest_ack_exit = guest_ack_exit,
     .guest_teardown = guest_teardown,
     .guest_disown = guest_disown,
-    .tagged_async = op_tagged_async,
-    .orphan_volumes_async = op_orphan_volumes_async,
-    .remove = op_remove,
-    .templates_want = op_templates_want,
-    .templates_sweep = op_templates_sweep,
-    .templates = op_templates,
+    .tagged_async = provisioner_tagged_domains_async,
+    .orphan_volumes_async = provisioner_orphan_volumes_async,
+    .remove = provisioner_domain_remove,
+    .templates_want = provisioner_templates_want,
+    .templates_sweep = provisioner_templates_sweep,
+    .templates = provisioner_templates,
 };
 
 struct provider *provisioner_provider(struct provisioner *p)

@@ -33,38 +33,12 @@ struct provisioner_options {
 
 int provisioner_new(uv_loop_t *loop, const struct provisioner_options *options,
                     struct provisioner **ret);
-/* The provisioner as a provider (provider.h): what the scheduler, the admin socket and
- * /metrics use. Its free is provisioner_free. */
+/* The provisioner as a provider (provider.h): every operation on hosts, guests, the
+ * inventory and templates goes through it, and so does the end (provider_free). */
 struct provider *provisioner_provider(struct provisioner *prov);
-/* Tears nothing down: guests stay for the reconciler. Closes the connections. */
-void provisioner_free(struct provisioner *prov);
-
-/* Adds a host and starts connecting to it. */
-int provisioner_host_add(struct provisioner *prov, const struct config_host *host);
-/* A reload: a new host is added; a known one takes its new capacity and down_grace_s. A
- * host the config no longer names is kept for its guests; it gets no new ones. */
-int provisioner_host_update(struct provisioner *prov, const struct config_host *host);
-bool provisioner_host_up(struct provisioner *prov, const char *host);
 
 int provisioner_host_usage(struct provisioner *prov, const char *host, struct host_usage *ret);
 
-int provisioner_host_status(struct provisioner *prov, const char *host, struct host_status *ret);
-
-/* Reports, and starts a probe when one is due (so: call it where the image is needed).
- * -ENOENT for an unknown host. */
-int provisioner_host_image(struct provisioner *prov, const char *host,
-                           const struct config_pool *pool, struct image_status *ret);
-
-int provisioner_guest_create(struct provisioner *prov, const char *host,
-                             const struct guest_spec *spec, const struct guest_events *events,
-                             void *data, struct guest **ret_guest);
-/* Re-attaches a guest an earlier hatcheryd created on `host`: finds its domain running,
- * reopens its agent channel (the socket, the stream, or a container's listening socket)
- * and sends resume. on_resumed follows, or on_failed: the domain is gone, or the agent
- * did not answer within adopt_grace_ms (an agent older than protocol version 2). */
-int provisioner_guest_adopt(struct provisioner *prov, const char *host,
-                            const struct guest_spec *spec, const struct guest_events *events,
-                            void *data, struct guest **ret_guest);
 /* Warm templates. A template is a guest booted from its pool's image and saved, memory
  * and all, while its agent waited for a config (so no runner's secret is in it), under a
  * name of its own: the overlay volume `<name>.qcow2` is its disk, `<storage_dir>/<name>.save`
@@ -82,29 +56,13 @@ typedef void (*provisioner_template_cb)(void *data, int err, const char *reason,
 int provisioner_template_build(struct provisioner *prov, const char *host,
                                const struct config_pool *pool, const char *name,
                                provisioner_template_cb cb, void *data);
-/* Like provisioner_guest_create, from the template `template_name` (-EBUSY while another
+/* Like the provider's guest_create, from the template `template_name` (-EBUSY while another
  * guest has it). A template that cannot be restored (gone, corrupt, made by another QEMU)
  * fails the guest with the reason: the caller then boots one cold. */
 int provisioner_guest_restore(struct provisioner *prov, const char *host,
                               const struct guest_spec *spec, const char *template_name,
                               const struct guest_events *events, void *data,
                               struct guest **ret_guest);
-/* Keeps `n` warm templates of `pool` (start: template) on `host`: looks for valid ones
- * left from before, builds missing or stale ones (the image, the guest's size, the host's
- * QEMU or libvirt changed) one at a time while the host has room, rebuilds broken ones
- * after a minute. Cheap: call it on every scheduler tick. provisioner_guest_create then
- * restores a runner of such a pool from a ready template it finds free on the host, and
- * boots it cold when there is none or the restore fails. */
-void provisioner_templates_want(struct provisioner *prov, const char *host,
-                                const struct config_pool *pool, int n);
-
-/* After the tick's wants for `host`: a template no want named this time (its pool was
- * removed, or runs fewer runners at once now), or left on disk by an earlier hatcheryd for
- * no pool, has its files deleted, one at a time, once no guest uses it. */
-void provisioner_templates_sweep(struct provisioner *prov, const char *host);
-
-int provisioner_templates(struct provisioner *prov, const char *host, struct template_status *out,
-                          size_t max, size_t *ret_n);
 
 /* The owner gives the guest up: its teardown goes on, and no event reaches the owner. */
 void guest_disown(struct guest *guest);
@@ -126,18 +84,5 @@ const char *guest_console_log(const struct guest *guest);
  * Synchronous: call from a worker or a test. */
 int provisioner_tagged_domains(struct provisioner *prov, const char *host, char ***ret_names,
                                size_t *ret_n);
-
-/* The reconciler's view, off the loop: calls `cb` on the loop with the names of the tagged
- * domains on `host` (NULL and 0 when the host cannot be asked). */
-int provisioner_tagged_domains_async(struct provisioner *prov, const char *host,
-                                     provider_names_cb cb, void *data);
-/* The same for overlay volumes of ours (named like a runner) whose domain does not exist:
- * left when a teardown could not delete them. */
-int provisioner_orphan_volumes_async(struct provisioner *prov, const char *host,
-                                     provider_names_cb cb, void *data);
-/* Removes a domain and its overlay volume by name, for records with no guest in memory
- * (after a restart) and for domains nobody owns. Idempotent; `cb` may be NULL. */
-int provisioner_domain_remove(struct provisioner *prov, const char *host, const char *name,
-                              provider_done_cb cb, void *data);
 
 #endif

@@ -177,9 +177,10 @@ struct boot_files boot_files_of(const struct host *h, const struct config_pool *
     return b;
 }
 
-int provisioner_host_image(struct provisioner *p, const char *host_name,
+int provisioner_host_image(struct provider *provider, const char *host_name,
                            const struct config_pool *pool, struct image_status *ret)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, host_name);
     if (!h)
         return -ENOENT;

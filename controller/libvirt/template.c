@@ -400,9 +400,10 @@ static void slot_check_done(uv_work_t *w, int status)
     h->slot_work = true;
 }
 
-void provisioner_templates_want(struct provisioner *p, const char *host_name,
+void provisioner_templates_want(struct provider *provider, const char *host_name,
                                 const struct config_pool *pool, int n)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, host_name);
     if (!h || !h->up || p->closing || !pool || pool->backend != BACKEND_VM)
         return;
@@ -581,8 +582,9 @@ static void slot_scan_done(uv_work_t *w, int status)
     free(sc);
 }
 
-void provisioner_templates_sweep(struct provisioner *p, const char *host_name)
+void provisioner_templates_sweep(struct provider *provider, const char *host_name)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, host_name);
     if (!h || !h->up || p->closing || h->lxc)
         return;
@@ -632,9 +634,10 @@ struct template_slot *slot_for(struct host *h, const struct config_pool *pool)
     return NULL;
 }
 
-int provisioner_templates(struct provisioner *p, const char *host_name, struct template_status *out,
-                          size_t max, size_t *ret_n)
+int provisioner_templates(struct provider *provider, const char *host_name,
+                          struct template_status *out, size_t max, size_t *ret_n)
 {
+    struct provisioner *p = provider_of(provider);
     struct host *h = host_find(p, host_name);
     if (!h)
         return -ENOENT;

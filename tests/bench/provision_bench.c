@@ -110,8 +110,8 @@ static struct provisioner *start(const char *host, const char *uri, const char *
                              .max_guests = 64,
                              .storage_pool = (char *)storage_pool,
                              .storage_dir = volumes};
-    provisioner_host_add(p, &h);
-    while (!provisioner_host_up(p, host))
+    provider_host_add(provisioner_provider(p), &h);
+    while (!provider_host_up(provisioner_provider(p), host))
         uv_run(&loop, UV_RUN_ONCE);
     return p;
 }
@@ -177,7 +177,7 @@ static int overhead(int n)
         struct guest *g = NULL;
         snprintf(name, sizeof(name), "hatchery-bench-%d", i);
         struct guest_spec gs = {.name = name, .runner_id = i, .pool = &pool};
-        if (provisioner_guest_create(p, "t", &gs, &events, &r, &g) < 0)
+        if (provider_guest_create(provisioner_provider(p), "t", &gs, &events, &r, &g) < 0)
             return 1;
         while (guest_state_get(g) == GUEST_CREATING && !r.failed)
             uv_run(&loop, UV_RUN_ONCE);
@@ -190,7 +190,7 @@ static int overhead(int n)
     printf("  raw libvirt loop      %10.1f\n", raw);
     printf("  hatchery provisioner  %10.1f\n", ours);
     printf("  ratio %.3f (goal >= 0.5)\n", ours / raw);
-    provisioner_free(p);
+    provider_free(provisioner_provider(p));
     return 0;
 }
 
@@ -204,7 +204,7 @@ static void finish(struct provisioner *p, const char *pool_name)
         virStoragePoolFree(sp);
     }
     virConnectClose(c);
-    provisioner_free(p);
+    provider_free(provisioner_provider(p));
 }
 
 /* The guest a benchmark boots: DIR is the test guest's directory, or a production image
@@ -275,7 +275,7 @@ static int boot(const char *arch_name, const char *dir)
         /* Let the previous guest's QEMU finish exiting: on 2 cores it slows the next boot. */
         usleep(SETTLE_US);
         double t0 = now_s();
-        provisioner_guest_create(p, "local", &gs, &events, &r, &g);
+        provider_guest_create(provisioner_provider(p), "local", &gs, &events, &r, &g);
         double up_at = 0;
         while (!r.hello && !r.failed) {
             uv_run(&loop, UV_RUN_NOWAIT);
@@ -373,7 +373,7 @@ static double to_hello(struct provisioner *p, struct config_pool *pool, const ch
     usleep(SETTLE_US);
     double t0 = now_s();
     int e = tpl ? provisioner_guest_restore(p, "local", &gs, tpl, &events, &r, &g)
-                : provisioner_guest_create(p, "local", &gs, &events, &r, &g);
+                : provider_guest_create(provisioner_provider(p), "local", &gs, &events, &r, &g);
     if (e < 0)
         return -1;
     while (!r.hello && !r.failed)
@@ -406,7 +406,7 @@ static int template(const char *arch_name, const char *dir)
                       : "the test guest: 512 MiB, one vCPU");
     if (b.err) {
         printf("  not built\n");
-        provisioner_free(p);
+        provider_free(provisioner_provider(p));
         return 1;
     }
     printf("  built (boot, hello, save) in %.2f s; its file %.1f MB\n", build_s,

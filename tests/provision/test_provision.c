@@ -198,9 +198,9 @@ static struct config_host host_cfg(const char *name, const char *uri, int64_t ma
 
 static void wait_host_up(const char *name, int rounds)
 {
-    for (int i = 0; i < rounds && !provisioner_host_up(prov, name); i++)
+    for (int i = 0; i < rounds && !provider_host_up(provisioner_provider(prov), name); i++)
         uv_run(&loop, UV_RUN_ONCE);
-    assert_true(provisioner_host_up(prov, name));
+    assert_true(provider_host_up(provisioner_provider(prov), name));
 }
 
 /* The provisioner borrows the host's config: it lives here. */
@@ -210,7 +210,7 @@ static void add_host_cfg(struct config_host cfg)
     static int n;
     assert_true(n < 8);
     hosts[n] = cfg;
-    assert_int_equal(provisioner_host_add(prov, &hosts[n]), 0);
+    assert_int_equal(provider_host_add(provisioner_provider(prov), &hosts[n]), 0);
     wait_host_up(hosts[n++].name, 200);
 }
 
@@ -296,14 +296,16 @@ static void test_create_destroy_cycles_and_capacity(void **state)
             snprintf(name, sizeof(name), "hatchery-ptest-%d-%d", cycle, i);
             struct guest_spec spec = {
                 .name = name, .runner_id = cycle * 10 + i, .pool = &test_pool};
-            int r = provisioner_guest_create(prov, "t1", &spec, &events, &runs[i], &gs[i]);
+            int r = provider_guest_create(provisioner_provider(prov), "t1", &spec, &events,
+                                          &runs[i], &gs[i]);
             if (r < 0)
                 fail_msg("create %s: %d", name, r);
         }
         /* max_guests is 3: the fourth is refused, with nothing created. */
         struct guest_spec extra = {
             .name = "hatchery-ptest-extra", .runner_id = 99, .pool = &test_pool};
-        assert_int_equal(provisioner_guest_create(prov, "t1", &extra, &events, &runs[3], &gs[3]),
+        assert_int_equal(provider_guest_create(provisioner_provider(prov), "t1", &extra, &events,
+                                               &runs[3], &gs[3]),
                          -ENOSPC);
         struct host_usage u;
         provisioner_host_usage(prov, "t1", &u);
@@ -429,7 +431,8 @@ static void boot_one(struct config_pool *pool, const char *name, const char *jit
     struct run r = {.jit = jit};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = name, .runner_id = 1, .pool = pool};
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec, &events, &r, &g), 0);
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), guest_host, &spec, &events, &r, &g), 0);
     wait_for(&r.exited, 120);
     if (!r.exited)
         fail_msg("%s: no exit (failed=%d: %s)", name, r.failed, r.reason);
@@ -479,7 +482,8 @@ static void bad_guest(const char *mode, int boot_timeout_s, const char *expect)
     struct run r = {.jit = "exit=0"};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = name, .runner_id = 2, .pool = &pool};
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec, &events, &r, &g), 0);
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), guest_host, &spec, &events, &r, &g), 0);
     wait_for(&r.gone, boot_timeout_s + 60);
     assert_true(r.failed);
     if (!strstr(r.reason, expect))
@@ -555,17 +559,23 @@ static void test_twin_guest_gets_no_config(void **state)
     struct guest_spec spec_p2 = {.name = "hatchery-ptest-plain-2", .runner_id = 4, .pool = &plain};
     struct guest_spec spec_t1 = {.name = "hatchery-ptest-twin-1", .runner_id = 5, .pool = &twins};
     struct guest_spec spec_t2 = {.name = "hatchery-ptest-twin-2", .runner_id = 6, .pool = &twins};
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec_p1, &events, &plain_1, &g),
+    assert_int_equal(provider_guest_create(provisioner_provider(prov), guest_host, &spec_p1,
+                                           &events, &plain_1, &g),
                      0);
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec_t1, &events, &first, &g), 0);
+    assert_int_equal(provider_guest_create(provisioner_provider(prov), guest_host, &spec_t1,
+                                           &events, &first, &g),
+                     0);
     wait_for(&plain_1.started, 120);
     wait_for(&first.started, 120);
     assert_true(plain_1.started);
     assert_true(first.started);
 
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec_p2, &events, &plain_2, &g),
+    assert_int_equal(provider_guest_create(provisioner_provider(prov), guest_host, &spec_p2,
+                                           &events, &plain_2, &g),
                      0);
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec_t2, &events, &twin, &g), 0);
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), guest_host, &spec_t2, &events, &twin, &g),
+        0);
     wait_for(&twin.gone, 180);
     assert_true(twin.failed);
     assert_false(twin.started);
@@ -614,12 +624,14 @@ static void test_adoption_through_streams(void **state)
     struct run first = {.jit = "sleep=12 exit=0 jit-secret-7d3f1a"};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = "hatchery-ptest-adopt-0", .runner_id = 7, .pool = &pool};
-    assert_int_equal(provisioner_guest_create(prov, guest_host, &spec, &events, &first, &g), 0);
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), guest_host, &spec, &events, &first, &g),
+        0);
     wait_for(&first.started, 120);
     assert_true(first.started);
     /* hatcheryd goes away: its connections close, the guest and its domain stay (and no
      * event comes back to the first run, whose config it held). */
-    provisioner_free(prov);
+    provider_free(provisioner_provider(prov));
     secret_free(first.jit_secret);
     first.jit_secret = NULL;
     bool never = false;
@@ -631,7 +643,9 @@ static void test_adoption_through_streams(void **state)
     add_host_via("streamed", "qemu:///system", 4, TRANSPORT_STREAM);
     struct run second = {.jit = NULL};
     uint64_t t0 = uv_now(&loop);
-    assert_int_equal(provisioner_guest_adopt(prov, guest_host, &spec, &events, &second, &g), 0);
+    assert_int_equal(
+        provider_guest_adopt(provisioner_provider(prov), guest_host, &spec, &events, &second, &g),
+        0);
     wait_for(&second.resumed, 60);
     if (!second.resumed)
         fail_msg("not resumed (failed=%d: %s)", second.failed, second.reason);
@@ -684,7 +698,7 @@ static struct image_status image_on(const char *host, const struct config_pool *
 {
     struct image_status st;
     for (int i = 0; i < 400; i++) {
-        assert_int_equal(provisioner_host_image(prov, host, pool, &st), 0);
+        assert_int_equal(provider_host_image(provisioner_provider(prov), host, pool, &st), 0);
         if (st.state != until_not && st.state != IMAGE_CHECKING)
             return st;
         bool never = false;
@@ -725,7 +739,9 @@ static void test_image_found_through_libvirt(void **state)
     struct run r = {.jit = "exit=0"};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = "hatchery-ptest-remote-0", .runner_id = 1, .pool = &pool};
-    assert_int_equal(provisioner_guest_create(prov, "remote", &spec, &events, &r, &g), -ENOENT);
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), "remote", &spec, &events, &r, &g),
+        -ENOENT);
 
     /* The image appears on the host; this machine still cannot see it. */
     snprintf(cmd, sizeof(cmd), "mount --bind %s %s", getenv("GUEST_ppc64le"), hidden);
@@ -790,7 +806,8 @@ static void test_lxc_container(void **state)
     struct run r = {.jit = "exit=3 jit-secret-7d3f1a"};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = "hatchery-ptest-lxc", .runner_id = 3, .pool = &pool};
-    assert_int_equal(provisioner_guest_create(prov, "lxc", &spec, &events, &r, &g), 0);
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), "lxc", &spec, &events, &r, &g), 0);
     wait_for(&r.exited, 60);
     if (!r.exited)
         fail_msg("container: no exit (failed=%d: %s)", r.failed, r.reason);
@@ -818,7 +835,8 @@ static void test_host_away_past_its_grace(void **state)
     struct run r = {.jit = NULL}; /* booted and waiting: never configured */
     struct guest *g = NULL;
     struct guest_spec spec = {.name = "hatchery-ptest-away", .runner_id = 4, .pool = &pool};
-    assert_int_equal(provisioner_guest_create(prov, "brief", &spec, &events, &r, &g), 0);
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), "brief", &spec, &events, &r, &g), 0);
     wait_for(&r.hello, 120);
     assert_true(r.hello);
     libvirtd_do("stop");
@@ -836,8 +854,9 @@ static void test_host_away_past_its_grace(void **state)
     /* QEMU outlived libvirtd: the domain is there for the reconciler. Remove it. */
     assert_true(domain_exists("hatchery-ptest-away"));
     bool removed = false;
-    assert_int_equal(
-        provisioner_domain_remove(prov, "brief", "hatchery-ptest-away", on_removed, &removed), 0);
+    assert_int_equal(provider_remove(provisioner_provider(prov), "brief", "hatchery-ptest-away",
+                                     on_removed, &removed),
+                     0);
     wait_for(&removed, 30);
     assert_false(domain_exists("hatchery-ptest-away"));
 }
@@ -854,7 +873,8 @@ static void test_stale_container_after_libvirtd_restart(void **state)
     struct run r = {.jit = NULL};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = name, .runner_id = 5, .pool = &pool};
-    assert_int_equal(provisioner_guest_create(prov, "lxc", &spec, &events, &r, &g), 0);
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), "lxc", &spec, &events, &r, &g), 0);
     wait_for(&r.hello, 60);
     assert_true(r.hello);
     char path[256], cmd[600];
@@ -890,7 +910,8 @@ static void test_stale_container_after_libvirtd_restart(void **state)
     free(names);
     assert_true(listed);
     bool removed = false;
-    assert_int_equal(provisioner_domain_remove(prov, "lxc", name, on_removed, &removed), 0);
+    assert_int_equal(provider_remove(provisioner_provider(prov), "lxc", name, on_removed, &removed),
+                     0);
     wait_for(&removed, 30);
     assert_true(removed);
     d = virDomainLookupByName(c, name);
@@ -973,7 +994,8 @@ static bool restore_keeps_timers(const char *arch)
 static void template_cycle(const char *arch)
 {
     struct host_status local;
-    if (provisioner_host_status(prov, "local", &local) < 0) /* run alone: PROVISION_TEST_FILTER */
+    if (provider_host_status(provisioner_provider(prov), "local", &local) <
+        0) /* run alone: PROVISION_TEST_FILTER */
         add_host("local", "qemu:///system", 4);
     wait_host_up("local", 600); /* back from the libvirtd restarts of the tests before */
     struct config_pool pool = real_pool(arch);
