@@ -684,7 +684,8 @@ static int domain_remove_found(virDomainPtr dom)
 {
     int persistent = virDomainIsPersistent(dom);
     int r = 0;
-    if ((virDomainIsActive(dom) == 1 || persistent == 0) && virDomainDestroy(dom) < 0 &&
+    /* Ours are transient: destroyed without asking whether they run. */
+    if ((persistent == 0 || virDomainIsActive(dom) == 1) && virDomainDestroy(dom) < 0 &&
         virDomainIsActive(dom) == 1)
         r = -EIO;
     if (persistent == 1)
