@@ -1,0 +1,633 @@
+/* The reconciler: recovery and adoption after a restart, orphan domains, volumes and
+ * GitHub runners, queued jobs GitHub knows and the store does not, and phantom jobs whose
+ * `completed` never came; see scheduler.h. */
+#include "scheduler_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "github.h"
+#include "guest_isolation.h"
+#include "hatchery/limits.h"
+#include "image_manifest.h"
+#include "log.h"
+#include "provider.h"
+#include "store.h"
+#include "wall_clock.h"
+#include "webhook.h"
+
+/* Time a reconciler callback spends on the loop counts to its pass. */
+void pass_add(struct scheduler *s, uint64_t t0)
+{
+    s->pass_ms += (double)(uv_hrtime() - t0) / 1e6;
+    s->stats.reconcile_last_ms = s->pass_ms;
+}
+
+/* ---- reconciliation ----------------------------------------------------------------------- */
+
+static void on_orphan_removed(void *data, int err)
+{
+    struct scheduler *s = data;
+    if (err == 0)
+        s->stats.reconcile_domains_removed++;
+}
+
+static void on_tagged(void *data, const char *host, char **names, size_t n)
+{
+    struct scheduler *s = data;
+    uint64_t t0 = uv_hrtime();
+    for (size_t i = 0; i < n; i++) {
+        struct runner *r = runner_find(s, names[i]);
+        if (r && runner_state_live(r->state))
+            continue;
+        log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
+        provider_remove(prov(s), host, names[i], on_orphan_removed, s);
+    }
+    pass_add(s, t0);
+}
+
+/* GitHub runners of ours with no live record, being deleted: each with its own back-off,
+ * so that a GitHub that fails deletes is not asked again for each of them every pass. */
+struct orphan {
+    int64_t github_id;
+    int attempts;
+    int64_t next_ms;
+    bool in_flight;
+};
+
+#define ORPHAN_BACKOFF_MAX_MS (10 * 60 * 1000)
+
+static struct orphan *orphan_get(struct scheduler *s, int64_t github_id, bool add)
+{
+    for (size_t i = 0; i < s->n_orphans; i++)
+        if (s->orphans[i].github_id == github_id)
+            return &s->orphans[i];
+    if (!add)
+        return NULL;
+    struct orphan *grown = realloc(s->orphans, (s->n_orphans + 1) * sizeof(*grown));
+    if (!grown)
+        return NULL;
+    s->orphans = grown;
+    s->orphans[s->n_orphans] = (struct orphan){.github_id = github_id};
+    return &s->orphans[s->n_orphans++];
+}
+
+static void orphan_drop(struct scheduler *s, struct orphan *o)
+{
+    *o = s->orphans[--s->n_orphans];
+}
+
+struct orphan_delete {
+    struct scheduler *s;
+    int64_t github_id;
+};
+
+static void on_orphan_volumes(void *data, const char *host, char **names, size_t n)
+{
+    struct scheduler *s = data;
+    uint64_t t0 = uv_hrtime();
+    for (size_t i = 0; i < n; i++) {
+        struct runner *r = runner_find(s, names[i]);
+        if (r && (runner_state_live(r->state) || r->guest))
+            continue; /* being created or torn down now */
+        log_info("reconcile.orphan_volume", "host=%s volume=%s.qcow2 action=remove", host,
+                 names[i]);
+        s->stats.reconcile_volumes_removed++;
+        provider_remove(prov(s), host, names[i], NULL, NULL);
+    }
+    pass_add(s, t0);
+}
+
+static void on_orphan_runner_deleted(void *data, int err, const char *message)
+{
+    struct orphan_delete *od = data;
+    struct scheduler *s = od->s;
+    struct orphan *o = orphan_get(s, od->github_id, false);
+    free(od);
+    if (err == 0) {
+        s->stats.reconcile_github_deleted++;
+        if (o)
+            orphan_drop(s, o);
+        return;
+    }
+    if (!o)
+        return;
+    o->in_flight = false;
+    int64_t delay = 2000;
+    for (int i = 0; i < o->attempts && delay < ORPHAN_BACKOFF_MAX_MS; i++)
+        delay *= 2;
+    o->attempts++;
+    o->next_ms = wall_clock_ms() + (delay < ORPHAN_BACKOFF_MAX_MS ? delay : ORPHAN_BACKOFF_MAX_MS);
+    log_warn("reconcile.orphan_delete_failed",
+             "github_runner_id=%lld attempts=%d retry_in_s=%lld "
+             "error=\"%s\"",
+             (long long)o->github_id, o->attempts,
+             (long long)((o->next_ms - wall_clock_ms()) / 1000),
+             message ? message : strerror(-err));
+}
+
+struct scope_ctx {
+    struct scheduler *s;
+    const struct github_scope *scope;
+    char *repo; /* queued jobs: the repository listed (owned) */
+};
+
+#define ORG_REPOS_TTL_MS   (10 * 60 * 1000)
+#define ORG_REPOS_PER_PASS 5
+
+static void on_github_runners(void *data, int err, const char *message, json_t *runners)
+{
+    struct scope_ctx *ctx = data;
+    struct scheduler *s = ctx->s;
+    uint64_t t0 = uv_hrtime();
+    s->lists_pending--;
+    size_t i;
+    json_t *gr;
+    if (err < 0)
+        log_warn("reconcile.github_list_failed", "error=\"%s\"", message ? message : "?");
+    json_array_foreach(runners, i, gr)
+    {
+        const char *name = json_string_value(json_object_get(gr, "name"));
+        if (!name || strncmp(name, s->prefix, strlen(s->prefix)) != 0)
+            continue; /* not ours: never touched */
+        struct runner *r = runner_find(s, name);
+        if (r && runner_state_live(r->state) && r->state != RUNNER_FAILED)
+            continue;
+        if (json_is_true(json_object_get(gr, "busy")))
+            continue;
+        int64_t id = json_integer_value(json_object_get(gr, "id"));
+        struct orphan *o = orphan_get(s, id, true);
+        if (!o || o->in_flight || o->next_ms > wall_clock_ms())
+            continue; /* its back-off after a failed delete */
+        struct orphan_delete *od = calloc(1, sizeof(*od));
+        if (!od)
+            continue;
+        od->s = s;
+        od->github_id = id;
+        log_info("reconcile.orphan_github_runner", "runner=%s attempt=%d action=delete", name,
+                 o->attempts + 1);
+        o->in_flight = true;
+        if (github_runner_delete(gh(s), ctx->scope, id, on_orphan_runner_deleted, od) < 0) {
+            o->in_flight = false;
+            free(od);
+        }
+    }
+    free(ctx);
+    pass_add(s, t0);
+}
+
+/* ---- phantom queued jobs: their `completed` never came ---------------------------------- */
+
+#define PHANTOM_AGE_MS   (10 * 60 * 1000) /* queued and unheard of for this long */
+#define PHANTOM_PER_PASS 10               /* GitHub calls a pass may spend on them */
+
+struct phantom_check {
+    struct scheduler *s;
+    int64_t job_id;
+    bool late; /* a late or replayed queued delivery (verify_late_jobs), not a phantom */
+};
+
+/* A late job's check is settled once its answer is on disk: until then the store still
+ * says unverified, and the next pass must not ask again. */
+static void on_late_check_settled(void *data, int result)
+{
+    struct scheduler *s = data;
+    (void)result;
+    s->late_checks_pending--;
+    scheduler_recount(s);
+}
+
+static void on_phantom_checked(void *data, const struct github_response *res)
+{
+    struct phantom_check *pc = data;
+    struct scheduler *s = pc->s;
+    int64_t id = pc->job_id;
+    bool late = pc->late;
+    free(pc);
+    if (!late)
+        s->lists_pending--;
+    const char *status = json_string_value(json_object_get(res->body, "status"));
+    const char *conclusion = json_string_value(json_object_get(res->body, "conclusion"));
+    enum job_status st;
+    if (res->status == 404) {
+        st = JOB_COMPLETED; /* GitHub no longer knows it */
+        conclusion = "gone";
+    } else if (res->err < 0 || !status) {
+        log_warn(late ? "webhook.late_job_check_failed" : "reconcile.phantom_check_failed",
+                 "job=%lld error=\"%s\"", (long long)id,
+                 res->message ? res->message : "no status in the answer");
+        if (late)
+            s->late_checks_pending--; /* asked again on a later pass */
+        return;
+    } else if (job_status_parse(status, &st) < 0) {
+        st = JOB_COMPLETED; /* a state GitHub added that is not waiting for a runner */
+    }
+    int64_t now = wall_clock_ms();
+    if (late && st <= JOB_QUEUED) {
+        log_info("webhook.late_job_verified", "job=%lld github_status=%s", (long long)id,
+                 job_status_names[st]);
+        s->stats.late_jobs_verified++;
+        if (store_job_verified(s->deps.store, id, on_late_check_settled, s) < 0)
+            s->late_checks_pending--;
+        return;
+    }
+    if (st <= JOB_QUEUED) {
+        /* Really queued (a run in progress hides it from the queued list): asked again
+         * after another PHANTOM_AGE_MS. */
+        store_job_touch(s->deps.store, id, now);
+        return;
+    }
+    log_info(late ? "webhook.late_job_retired" : "reconcile.phantom_job",
+             "job=%lld github_status=%s action=retire", (long long)id, job_status_names[st]);
+    if (late)
+        s->stats.late_jobs_retired++;
+    else
+        s->stats.reconcile_phantoms_retired++;
+    int r = store_job_retire(s->deps.store, id, st, conclusion, now,
+                             late ? on_late_check_settled : NULL, late ? s : NULL);
+    if (late && r < 0)
+        s->late_checks_pending--;
+    scheduler_recount(s);
+}
+
+/* Asks GitHub about each job of `rows` (its id, and its repository unless `repo` says
+ * it), counting the questions in flight. Takes `rows`. */
+static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, bool late)
+{
+    int *pending = late ? &s->late_checks_pending : &s->lists_pending;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        struct phantom_check *pc = calloc(1, sizeof(*pc));
+        if (!pc)
+            break;
+        pc->s = s;
+        pc->job_id = json_integer_value(json_object_get(row, "id"));
+        pc->late = late;
+        (*pending)++;
+        const char *in = repo ? repo : json_string_value(json_object_get(row, "repository"));
+        if (github_job_get(gh(s), in, pc->job_id, on_phantom_checked, pc) < 0) {
+            (*pending)--;
+            free(pc);
+        }
+    }
+    json_decref(rows);
+}
+
+#define LATE_CHECKS_PER_PASS 10
+
+/* Queued jobs from a delivery sent long after the job was made (WEBHOOK_FRESH_MS): an
+ * operator's redelivery, or a captured delivery replayed. No runner is made for one until
+ * GitHub says it is still queued; one GitHub says is not is retired, as a phantom is. */
+void verify_late_jobs(struct scheduler *s)
+{
+    if (!gh(s) || s->late_checks_pending > 0)
+        return;
+    ask_about_jobs(s, store_jobs_unverified(s->deps.store, LATE_CHECKS_PER_PASS), NULL, true);
+}
+
+/* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for
+ * `repo` does not show (`listed`, a JSON array of ids): each is asked about (a few per
+ * pass), and retired when GitHub says it is no longer queued. Otherwise one lost
+ * `completed` webhook keeps a runner reserved for ever. */
+static void verify_phantoms(struct scheduler *s, const char *repo, const char *listed)
+{
+    int64_t cutoff = wall_clock_ms() - PHANTOM_AGE_MS;
+    ask_about_jobs(
+        s, store_jobs_queued_unlisted(s->deps.store, repo, cutoff, listed, PHANTOM_PER_PASS), repo,
+        false);
+}
+
+static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
+{
+    struct scope_ctx *ctx = data;
+    struct scheduler *s = ctx->s;
+    char *repo = ctx->repo;
+    free(ctx);
+    s->lists_pending--;
+    if (err < 0) {
+        log_warn("reconcile.queued_list_failed", "repository=%s error=\"%s\"", repo,
+                 message ? message : "?");
+        free(repo);
+        return;
+    }
+    uint64_t t0 = uv_hrtime();
+    /* One query for all of them: which ids has the store never seen? */
+    json_t *ids = json_array();
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job)
+    {
+        if (json_is_integer(json_object_get(job, "id")))
+            json_array_append(ids, json_object_get(job, "id"));
+    }
+    char *ids_text = json_dumps(ids, JSON_COMPACT);
+    json_decref(ids);
+    json_t *unknown_rows = ids_text ? store_job_ids_unknown(s->deps.store, ids_text) : NULL;
+    if (ids_text)
+        verify_phantoms(s, repo, ids_text);
+    free(ids_text);
+    json_t *unknown = json_object();
+    json_t *row;
+    json_array_foreach(unknown_rows, i, row)
+    {
+        char key[32];
+        snprintf(key, sizeof(key), "%lld",
+                 (long long)json_integer_value(json_object_get(row, "id")));
+        json_object_set_new(unknown, key, json_true());
+    }
+    json_decref(unknown_rows);
+    json_array_foreach(jobs, i, job)
+    {
+        json_t *id = json_object_get(job, "id");
+        json_t *labels = json_object_get(job, "labels");
+        if (!json_is_integer(id) || !json_is_array(labels))
+            continue;
+        char key[32];
+        snprintf(key, sizeof(key), "%lld", (long long)json_integer_value(id));
+        if (!json_object_get(unknown, key))
+            continue;
+        const char *values[WEBHOOK_MAX_LABELS];
+        size_t n = 0;
+        for (size_t k = 0; k < json_array_size(labels) && n < WEBHOOK_MAX_LABELS; k++)
+            if (json_is_string(json_array_get(labels, k)))
+                values[n++] = json_string_value(json_array_get(labels, k));
+        struct job_event *ev = calloc(1, sizeof(*ev));
+        if (!ev)
+            break;
+        char delivery[64];
+        snprintf(delivery, sizeof(delivery), "reconcile-%lld", (long long)json_integer_value(id));
+        const struct config_pool *pool = job_pool_match(cfg(s), values, n);
+        ev->delivery_id = strdup(delivery);
+        ev->job_id = json_integer_value(id);
+        ev->run_id = json_integer_value(json_object_get(job, "run_id"));
+        ev->status = JOB_QUEUED;
+        ev->repository = strdup(repo);
+        ev->job_name = json_is_string(json_object_get(job, "name"))
+                           ? strdup(json_string_value(json_object_get(job, "name")))
+                           : NULL;
+        ev->labels_json = json_dumps(labels, JSON_COMPACT);
+        ev->pool = pool ? strdup(pool->name) : NULL;
+        ev->received_at_ms = wall_clock_ms();
+        if (ev->run_id <= 0)
+            ev->run_id = 1;
+        log_info("reconcile.lost_job", "job=%lld pool=%s action=store", (long long)ev->job_id,
+                 pool ? pool->name : "(unmatched)");
+        s->stats.reconcile_jobs_found++;
+        store_job_event_submit(s->deps.store, ev, NULL, NULL);
+    }
+    json_decref(unknown);
+    free(repo);
+    scheduler_recount(s);
+    pass_add(s, t0);
+}
+
+static void queued_jobs_start(struct scheduler *s, const struct github_scope *scope,
+                              const char *repo)
+{
+    struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
+    char *copy = strdup(repo);
+    if (!ctx || !copy) {
+        free(ctx);
+        free(copy);
+        return;
+    }
+    ctx->s = s;
+    ctx->scope = scope;
+    ctx->repo = copy;
+    s->lists_pending++;
+    if (github_queued_jobs_list(gh(s), repo, on_queued_jobs, ctx) < 0) {
+        s->lists_pending--;
+        free(copy);
+        free(ctx);
+    }
+}
+
+static void on_org_repos(void *data, int err, const char *message, json_t *repos)
+{
+    struct scope_ctx *ctx = data;
+    struct scheduler *s = ctx->s;
+    size_t i = (size_t)(ctx->scope - s->deps.scopes);
+    const char *org = ctx->scope->org;
+    free(ctx);
+    s->lists_pending--;
+    struct org_repos *o = &s->org_repos[i];
+    o->listing = false;
+    if (err < 0) {
+        log_warn("reconcile.org_repos_failed", "org=%s error=\"%s\"", org, message ? message : "?");
+        return;
+    }
+    for (size_t k = 0; k < o->n; k++)
+        free(o->names[k]);
+    free(o->names);
+    o->names = calloc(json_array_size(repos) + 1, sizeof(char *));
+    o->n = 0;
+    o->listed_ms = wall_clock_ms();
+    size_t k;
+    json_t *repo;
+    size_t org_len = strlen(org);
+    json_array_foreach(repos, k, repo)
+    {
+        const char *full = json_string_value(json_object_get(repo, "full_name"));
+        /* The installation may reach other owners' repositories: only the org's. */
+        if (o->names && full && strncasecmp(full, org, org_len) == 0 && full[org_len] == '/' &&
+            strlen(full) <= WEBHOOK_MAX_NAME_BYTES)
+            o->names[o->n++] = strdup(full);
+    }
+    log_info("reconcile.org_repos", "org=%s repositories=%zu", org, o->n);
+}
+
+/* Lost jobs of an org scope: its repositories (listed through the installation every
+ * ORG_REPOS_TTL_MS), a few per pass in turn, fewer when the rate-limit budget is low. */
+static void org_queued_jobs(struct scheduler *s, size_t i)
+{
+    const struct github_scope *scope = &s->deps.scopes[i];
+    struct org_repos *o = &s->org_repos[i];
+    if (!o->listing && (!o->listed_ms || wall_clock_ms() - o->listed_ms > ORG_REPOS_TTL_MS)) {
+        struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
+        if (ctx) {
+            ctx->s = s;
+            ctx->scope = scope;
+            o->listing = true;
+            s->lists_pending++;
+            if (github_installation_repos_list(gh(s), on_org_repos, ctx) < 0) {
+                o->listing = false;
+                s->lists_pending--;
+                free(ctx);
+            }
+        }
+    }
+    struct github_stats gs;
+    github_client_stats(gh(s), &gs);
+    size_t per_pass = gs.ratelimit_remaining >= 0 && gs.ratelimit_remaining < 200 ? 0
+                      : gs.ratelimit_remaining >= 0 && gs.ratelimit_remaining < 1000
+                          ? 1
+                          : ORG_REPOS_PER_PASS;
+    for (size_t k = 0; k < per_pass && k < o->n; k++) {
+        queued_jobs_start(s, scope, o->names[o->cursor % o->n]);
+        o->cursor = (o->cursor + 1) % o->n;
+    }
+}
+
+static int64_t row_ms(json_t *row, const char *key)
+{
+    json_t *v = json_object_get(row, key);
+    return json_is_integer(v) ? json_integer_value(v) : 0;
+}
+
+/* An earlier hatcheryd's runner whose guest may still run: back in memory in its
+ * recorded state, its guest re-attached. Its state's timeout counts from when it was
+ * entered, not from now. */
+static void runner_adopt(struct scheduler *s, json_t *row, const struct config_pool *pool,
+                         enum runner_state state)
+{
+    struct runner *r = calloc(1, sizeof(*r));
+    if (!r)
+        return;
+    r->s = s;
+    r->id = json_integer_value(json_object_get(row, "id"));
+    snprintf(r->name, sizeof(r->name), "%s", json_string_value(json_object_get(row, "name")));
+    snprintf(r->host, sizeof(r->host), "%s", json_string_value(json_object_get(row, "host")));
+    r->pool = pool;
+    r->scope = scope_for(s, pool);
+    r->state = state;
+    r->github_runner_id = row_ms(row, "github_runner_id");
+    r->job_id = row_ms(row, "job_id");
+    json_t *exit_code = json_object_get(row, "exit_code");
+    r->exit_code = json_is_integer(exit_code) ? (int)json_integer_value(exit_code) : -1;
+    snprintf(r->reason, sizeof(r->reason), "%s",
+             json_is_string(json_object_get(row, "reason"))
+                 ? json_string_value(json_object_get(row, "reason"))
+                 : "");
+    r->finished_ms = row_ms(row, "finished_at");
+    r->created_ms = row_ms(row, "created_at");
+    r->online_ms = row_ms(row, "online_at");
+    r->busy_ms = row_ms(row, "busy_at");
+    r->hello = true;
+    r->adopting = true;
+    r->adopt_started_ms = s->started_ms;
+    r->heartbeat_ms = wall_clock_ms();
+    uv_timer_init(s->deps.loop, &r->timer);
+    r->timer.data = r;
+    r->next = s->runners;
+    s->runners = r;
+    runner_index(r);
+    log_info("runner.adopting", "runner=%s pool=%s host=%s state=%s", r->name, pool->name, r->host,
+             runner_state_names[state]);
+    int64_t since = state == RUNNER_BUSY ? r->busy_ms : state == RUNNER_IDLE ? r->online_ms : 0;
+    arm_timeout(r, since ? since : wall_clock_ms());
+    struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = pool};
+    int e = provider_guest_adopt(prov(s), r->host, &spec, &runner_guest_events, r, &r->guest);
+    if (e < 0) {
+        r->guest = NULL;
+        runner_fail(r, "not adopted after a restart: %s",
+                    e == -ENODEV ? "host down" : strerror(-e));
+    }
+}
+
+/* Records the store holds as live that no runner in memory owns: an earlier hatcheryd's.
+ * Those in configured, idle, busy or finishing whose pool and host are still configured
+ * are adopted; the rest are failed and their guests removed. */
+void recover(struct scheduler *s)
+{
+    /* This process's records all have a runner in memory until they are final: only an
+     * earlier process's can be stale. */
+    json_t *rows = store_runners_live_before(s->deps.store, s->first_id);
+    const struct config *c = cfg(s);
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        const char *host = json_string_value(json_object_get(row, "host"));
+        struct runner *r = name ? runner_find(s, name) : NULL;
+        if (r || !name)
+            continue;
+        if (host && !provider_host_up(prov(s), host))
+            continue; /* again when the host is back */
+        const char *state = json_string_value(json_object_get(row, "state"));
+        int st = runner_state_from_name(state);
+        int slot = pool_index(c, json_string_value(json_object_get(row, "pool")));
+        const struct config_pool *pool = slot >= 0 ? &c->pools[slot] : NULL;
+        if (st >= 0 && pool && host_index(c, host) >= 0 &&
+            runner_lifecycle_next((enum runner_state)st, RUNNER_EV_ADOPTED) >= 0) {
+            runner_adopt(s, row, pool, (enum runner_state)st);
+            continue;
+        }
+        bool lost = st == RUNNER_BUSY;
+        char reason[200];
+        snprintf(reason, sizeof(reason), "%shatcheryd restarted: the record was in flight%s",
+                 lost ? "job lost: " : "", pool ? "" : " and its pool is no longer configured");
+        if (st != RUNNER_FAILED) {
+            log_warn("reconcile.stale_record", "runner=%s state=%s job_lost=%d action=fail", name,
+                     state ? state : "?", lost);
+            s->stats.reconcile_records_failed++;
+            if (lost)
+                s->stats.jobs_lost++;
+        }
+        if (host)
+            provider_remove(prov(s), host, name, NULL, NULL);
+        json_t *gid = json_object_get(row, "github_runner_id");
+        const struct github_scope *scope = pool ? scope_for(s, pool) : NULL;
+        if (!scope && s->deps.n_scopes)
+            scope = &s->deps.scopes[0];
+        if (gh(s) && json_is_integer(gid) && scope)
+            github_runner_delete(gh(s), scope, json_integer_value(gid), on_github_deleted_quiet,
+                                 NULL);
+        store_runner_mark_deleted(s->deps.store, json_integer_value(json_object_get(row, "id")),
+                                  reason, wall_clock_ms());
+    }
+    json_decref(rows);
+    s->recovered = true;
+}
+
+void reconcile(struct scheduler *s)
+{
+    uint64_t t0 = uv_hrtime();
+    s->stats.reconcile_ticks++;
+    s->pass_ms = 0;
+    recover(s);
+    for (size_t i = 0; i < cfg(s)->n_hosts; i++)
+        if (provider_host_up(prov(s), cfg(s)->hosts[i].name)) {
+            provider_tagged_async(prov(s), cfg(s)->hosts[i].name, on_tagged, s);
+            provider_orphan_volumes_async(prov(s), cfg(s)->hosts[i].name, on_orphan_volumes, s);
+        }
+    /* While a rate-limit wait holds the last pass's lists back, a new pass would only pile
+     * more behind them, all fired at once when the wait ends. */
+    if (gh(s) && s->lists_pending > 0) {
+        s->stats.reconcile_github_skipped++;
+        log_info("reconcile.github_skipped", "lists_pending=%d", s->lists_pending);
+    } else if (gh(s)) {
+        for (size_t i = 0; i < s->deps.n_scopes; i++) {
+            struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
+            if (!ctx)
+                break;
+            ctx->s = s;
+            ctx->scope = &s->deps.scopes[i];
+            s->lists_pending++;
+            if (github_runners_list(gh(s), ctx->scope, NULL, on_github_runners, ctx) < 0) {
+                s->lists_pending--;
+                free(ctx);
+            }
+            if (s->deps.scopes[i].repo)
+                queued_jobs_start(s, &s->deps.scopes[i], s->deps.scopes[i].repo);
+            else if (s->deps.scopes[i].org && s->org_repos)
+                org_queued_jobs(s, i);
+        }
+    }
+    pass_add(s, t0);
+}
+
+void on_reconcile(uv_timer_t *t)
+{
+    struct scheduler *s = t->data;
+    reconcile(s);
+}

@@ -1,0 +1,716 @@
+/* One runner's life, from its record to its end: the store record, the lifecycle moves
+ * (runner_lifecycle.h), the guest's events, creation; see scheduler.h. */
+#include "scheduler_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "github.h"
+#include "guest_isolation.h"
+#include "hatchery/limits.h"
+#include "image_manifest.h"
+#include "log.h"
+#include "provider.h"
+#include "store.h"
+#include "wall_clock.h"
+#include "webhook.h"
+
+static void record_then(struct runner *r, store_write_cb cb);
+static void on_runner_timer(uv_timer_t *t);
+static void runner_unindex(struct runner *r);
+
+/* The Listener itself, not run.sh: run.sh exits 0 for every return code but 2, and the
+ * agent reports what the code means (and re-launches on 2, 3 and 4 as run.sh would). */
+static const char *const default_command[DEFAULT_COMMAND_ARGS] = {
+    "/opt/actions-runner/bin/Runner.Listener", "run"};
+
+/* ---- the store record ------------------------------------------------------------------ */
+
+void record(struct runner *r)
+{
+    record_then(r, NULL);
+}
+
+/* Writes the runner's record; `cb` (with the runner) once it is committed. */
+static void record_then(struct runner *r, store_write_cb cb)
+{
+    const struct store_runner_update u = {.id = r->id,
+                                          .state = runner_state_names[r->state],
+                                          .host = r->host,
+                                          .github_runner_id = r->github_runner_id,
+                                          .job_id = r->job_id,
+                                          .exit_code = r->exit_code,
+                                          .reason = r->reason,
+                                          .online_ms = r->online_ms,
+                                          .busy_ms = r->busy_ms,
+                                          .finished_ms = r->finished_ms,
+                                          .updated_ms = wall_clock_ms()};
+    int e = store_runner_update(r->s->deps.store, &u, cb, cb ? r : NULL);
+    if (e < 0 && cb)
+        cb(r, e); /* not taken: the caller still hears of it */
+}
+
+/* Starts the state's timeout (runner_lifecycle.h), counted from `since_ms`: now, or for
+ * an adopted runner when it entered its state. */
+void arm_timeout(struct runner *r, int64_t since_ms)
+{
+    const struct lifecycle_limits limits = {.boot_timeout_s = r->pool->boot_timeout_s,
+                                            .idle_max_age_s = r->pool->idle_max_age_s,
+                                            .job_timeout_s = r->pool->job_timeout_s};
+    int64_t ms = runner_lifecycle_timeout_ms(r->state, &limits);
+    if (ms <= 0) {
+        uv_timer_stop(&r->timer);
+        return;
+    }
+    int64_t left = ms - (wall_clock_ms() - since_ms);
+    uv_timer_start(&r->timer, on_runner_timer, left > 0 ? (uint64_t)left : 0, 0);
+}
+
+/* Moves the runner by `ev` as the lifecycle table says, records it and starts the new
+ * state's timeout. A move the table does not hold is refused and logged. */
+bool runner_move(struct runner *r, enum runner_event ev)
+{
+    int to = runner_lifecycle_next(r->state, ev);
+    if (to < 0) {
+        log_warn("runner.transition_refused", "runner=%s pool=%s state=%s cause=%s", r->name,
+                 r->pool->name, runner_state_names[r->state], runner_event_names[ev]);
+        r->s->stats.transitions_refused++;
+        return false;
+    }
+    if ((enum runner_state)to == r->state)
+        return true;
+    log_info("runner.state", "runner=%s pool=%s host=%s from=%s to=%s cause=%s", r->name,
+             r->pool->name, r->host, runner_state_names[r->state], runner_state_names[to],
+             runner_event_names[ev]);
+    r->state = (enum runner_state)to;
+    record(r);
+    arm_timeout(r, wall_clock_ms());
+    return true;
+}
+
+/* The runner's pool's slot in the running config (its per-pool counters), or -1 when a
+ * reload removed the pool. Runners keep the pool settings they were made with. */
+int pool_slot(const struct scheduler *s, const struct config_pool *pool)
+{
+    return pool_index(cfg(s), pool->name);
+}
+
+/* A pool whose runners keep failing (a broken image, a bad host) backs off exponentially,
+ * up to 5 minutes, instead of boot-looping. */
+static void pool_result(struct runner *r, bool ok)
+{
+    struct scheduler *s = r->s;
+    int p = pool_slot(s, r->pool);
+    if (p < 0)
+        return;
+    if (ok) {
+        s->failures[p] = 0;
+        s->retry_at_ms[p] = 0;
+        return;
+    }
+    int64_t delay = 1000;
+    for (int i = 0; i < s->failures[p] && delay < 300000; i++)
+        delay *= 2;
+    s->failures[p]++;
+    s->retry_at_ms[p] = wall_clock_ms() + (delay < 300000 ? delay : 300000);
+}
+
+/* ---- the end of a runner ---------------------------------------------------------------- */
+
+void on_runner_timer_closed(uv_handle_t *h)
+{
+    struct runner *r = h->data;
+    secret_free(r->jit);
+    free(r);
+}
+
+static void runner_forget(struct runner *r)
+{
+    struct scheduler *s = r->s;
+    if (r->holds > 0) {
+        r->forget_pending = true; /* the last callback that holds it frees it */
+        return;
+    }
+    if (s->closing) { /* already off the list; the loop runs on only to close */
+        uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
+        return;
+    }
+    for (struct runner **pp = &s->runners; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            break;
+        }
+    runner_unindex(r);
+    uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
+    scheduler_recount(s);
+}
+
+/* A callback that held the runner has come: true when the runner is still wanted, false
+ * when it was freed. */
+static bool hold_release(struct runner *r)
+{
+    r->holds--;
+    if (r->forget_pending && r->holds == 0) {
+        r->forget_pending = false;
+        runner_forget(r);
+        return false;
+    }
+    return !r->forget_pending;
+}
+
+static void runner_deleted(struct runner *r)
+{
+    r->finished_ms = r->finished_ms ? r->finished_ms : wall_clock_ms();
+    if (runner_move(r, RUNNER_EV_GITHUB_DELETED))
+        r->s->stats.deleted++;
+    runner_forget(r);
+}
+
+static void on_github_deleted(void *data, int err, const char *message)
+{
+    struct runner *r = data;
+    if (!hold_release(r))
+        return;
+    if (err < 0)
+        log_warn("runner.github_delete_failed", "runner=%s error=\"%s\"", r->name,
+                 message ? message : strerror(-err));
+    if (r->state != RUNNER_DELETED)
+        runner_deleted(r);
+}
+
+/* The guest is gone: remove the GitHub runner if it may still exist (never used, or its
+ * guest failed), then the record is final. */
+static void runner_after_guest(struct runner *r)
+{
+    if (!runner_move(r, RUNNER_EV_GUEST_GONE))
+        return;
+    if (r->state == RUNNER_FAILED)
+        record(r);
+    if (gh(r->s) && r->github_runner_id > 0) {
+        r->holds++;
+        if (github_runner_delete(gh(r->s), r->scope, r->github_runner_id, on_github_deleted, r) ==
+            0)
+            return;
+        r->holds--;
+    }
+    runner_deleted(r);
+}
+
+/* The runner's guest is torn down (its gone event then finishes the runner), or, when it
+ * has none, the runner finishes now. */
+static void guest_goes(struct runner *r, const char *reason)
+{
+    if (r->guest)
+        provider_guest_teardown(prov(r->s), r->guest, reason);
+    else
+        runner_after_guest(r);
+}
+
+/* Fails the runner (ev is fail or timeout) with a reason, and tears its guest down. A
+ * runner already failing or deleted is left alone. A busy runner's job is lost: GitHub
+ * fails a job whose runner vanishes. */
+void runner_end(struct runner *r, enum runner_event ev, const char *fmt, ...)
+{
+    if (runner_lifecycle_next(r->state, ev) != RUNNER_FAILED)
+        return;
+    bool lost = r->state == RUNNER_BUSY;
+    static const char lost_prefix[] = "job lost: ";
+    size_t at = lost ? sizeof(lost_prefix) - 1 : 0;
+    memcpy(r->reason, lost_prefix, at);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->reason + at, sizeof(r->reason) - at, fmt, ap);
+    va_end(ap);
+    log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s job_lost=%d reason=\"%s\"",
+             r->name, r->pool->name, r->host, runner_state_names[r->state], lost, r->reason);
+    r->s->stats.failed++;
+    if (lost)
+        r->s->stats.jobs_lost++;
+    if (r->adopting)
+        r->s->stats.adopt_failed++;
+    r->adopting = false;
+    /* Only a runner that never started tells of the pool's image or hosts: what a job
+     * does to its own guest must not stop the pool's scaling for everyone. */
+    if (!r->online_ms)
+        pool_result(r, false);
+    r->finished_ms = wall_clock_ms();
+    runner_move(r, ev);
+    guest_goes(r, r->reason);
+}
+
+/* A runner no longer wanted, which has no job: it goes the way a finished one does. */
+void runner_retire(struct runner *r, const char *fmt, ...)
+{
+    if (runner_lifecycle_next(r->state, RUNNER_EV_RETIRE) < 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->reason, sizeof(r->reason), fmt, ap);
+    va_end(ap);
+    r->finished_ms = wall_clock_ms();
+    runner_move(r, RUNNER_EV_RETIRE);
+    guest_goes(r, r->reason);
+}
+
+/* Past the deadline of deleting or failed: the guest or GitHub never answered. The
+ * record is final; the reconciler removes what is left of the domain or the GitHub
+ * runner. */
+static void runner_give_up(struct runner *r)
+{
+    log_warn("runner.delete_deadline", "runner=%s state=%s guest=%s github_requests=%d", r->name,
+             runner_state_names[r->state], r->guest ? "kept" : "gone", r->holds);
+    if (r->guest) {
+        provider_guest_disown(prov(r->s), r->guest);
+        r->guest = NULL;
+    }
+    if (!r->reason[0])
+        snprintf(r->reason, sizeof(r->reason), "delete deadline passed (%d s)", LIFECYCLE_DELETE_S);
+    r->finished_ms = r->finished_ms ? r->finished_ms : wall_clock_ms();
+    runner_move(r, RUNNER_EV_TIMEOUT);
+    r->s->stats.deleted++;
+    runner_forget(r);
+}
+
+static void on_runner_timer(uv_timer_t *t)
+{
+    struct runner *r = t->data;
+    const struct config_pool *p = r->pool;
+    switch (r->state) {
+    case RUNNER_PENDING:
+        runner_end(r, RUNNER_EV_TIMEOUT, "the store did not record the runner within %d s",
+                   LIFECYCLE_STORE_S);
+        break;
+    case RUNNER_CREATING:
+        runner_end(r, RUNNER_EV_TIMEOUT, "no guest and JIT config within %lld s",
+                   (long long)p->boot_timeout_s);
+        break;
+    case RUNNER_BOOTING:
+        runner_end(r, RUNNER_EV_TIMEOUT, "no hello from the agent within %lld s",
+                   (long long)p->boot_timeout_s);
+        break;
+    case RUNNER_CONFIGURED:
+        runner_end(r, RUNNER_EV_TIMEOUT,
+                   "the runner did not report started within %lld s of its config",
+                   (long long)p->boot_timeout_s);
+        break;
+    case RUNNER_IDLE:
+        runner_end(r, RUNNER_EV_TIMEOUT, "idle longer than idle_max_age_s (%lld s)",
+                   (long long)p->idle_max_age_s);
+        break;
+    case RUNNER_BUSY:
+        runner_end(r, RUNNER_EV_TIMEOUT,
+                   "job ran past job_timeout_s (%lld s) and the agent did not stop it",
+                   (long long)p->job_timeout_s);
+        break;
+    case RUNNER_FINISHING:
+        runner_move(r, RUNNER_EV_TIMEOUT);
+        guest_goes(r, "job completed");
+        break;
+    case RUNNER_DELETING:
+    case RUNNER_FAILED:
+        runner_give_up(r);
+        break;
+    case RUNNER_DELETED:
+    case RUNNER_STATE_MAX:
+        break;
+    }
+}
+
+/* ---- guest events ------------------------------------------------------------------------ */
+
+static void maybe_configure(struct runner *r)
+{
+    if (!r->hello || !r->jit || runner_lifecycle_next(r->state, RUNNER_EV_CONFIG_SENT) < 0)
+        return;
+    const struct config_pool *p = r->pool;
+    const char *const *cmd =
+        p->n_runner_command ? (const char *const *)p->runner_command : default_command;
+    size_t n = p->n_runner_command ? p->n_runner_command : DEFAULT_COMMAND_ARGS;
+    int e = provider_guest_send_config(prov(r->s), r->guest, r->jit, p->job_timeout_s, cmd, n);
+    secret_free(r->jit); /* the JIT config travels once */
+    r->jit = NULL;
+    if (e < 0) {
+        runner_fail(r, "cannot send the config to the agent: %s", strerror(-e));
+        return;
+    }
+    r->heartbeat_ms = wall_clock_ms();
+    runner_move(r, RUNNER_EV_CONFIG_SENT);
+}
+
+static void ev_booting(void *data, struct guest *g)
+{
+    (void)g;
+    struct runner *r = data;
+    runner_move(r, RUNNER_EV_DOMAIN_STARTED);
+}
+
+static void ev_heartbeat(void *data, struct guest *g)
+{
+    (void)g;
+    struct runner *r = data;
+    r->heartbeat_ms = wall_clock_ms();
+}
+
+static void ev_hello(void *data, struct guest *g, const struct agent_hello *hello)
+{
+    (void)g;
+    (void)hello;
+    struct runner *r = data;
+    r->hello = true;
+    observe(r->s, r->pool->name, HISTOGRAM_BOOT,
+            (double)(wall_clock_ms() - r->created_ms) / 1000.0);
+    maybe_configure(r);
+}
+
+static bool supplied_recently(const struct scheduler *s, int64_t job_id)
+{
+    for (size_t i = 0; i < sizeof(s->supplied_recent) / sizeof(s->supplied_recent[0]); i++)
+        if (s->supplied_recent[i] == job_id)
+            return true;
+    return false;
+}
+
+/* Runners serve demand, not a job each: a runner that comes online is counted against its
+ * pool's oldest queued job that no runner came online for yet, and the wait from that
+ * job's `queued` is observed. A min_idle runner with no job waiting counts for none. */
+static void credit_oldest_queued_job(struct runner *r)
+{
+    struct scheduler *s = r->s;
+    json_t *rows = store_jobs_unsupplied(s->deps.store, r->pool->name, 65);
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        int64_t id = json_integer_value(json_object_get(row, "id"));
+        json_t *queued_at = json_object_get(row, "queued_at");
+        if (supplied_recently(s, id))
+            continue;
+        s->supplied_recent[s->supplied_next++ % 64] = id;
+        if (json_is_integer(queued_at))
+            observe(s, r->pool->name, HISTOGRAM_SUPPLIED,
+                    (double)(r->online_ms - json_integer_value(queued_at)) / 1000.0);
+        store_job_supplied(s->deps.store, id, r->online_ms);
+        break;
+    }
+    json_decref(rows);
+}
+
+static void ev_started(void *data, struct guest *g, int64_t pid)
+{
+    (void)g;
+    (void)pid;
+    struct runner *r = data;
+    r->heartbeat_ms = wall_clock_ms();
+    if (r->state == RUNNER_CONFIGURED) {
+        int slot = pool_slot(r->s, r->pool);
+        r->pool_failures_at_start = slot >= 0 ? r->s->failures[slot] : 0;
+        pool_result(r, true);
+        r->online_ms = wall_clock_ms();
+        observe(r->s, r->pool->name, HISTOGRAM_ONLINE,
+                (double)(r->online_ms - r->created_ms) / 1000.0);
+        credit_oldest_queued_job(r);
+    } else if (r->state == RUNNER_BUSY && !r->online_ms) {
+        r->online_ms = wall_clock_ms(); /* GitHub's in_progress came first */
+    }
+    runner_move(r, RUNNER_EV_RUNNER_STARTED);
+}
+
+static void on_exit_recorded(void *data, int result)
+{
+    struct runner *r = data;
+    if (!hold_release(r))
+        return;
+    if (result < 0)
+        log_warn("runner.exit_unrecorded", "runner=%s error=\"%s\"", r->name, strerror(-result));
+    if (r->guest) {
+        provider_guest_ack_exit(prov(r->s), r->guest);
+        /* The guest powers itself off; tear down now either way. */
+        provider_guest_teardown(prov(r->s), r->guest, "runner exited");
+    }
+}
+
+static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit)
+{
+    struct runner *r = data;
+    r->exit_code = exit->code;
+    r->finished_ms = wall_clock_ms();
+    if (exit->timed_out)
+        snprintf(r->reason, sizeof(r->reason), "job timed out after %lld s",
+                 (long long)r->pool->job_timeout_s);
+    else if (exit->signal)
+        snprintf(r->reason, sizeof(r->reason), "runner killed by signal %d", exit->signal);
+    else if (exit->jit_on_argv)
+        snprintf(r->reason, sizeof(r->reason), "the JIT config was on a command line in the guest");
+    else if (exit->code != 0)
+        snprintf(r->reason, sizeof(r->reason), "runner exited %d: %s", exit->code,
+                 exit->meaning[0] ? exit->meaning : "no meaning given");
+    /* A runner that could not even be started (126: not its user, 127: not there) is an
+     * image fault, not a job's: it counts toward the pool's back-off as a failed boot does,
+     * from where the count stood before this runner started, so it grows. Not once a job
+     * runs on it: a job with root in its guest can send any exit, and must not be able to
+     * back its pool off for everyone. */
+    if ((exit->code == 126 || exit->code == 127) && r->state != RUNNER_BUSY && r->job_id == 0) {
+        int slot = pool_slot(r->s, r->pool);
+        if (slot >= 0)
+            r->s->failures[slot] = r->pool_failures_at_start;
+        pool_result(r, false);
+    }
+    /* The exit is on disk before the agent hears that we have it (and may power off)
+     * and before the guest goes: a restart in between finds the runner finishing, with
+     * its exit, not busy with a guest gone. */
+    if (!runner_move(r, RUNNER_EV_RUNNER_EXITED))
+        return;
+    r->holds++;
+    record_then(r, on_exit_recorded);
+}
+
+static void ev_failed(void *data, struct guest *g, const char *reason)
+{
+    (void)g;
+    struct runner *r = data;
+    if (r->state == RUNNER_FINISHING)
+        return; /* the guest went away after its runner exited: expected */
+    if (r->adopting)
+        runner_fail(r, "not adopted after a restart: %s", reason);
+    else
+        runner_fail(r, "%s", reason);
+}
+
+/* An adopted runner's agent answered resume: the runner goes on where it was. */
+static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *resumed)
+{
+    struct runner *r = data;
+    struct scheduler *s = r->s;
+    double seconds = (double)(wall_clock_ms() - r->adopt_started_ms) / 1000.0;
+    r->adopting = false;
+    r->heartbeat_ms = wall_clock_ms();
+    s->stats.adopted++;
+    if (seconds > s->stats.adopt_seconds_max)
+        s->stats.adopt_seconds_max = seconds;
+    log_info("runner.adopted", "runner=%s pool=%s host=%s state=%s agent_pid=%lld seconds=%.3f",
+             r->name, r->pool->name, r->host, runner_state_names[r->state], (long long)resumed->pid,
+             seconds);
+    runner_move(r, RUNNER_EV_ADOPTED);
+    if (resumed->state == AGENT_RESUMED_WAITING)
+        runner_fail(r, "adopted, but its agent never got its config");
+    else if (resumed->state == AGENT_RESUMED_RUNNING && r->state == RUNNER_CONFIGURED)
+        ev_started(r, g, resumed->pid);
+    /* AGENT_RESUMED_EXITED: the kept exit follows, and ends the runner as usual. */
+}
+
+static void ev_gone(void *data, struct guest *g)
+{
+    (void)g;
+    struct runner *r = data;
+    r->guest = NULL;
+    if (r->state != RUNNER_FINISHING && r->state != RUNNER_FAILED)
+        runner_fail(r, "the guest went away"); /* and, having no guest, ends here */
+    else
+        runner_after_guest(r);
+}
+
+const struct guest_events runner_guest_events = {
+    .on_hello = ev_hello,
+    .on_started = ev_started,
+    .on_exited = ev_exited,
+    .on_failed = ev_failed,
+    .on_gone = ev_gone,
+    .on_booting = ev_booting,
+    .on_heartbeat = ev_heartbeat,
+    .on_resumed = ev_resumed,
+};
+
+/* ---- creation ------------------------------------------------------------------------------ */
+
+void on_github_deleted_quiet(void *data, int err, const char *message)
+{
+    (void)data;
+    (void)err;
+    (void)message;
+}
+
+static void on_jit(void *data, int err, const char *message, int64_t runner_id, struct secret *jit)
+{
+    struct runner *r = data;
+    struct github_client *github = gh(r->s);
+    const struct github_scope *scope = r->scope;
+    bool wanted = hold_release(r); /* false: r is freed */
+    if (!wanted || r->state >= RUNNER_DELETING) {
+        secret_free(jit);
+        /* Registered after all: delete it, or it lingers. */
+        if (err == 0 && github)
+            github_runner_delete(github, scope, runner_id, on_github_deleted_quiet, NULL);
+        return;
+    }
+    if (err < 0) {
+        runner_fail(r, "GitHub JIT config: %s", message ? message : strerror(-err));
+        return;
+    }
+    r->github_runner_id = runner_id;
+    r->jit = jit;
+    record(r);
+    maybe_configure(r);
+}
+
+static void runner_start(struct runner *r)
+{
+    runner_move(r, RUNNER_EV_RECORDED);
+    const struct config_pool *p = r->pool;
+    const char *labels[CONFIG_MAX_POOL_LABELS + 1];
+    size_t n = 0;
+    labels[n++] = "self-hosted";
+    for (size_t i = 0; i < p->n_labels && n < CONFIG_MAX_POOL_LABELS + 1; i++)
+        labels[n++] = p->labels[i];
+    r->holds++;
+    int e = github_jitconfig_generate(gh(r->s), r->scope, r->name, labels, n, "_work", on_jit, r);
+    if (e < 0) {
+        r->holds--;
+        runner_fail(r, "cannot ask GitHub for a JIT config: %s", strerror(-e));
+        return;
+    }
+    /* A request that failed at once has already called back and failed the runner (whose
+     * memory lasts until its timer's close callback): create no guest for it. */
+    if (r->state != RUNNER_CREATING)
+        return;
+    struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = p};
+    e = provider_guest_create(prov(r->s), r->host, &spec, &runner_guest_events, r, &r->guest);
+    if (e < 0) {
+        r->guest = NULL;
+        runner_fail(r, "cannot create the guest on %s: %s", r->host,
+                    e == -ENOSPC   ? "no capacity"
+                    : e == -ENODEV ? "host down"
+                                   : strerror(-e));
+    }
+}
+
+static void on_runner_inserted(void *data, int result)
+{
+    struct runner *r = data;
+    if (result < 0) {
+        runner_fail(r, "cannot record the runner: %s", strerror(-result));
+        return;
+    }
+    runner_start(r);
+}
+
+const struct github_scope *scope_for(const struct scheduler *s, const struct config_pool *p)
+{
+    for (size_t i = 0; p->github_scope && i < s->deps.n_scopes; i++) {
+        const struct github_scope *sc = &s->deps.scopes[i];
+        if ((sc->repo && strcmp(sc->repo, p->github_scope) == 0) ||
+            (sc->org && strcmp(sc->org, p->github_scope) == 0))
+            return sc;
+    }
+    /* Only the one scope there is: the config refuses a pool that names none of several. */
+    return !p->github_scope && s->deps.n_scopes == 1 ? &s->deps.scopes[0] : NULL;
+}
+
+void runner_create(struct scheduler *s, const struct config_pool *pool, const char *host)
+{
+    struct runner *r = calloc(1, sizeof(*r));
+    if (!r)
+        return;
+    r->s = s;
+    r->id = s->next_id++;
+    snprintf(r->name, sizeof(r->name), "%s%lld", s->prefix, (long long)r->id);
+    r->pool = pool;
+    r->scope = scope_for(s, pool);
+    snprintf(r->host, sizeof(r->host), "%s", host);
+    r->state = RUNNER_PENDING;
+    r->exit_code = -1;
+    r->created_ms = wall_clock_ms();
+    uv_timer_init(s->deps.loop, &r->timer);
+    r->timer.data = r;
+    r->next = s->runners;
+    s->runners = r;
+    runner_index(r);
+    arm_timeout(r, r->created_ms);
+    s->stats.created++;
+    log_info("runner.created", "runner=%s pool=%s host=%s", r->name, pool->name, host);
+    const struct store_runner_new row = {.id = r->id,
+                                         .name = r->name,
+                                         .pool = pool->name,
+                                         .host = host,
+                                         .state = runner_state_names[RUNNER_PENDING],
+                                         .vcpus = pool->vcpus,
+                                         .memory_mib = pool->memory_mib,
+                                         .created_ms = r->created_ms};
+    /* Written before anything is done: a crash from here on leaves a record to repair. */
+    if (store_runner_insert(s->deps.store, &row, on_runner_inserted, r) < 0)
+        runner_fail(r, "the store is busy");
+}
+
+/* The pool's histograms, made on its first observation. */
+static struct pool_histograms *histograms_of(struct scheduler *s, const char *pool)
+{
+    struct scheduler_stats *st = &s->stats;
+    for (size_t i = 0; i < st->n_histograms; i++)
+        if (strcmp(st->histograms[i].pool, pool) == 0)
+            return &st->histograms[i];
+    if (st->n_histograms == CONFIG_MAX_POOLS)
+        return NULL;
+    if (!st->histograms && !(st->histograms = calloc(CONFIG_MAX_POOLS, sizeof(*st->histograms))))
+        return NULL;
+    struct pool_histograms *h = &st->histograms[st->n_histograms++];
+    snprintf(h->pool, sizeof(h->pool), "%s", pool);
+    return h;
+}
+
+void observe(struct scheduler *s, const char *pool, enum pool_histogram_kind kind, double seconds)
+{
+    struct pool_histograms *ph = histograms_of(s, pool);
+    if (!ph)
+        return;
+    struct seconds_histogram *h = &ph->of[kind];
+    int n;
+    const double *bounds = pool_histogram_bounds(kind, &n);
+    for (int i = 0; i < n; i++)
+        if (seconds <= bounds[i]) {
+            h->buckets[i]++;
+            break;
+        }
+    h->count++;
+    h->sum += seconds;
+}
+
+/* Runners by name, which is the prefix and the id: the reconciler looks up every domain
+ * and GitHub runner, so this must not walk a list of thousands. */
+struct runner *runner_find(struct scheduler *s, const char *name)
+{
+    size_t n = strlen(s->prefix);
+    if (strncmp(name, s->prefix, n) != 0 || name[n] < '1' || name[n] > '9')
+        return NULL;
+    char *end = NULL;
+    errno = 0;
+    long long id = strtoll(name + n, &end, 10);
+    if (errno || *end)
+        return NULL;
+    for (struct runner *r = s->by_id[(uint64_t)id & (RUNNER_BUCKETS - 1)]; r; r = r->next_in_bucket)
+        if (r->id == id)
+            return r;
+    return NULL;
+}
+
+void runner_index(struct runner *r)
+{
+    struct runner **bucket = &r->s->by_id[(uint64_t)r->id & (RUNNER_BUCKETS - 1)];
+    r->next_in_bucket = *bucket;
+    *bucket = r;
+}
+
+static void runner_unindex(struct runner *r)
+{
+    for (struct runner **pp = &r->s->by_id[(uint64_t)r->id & (RUNNER_BUCKETS - 1)]; *pp;
+         pp = &(*pp)->next_in_bucket)
+        if (*pp == r) {
+            *pp = r->next_in_bucket;
+            return;
+        }
+}
