@@ -12,16 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "github.h"
-#include "guest_isolation.h"
-#include "hatchery/limits.h"
-#include "image_manifest.h"
 #include "log.h"
-#include "provider.h"
-#include "store.h"
 #include "wall_clock.h"
-#include "webhook.h"
 
 /* Time a reconciler callback spends on the loop counts to its pass. */
 void pass_add(struct scheduler *s, uint64_t t0)

@@ -11,16 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "github.h"
-#include "guest_isolation.h"
-#include "hatchery/limits.h"
-#include "image_manifest.h"
 #include "log.h"
-#include "provider.h"
-#include "store.h"
 #include "wall_clock.h"
-#include "webhook.h"
 
 static void record_then(struct runner *r, store_write_cb cb);
 static void on_runner_timer(uv_timer_t *t);

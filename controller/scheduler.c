@@ -12,16 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "github.h"
 #include "guest_isolation.h"
-#include "hatchery/limits.h"
 #include "image_manifest.h"
 #include "log.h"
-#include "provider.h"
-#include "store.h"
 #include "wall_clock.h"
-#include "webhook.h"
 
 const char *scheduler_pool_waiting(struct scheduler *s, const char *pool);
 
