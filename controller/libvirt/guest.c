@@ -74,7 +74,7 @@ bool guest_move_allowed(enum guest_state from, enum guest_state to)
 bool guest_move(struct guest *g, enum guest_state to)
 {
     if (!guest_move_allowed(g->state, to)) {
-        g->prov->guest_moves_refused++;
+        g->host->guest_moves_refused++;
         log_error("guest.transition_refused", "guest=%s from=%s to=%s", g->name,
                   guest_state_names[g->state], to < GUEST_STATE_MAX ? guest_state_names[to] : "?");
         return false;

@@ -91,6 +91,7 @@ struct host {
     uv_work_t work;
     char error[256];
     struct host_usage used;
+    int64_t guest_moves_refused; /* guest_move's refusals on this host: a bug if not 0 */
     struct guest *guests;
     unsigned long hypervisor_version, libvirt_version;
     struct image_check *images;  /* the VM pools' images, on a remote host */
@@ -219,7 +220,6 @@ struct provisioner {
     int64_t adopt_grace_ms;
     struct host *hosts;
     struct provisioner_hooks hooks;
-    uint64_t guest_moves_refused; /* guest_move refusals: a bug if not 0 */
 };
 
 /* How a guest boots: its pool's kernel, else its image's manifest's; NULL from its disk. */

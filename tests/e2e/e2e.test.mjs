@@ -320,6 +320,8 @@ describe('end to end on real guests', () => {
     assert.match(text, /^hatchery_runners_adopted_total [1-9]/m);
     assert.match(text, /^hatchery_jobs_lost_total 0$/m);
     assert.match(text, /^hatchery_runner_transitions_refused_total 0$/m);
+    assert.doesNotMatch(text, /^hatchery_guest_transitions_refused_total\{[^}]*\} [1-9]/m);
+    assert.match(text, /^hatchery_guest_transitions_refused_total\{host="[^"]+"\} 0$/m);
     console.log(`adoption: ${adoptMs} ms from the restart to the agent's resumed (${/event=runner.adopted [^\n]*seconds=([0-9.]+)/.exec(d.logs.slice(logFrom))?.[1]} s by hatcheryd's clock)`);
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
   });
