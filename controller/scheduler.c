@@ -17,7 +17,6 @@
 #include "log.h"
 #include "wall_clock.h"
 
-
 const double scheduler_boot_bounds[SCHEDULER_BOOT_BUCKETS] = {0.5, 1,  2,  5,  10, 15,
                                                               20,  30, 45, 60, 120};
 const double scheduler_wait_bounds[SCHEDULER_WAIT_BUCKETS] = {
