@@ -383,8 +383,12 @@ static void capacity_row(void *data, const char *pool, const char *status, int64
     json_object_set_new(jobs, status, json_integer(count));
 }
 
-static json_t *admin_capacity(struct daemon *d)
+/* capacity: per pool, its runners by state, its jobs by status and why they wait; and the
+ * jobs no pool matches. */
+static json_t *admin_capacity(struct daemon *d, enum admin_command command, json_t *request)
 {
+    (void)command;
+    (void)request;
     struct capacity_ctx ctx = {.pools = json_object(), .unmatched = json_object()};
     json_t *list = json_array();
     for (size_t i = 0; i < d->config->n_pools; i++) {
@@ -663,13 +667,6 @@ static json_t *admin_github(struct daemon *d, enum admin_command command, json_t
     return status;
 }
 
-static json_t *admin_capacity_command(struct daemon *d, enum admin_command command, json_t *request)
-{
-    (void)command;
-    (void)request;
-    return admin_capacity(d);
-}
-
 static json_t *admin_reload(struct daemon *d, enum admin_command command, json_t *request)
 {
     (void)command;
@@ -689,18 +686,12 @@ static json_t *admin_health(struct daemon *d, enum admin_command command, json_t
 /* Every admin command's handler, by the command (admin_protocol.h names them). */
 static json_t *(*const admin_handlers[ADMIN_COMMAND_MAX])(struct daemon *, enum admin_command,
                                                           json_t *) = {
-    [ADMIN_JOBS] = admin_jobs,
-    [ADMIN_POOLS] = admin_pools,
-    [ADMIN_CAPACITY] = admin_capacity_command,
-    [ADMIN_HOSTS] = admin_hosts,
-    [ADMIN_RUNNERS] = admin_runners,
-    [ADMIN_DRAIN] = admin_drain,
-    [ADMIN_UNDRAIN] = admin_drain,
-    [ADMIN_DELETE] = admin_delete,
-    [ADMIN_LOGS] = admin_logs,
-    [ADMIN_GITHUB] = admin_github,
-    [ADMIN_RELOAD] = admin_reload,
-    [ADMIN_HEALTH] = admin_health,
+    [ADMIN_JOBS] = admin_jobs,         [ADMIN_POOLS] = admin_pools,
+    [ADMIN_CAPACITY] = admin_capacity, [ADMIN_HOSTS] = admin_hosts,
+    [ADMIN_RUNNERS] = admin_runners,   [ADMIN_DRAIN] = admin_drain,
+    [ADMIN_UNDRAIN] = admin_drain,     [ADMIN_DELETE] = admin_delete,
+    [ADMIN_LOGS] = admin_logs,         [ADMIN_GITHUB] = admin_github,
+    [ADMIN_RELOAD] = admin_reload,     [ADMIN_HEALTH] = admin_health,
 };
 
 static json_t *on_admin_request(struct admin_server *server, json_t *request)

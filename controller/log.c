@@ -187,9 +187,10 @@ static void put_string_value(struct line *l, const char *fmt, const char *start,
 }
 
 /* A numeric or pointer conversion, by snprintf with its own `spec` (the compiler checked it
- * against its argument at log_emit's call): the length snprintf gives. */
-static int format_number(char *out, size_t size, const char *spec, const char *length, char conv,
-                         va_list *ap)
+ * against its argument at log_emit's call): the length snprintf gives in `ret_n`. false for
+ * a conversion this logger does not know (nothing consumed). */
+static bool format_number(char *out, size_t size, const char *spec, const char *length, char conv,
+                          va_list *ap, int *ret_n)
 {
     int n = 0;
     switch (conv) {
@@ -208,7 +209,7 @@ static int format_number(char *out, size_t size, const char *spec, const char *l
             n = snprintf(out, size, spec, va_arg(*ap, ptrdiff_t));
         else
             n = snprintf(out, size, spec, va_arg(*ap, int));
-        return n;
+        break;
     case 'u':
     case 'x':
     case 'X':
@@ -223,7 +224,7 @@ static int format_number(char *out, size_t size, const char *spec, const char *l
             n = snprintf(out, size, spec, va_arg(*ap, uintmax_t));
         else
             n = snprintf(out, size, spec, va_arg(*ap, unsigned int));
-        return n;
+        break;
     case 'f':
     case 'F':
     case 'e':
@@ -234,14 +235,15 @@ static int format_number(char *out, size_t size, const char *spec, const char *l
             n = snprintf(out, size, spec, va_arg(*ap, long double));
         else
             n = snprintf(out, size, spec, va_arg(*ap, double));
-        return n;
+        break;
     case 'p':
         n = snprintf(out, size, spec, va_arg(*ap, void *));
-        return n;
-    default:
         break;
+    default:
+        return false;
     }
-    return n;
+    *ret_n = n;
+    return true;
 }
 
 /* Formats `fmt` as printf would, except that each %s value is a logfmt value: quoted and
@@ -302,27 +304,11 @@ static void format_pairs(struct line *l, const char *fmt, va_list *ap)
         k += (size_t)snprintf(spec + k, sizeof(spec) - k, "%s%c", length, conv);
         char out[128];
         int n = 0;
-        switch (conv) {
-        case 's':
+        if (conv == 's') {
             put_string_value(l, fmt, start, va_arg(*ap, const char *), precision);
             continue;
-        case 'd':
-        case 'i':
-        case 'c':
-        case 'u':
-        case 'x':
-        case 'X':
-        case 'o':
-        case 'f':
-        case 'F':
-        case 'e':
-        case 'E':
-        case 'g':
-        case 'G':
-        case 'p':
-            n = format_number(out, sizeof(out), spec, length, conv, ap);
-            break;
-        default:
+        }
+        if (!format_number(out, sizeof(out), spec, length, conv, ap, &n)) {
             /* Not a conversion this logger knows: written as it is, nothing consumed. */
             put_text(l, start, (size_t)(p - start + 1));
             continue;

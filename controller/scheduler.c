@@ -238,7 +238,7 @@ static void tick(struct scheduler *s)
     struct github_stats gs;
     github_client_stats(gh(s), &gs);
     bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > wall_clock_ms();
-    struct host_view *views = host_views(s); /* NULL: out of memory, no placement this tick */
+    struct host_view *views = NULL; /* taken when the tick first places a runner */
     for (size_t p = 0; p < c->n_pools; p++) {
         const struct config_pool *pool = &c->pools[p];
         int64_t queued = 0;
@@ -299,7 +299,7 @@ static void tick(struct scheduler *s)
                 snprintf(s->why[p], sizeof(s->why[p]), "%s", image_error);
                 break;
             }
-            if (!views) {
+            if (!views && !(views = host_views(s))) {
                 snprintf(s->why[p], sizeof(s->why[p]), "out of memory");
                 break;
             }
