@@ -11,6 +11,7 @@
 #include "log.h"
 #include "front.h"
 #include "github.h"
+#include "image_cache.h"
 #include "provider.h"
 #include "scheduler.h"
 #include "secret.h"
@@ -43,6 +44,7 @@ struct daemon {
     struct store *store;
     struct github_client *github; /* NULL without a `github` section */
     struct provider *provider;
+    struct image_cache *images; /* each pool's image on this machine, as last seen */
     struct scheduler *scheduler;
     struct scheduler *scheduler_closed; /* freed after the loop ends */
     struct github_scope *scopes;        /* from config.github.runner_scopes */

@@ -22,6 +22,7 @@
 #include "libvirt/provisioner.h"
 #include "hatchery/admin_protocol.h"
 #include "hatchery/limits.h"
+#include "image_cache.h"
 #include "image_manifest.h"
 #include "log.h"
 #include "sd_notify.h"
@@ -275,29 +276,38 @@ static void on_front_gone(void *data, const char *why)
     daemon_stop(d);
 }
 
-/* What the operator should know about each VM pool's image at start: no manifest (the
- * pool gets no runner until there is one, or the image is on a remote host), or a runner
- * GitHub no longer registers. */
-static void check_pool_images(const struct config *c)
+/* An image or its manifest changed on disk: the pools' demand is counted again with it. */
+static void on_images_changed(void *data)
+{
+    struct daemon *d = data;
+    if (d->scheduler)
+        scheduler_kick(d->scheduler);
+}
+
+/* What the operator should know about each VM pool's image at start and reload: no
+ * manifest (the pool gets no runner until there is one, or the image is on a remote host),
+ * or a runner GitHub no longer registers. */
+static void check_pool_images(struct daemon *d, const struct config *c)
 {
     for (size_t i = 0; i < c->n_pools; i++) {
         const struct config_pool *p = &c->pools[i];
         /* A pool of remote hosts only: its image is looked for there (host_image.h). */
-        if (p->backend != BACKEND_VM || config_pool_remote_only(c, p))
+        const struct image_cache_entry *e =
+            p->backend == BACKEND_VM ? image_cache_get(d->images, p->image) : NULL;
+        if (!e)
             continue;
-        struct image_manifest m;
-        char err[512];
-        if (image_manifest_read(p->image, &m, err, sizeof(err)) < 0) {
-            log_warn("image.manifest_unreadable", "pool=%s reason=\"%s\"", p->name, err);
+        if (e->manifest_rc < 0) {
+            log_warn("image.manifest_unreadable", "pool=%s reason=\"%s\"", p->name, e->err);
             continue;
         }
+        const struct image_manifest *m = &e->manifest;
         log_info("image.manifest", "pool=%s arch=%s kernel=%s runner=%s agent=%s built=%s", p->name,
-                 m.arch, m.kernel_version, m.runner_version, m.agent_version, m.built_at);
-        if (image_manifest_runner_below_floor(&m) == 1)
+                 m->arch, m->kernel_version, m->runner_version, m->agent_version, m->built_at);
+        if (image_manifest_runner_below_floor(m) == 1)
             log_warn("image.runner_below_floor",
                      "pool=%s runner=%s floor=%s reason=\"GitHub refuses to register a runner "
                      "older than %s: rebuild the image with a newer runner\"",
-                     p->name, m.runner_version, RUNNER_VERSION_FLOOR, RUNNER_VERSION_FLOOR);
+                     p->name, m->runner_version, RUNNER_VERSION_FLOOR, RUNNER_VERSION_FLOOR);
     }
 }
 
@@ -309,7 +319,6 @@ static void check_pool_images(const struct config *c)
  * host has; `image_error` this machine's problem, else the first remote host's. */
 static void pool_image_json(struct daemon *d, const struct config_pool *p, json_t *out)
 {
-    struct image_manifest m;
     char err[512];
     json_t *on_hosts = json_array(), *remote_manifest = NULL, *remote_error = NULL;
     bool here = false;
@@ -333,13 +342,14 @@ static void pool_image_json(struct daemon *d, const struct config_pool *p, json_
         json_array_append_new(on_hosts, row);
     }
     json_object_set_new(out, "image_hosts", on_hosts);
-    /* Read now: an image rebuilt since the start shows as it is. */
-    if (here && image_manifest_read(p->image, &m, err, sizeof(err)) == 0) {
-        json_object_set_new(out, "image_manifest", image_manifest_json(&m));
-        if (image_manifest_check(&m, (enum pool_arch)p->arch, err, sizeof(err)) < 0)
+    /* As last seen on disk (image_cache.h): an image rebuilt since the start shows as it is. */
+    const struct image_cache_entry *e = here ? image_cache_get(d->images, p->image) : NULL;
+    if (e && e->manifest_rc == 0) {
+        json_object_set_new(out, "image_manifest", image_manifest_json(&e->manifest));
+        if (image_manifest_check(&e->manifest, (enum pool_arch)p->arch, err, sizeof(err)) < 0)
             json_object_set_new(out, "image_error", json_string(err));
-    } else if (here) {
-        json_object_set_new(out, "image_error", json_string(err));
+    } else if (e) {
+        json_object_set_new(out, "image_error", json_string(e->err));
     }
     if (remote_manifest && !json_object_get(out, "image_manifest"))
         json_object_set(out, "image_manifest", remote_manifest);
@@ -837,6 +847,8 @@ static void daemon_stop(struct daemon *d)
     d->scheduler = NULL;
     provider_free(d->provider);
     d->provider = NULL;
+    image_cache_free(d->images);
+    d->images = NULL;
     libvirt_loop_close();
     unlink(d->config->admin_socket);
     uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
@@ -993,10 +1005,13 @@ static json_t *daemon_reload(struct daemon *d, const char *how)
     d->config = next;
     for (size_t i = 0; i < next->n_hosts; i++)
         provider_host_update(d->provider, &next->hosts[i]);
+    if (image_cache_follow(d->images, next) < 0)
+        log_warn("image.cache_failed", "error=\"out of memory\" action=\"images of new pools "
+                                       "are not followed\"");
     enum log_level level;
     if (log_level_parse(next->log_level, &level) == 0)
         log_level_set(level);
-    check_pool_images(next);
+    check_pool_images(d, next);
     char *text = json_dumps(diff, JSON_COMPACT);
     log_info("config.reloaded", "via=%s pools=%zu hosts=%zu changes=%s", how, next->n_pools,
              next->n_hosts, text ? text : "?");
@@ -1125,6 +1140,13 @@ static int start(struct daemon *d)
     r = store_open(d->loop, d->config->state_dir, &d->store, err, sizeof(err));
     if (r < 0) {
         log_error("daemon.store_failed", "error=\"%s\"", err);
+        return 1;
+    }
+    r = image_cache_new(d->loop, on_images_changed, d, &d->images);
+    if (r == 0)
+        r = image_cache_follow(d->images, d->config);
+    if (r < 0) {
+        log_error("daemon.image_cache_failed", "error=\"%s\"", strerror(-r));
         return 1;
     }
     struct provisioner_options popts = {.controller_id = d->config->controller_id,
@@ -1257,7 +1279,7 @@ int main(int argc, char **argv)
         return start_failed(&d);
     start_timers(&d);
 
-    check_pool_images(d.config);
+    check_pool_images(&d, d.config);
     log_ready(&d, args.root_reason);
     sd_notify_send("READY=1");
     if (d.github)
@@ -1268,6 +1290,7 @@ int main(int argc, char **argv)
         .config = &d.config,
         .github = &d.github,
         .provider = &d.provider,
+        .images = d.images,
         .scopes = d.scopes,
         .n_scopes = d.n_scopes,
     };

@@ -11,7 +11,7 @@
 #include "daemon.h"
 #include "guest_isolation.h"
 #include "job.h"
-#include "image_manifest.h"
+#include "image_cache.h"
 #include "textbuf.h"
 #include "wall_clock.h"
 
@@ -518,7 +518,6 @@ static void image_metrics(struct textbuf *b, struct daemon *d)
            "(through libvirt's storage API), 0 when not (yet).");
     for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++) {
         const struct config_pool *p = &d->config->pools[i];
-        char err[512];
         if (p->backend != BACKEND_VM)
             continue;
         bool here = false, remote = false;
@@ -539,10 +538,11 @@ static void image_metrics(struct textbuf *b, struct daemon *d)
                 remote = true;
             }
         }
-        /* This machine's manifest counts first, as in `hatchery pools`. */
-        struct image_manifest mine;
-        if (here && image_manifest_read(p->image, &mine, err, sizeof(err)) == 0)
-            manifests[i] = mine;
+        /* This machine's manifest counts first, as in `hatchery pools`; as last seen on
+         * disk (image_cache.h), so that a scrape reads no file. */
+        const struct image_cache_entry *e = here ? image_cache_get(d->images, p->image) : NULL;
+        if (e && e->manifest_rc == 0)
+            manifests[i] = e->manifest;
         readable[i] = remote || (here && manifests[i].arch[0]);
     }
     header(b, "hatchery_pool_image_info", "gauge",

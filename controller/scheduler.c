@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "guest_isolation.h"
-#include "image_manifest.h"
+#include "image_cache.h"
 #include "log.h"
 #include "wall_clock.h"
 
@@ -266,15 +266,17 @@ static void tick(struct scheduler *s)
          * controller of remote hosts are not judged by another pool's local host; their
          * image is looked for on each host (place()). */
         bool local = config_pool_has_local_host(c, pool);
-        bool local_missing = local && want > 0 && access(pool->image, R_OK) != 0;
-        /* The image's manifest, read again whenever a runner is wanted: an image rebuilt
-         * for another arch, or one without a manifest, gets no runner. */
+        /* The image and its manifest as last seen on disk (image_cache.h, which looks again
+         * off the loop and kicks a recount when they change): an image rebuilt for another
+         * arch, or one without a manifest, gets no runner. */
+        const struct image_cache_entry *image = local && want > 0 && s->deps.images
+                                                    ? image_cache_get(s->deps.images, pool->image)
+                                                    : NULL;
+        bool local_missing = image && image->image_errno != 0;
         char image_error[sizeof(s->why[p])] = "";
-        if (local && want > 0 && !local_missing && pool->backend == BACKEND_VM) {
-            struct image_manifest m;
-            image_manifest_load(pool->image, (enum pool_arch)pool->arch, &m, image_error,
-                                sizeof(image_error));
-        }
+        if (image && !local_missing && pool->backend == BACKEND_VM)
+            image_cache_manifest(s->deps.images, pool->image, (enum pool_arch)pool->arch,
+                                 image_error, sizeof(image_error));
         while (want > 0) {
             if (room <= 0) {
                 snprintf(s->why[p], sizeof(s->why[p]), "pool at max_runners (%lld)",

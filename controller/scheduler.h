@@ -34,6 +34,7 @@
 
 struct config;
 struct github_client;
+struct image_cache;
 struct github_scope;
 struct provider;
 struct scheduler;
@@ -49,6 +50,7 @@ struct scheduler_deps {
     struct config *const *config;
     struct github_client *const *github;
     struct provider *const *provider;
+    struct image_cache *images;        /* NULL: no pool's image is on this machine to look at */
     const struct github_scope *scopes; /* config.github.runner_scopes, resolved */
     size_t n_scopes;
 };
