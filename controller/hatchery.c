@@ -5,6 +5,7 @@
  * Exit status: 0 success; 1 the daemon answered with an error; 2 usage error;
  * 3 the daemon cannot be reached; 4 the answer was not understood. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
@@ -35,46 +36,72 @@ enum exit_code {
     EXIT_BAD_ANSWER = 4,
 };
 
+/* A form's synopsis: `runners show RUNNER`, `jobs [--status S] [--limit N]`. */
+static void form_synopsis(const struct admin_form *form, char *out, size_t size)
+{
+    int n = snprintf(out, size, "%s%s%s%s%s", admin_command_names[form->command],
+                     form->sub ? " " : "", form->sub ? form->sub : "", form->operand ? " " : "",
+                     form->operand ? form->operand : "");
+    for (int o = 0; o < ADMIN_OPT_MAX && n > 0 && (size_t)n < size; o++)
+        if (form->options & ADMIN_OPT(o))
+            n += snprintf(out + n, size - (size_t)n, " [--%s%s%s]", admin_options[o].name,
+                          admin_options[o].value ? " " : "",
+                          admin_options[o].value ? admin_options[o].value : "");
+}
+
+/* `text` after a synopsis of `column` characters, wrapped at 79 under the help column. */
+static void help_line(FILE *out, const char *synopsis, const char *text)
+{
+    enum { HELP_COLUMN = 33, WIDTH = 79 };
+    int at = fprintf(out, "  %s", synopsis);
+    if (at >= HELP_COLUMN - 1) {
+        fputc('\n', out);
+        at = 0;
+    }
+    fprintf(out, "%*s", HELP_COLUMN - at, "");
+    at = HELP_COLUMN;
+    while (*text) {
+        size_t word = strcspn(text, " ");
+        if (at > HELP_COLUMN && at + 1 + (int)word > WIDTH) {
+            fprintf(out, "\n%*s", HELP_COLUMN, "");
+            at = HELP_COLUMN;
+        } else if (at > HELP_COLUMN) {
+            fputc(' ', out);
+            at++;
+        }
+        fwrite(text, 1, word, out);
+        at += (int)word;
+        text += word;
+        text += strspn(text, " ");
+    }
+    fputc('\n', out);
+}
+
+/* The help: the daemon's commands from admin_protocol.h's table, then image-check. */
 static void usage(FILE *out)
 {
-    fprintf(
-        out,
-        "usage: hatchery [--socket PATH] [--json] COMMAND [ARGS]\n"
-        "       hatchery --version\n"
-        "\n"
-        "commands:\n"
-        "  jobs [--status S] [--limit N]  jobs GitHub told us about, newest first, and why a\n"
-        "                                 queued one waits (S: waiting, queued, in_progress,\n"
-        "                                 completed)\n"
-        "  pools                          configured pools\n"
-        "  capacity                       per pool: runners, jobs by status, why jobs wait\n"
-        "  hosts                          libvirt hosts: state (and why), drained, transport,\n"
-        "                                 vCPUs, memory and guests used, guest isolation;\n"
-        "                                 warm templates\n"
-        "  runners [--all] [--pool P] [--host H]\n"
-        "                                 live runners (--all: ended ones too, with reasons),\n"
-        "                                 of one pool or host\n"
-        "  runners show RUNNER            every field of one runner, ended or not\n"
-        "  drain HOST | undrain HOST      stop or resume placing new guests on HOST\n"
-        "  delete RUNNER                  tear a runner down now (guest, disk, GitHub runner)\n"
-        "  logs RUNNER                    the runner's console log, kept after teardown\n"
-        "  github                         auth mode, installation, rate-limit budget, last error\n"
-        "  reload                         re-read the config: pools and hosts added, removed\n"
-        "                                 and changed; a bad config is refused and the running\n"
-        "                                 one stays\n"
-        "  health                         version, controller id and uptime\n"
-        "  image-check IMAGE RELEASES [--now ISO] [--warn-days N]\n"
-        "                                 whether GitHub still registers the runner in IMAGE\n"
-        "                                 (its .json manifest, or a mounted root), judged by\n"
-        "                                 RELEASES (GET /repos/actions/runner/releases, saved);\n"
-        "                                 no daemon needed. Exit 0 current, 1 warning (refused\n"
-        "                                 within N days, default 7), 2 refused, 3 bad input\n"
-        "\n"
-        "options:\n"
-        "  --socket PATH  admin socket (default $HATCHERY_SOCKET or " DEFAULT_SOCKET ")\n"
-        "  --json         print the daemon's answer as JSON\n"
-        "\n"
-        "exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon unreachable, 4 bad answer\n");
+    fputs("usage: hatchery [--socket PATH] [--json] COMMAND [ARGS]\n"
+          "       hatchery --version\n"
+          "\n"
+          "commands:\n",
+          out);
+    char synopsis[128];
+    for (size_t f = 0; f < ADMIN_N_FORMS; f++) {
+        form_synopsis(&admin_forms[f], synopsis, sizeof(synopsis));
+        help_line(out, synopsis, admin_forms[f].help);
+    }
+    help_line(out, "image-check IMAGE RELEASES [--now ISO] [--warn-days N]",
+              "whether GitHub still registers the runner in IMAGE (its .json manifest, or a "
+              "mounted root), judged by RELEASES (GET /repos/actions/runner/releases, saved); "
+              "no daemon needed. Exit 0 current, 1 warning (refused within N days, default "
+              "7), 2 refused, 3 bad input");
+    fputs("\n"
+          "options:\n"
+          "  --socket PATH  admin socket (default $HATCHERY_SOCKET or " DEFAULT_SOCKET ")\n"
+          "  --json         print the daemon's answer as JSON\n"
+          "\n"
+          "exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon unreachable, 4 bad answer\n",
+          out);
 }
 
 /* `hatchery image-check`: the runner version of an image's manifest (IMAGE.json, written by
@@ -722,55 +749,63 @@ __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ..
     return EXIT_USAGE;
 }
 
-/* The options, anywhere on the line (getopt_long permutes), and which commands take the
- * ones that are not global. */
+/* The options, anywhere on the line (getopt_long permutes): the global ones, the admin
+ * commands' (admin_options in admin_protocol.h, as OPT_ADMIN + ADMIN_OPT_x) and
+ * image-check's. */
 enum {
     OPT_JSON = 'j',
     OPT_SOCKET = 's',
     OPT_HELP = 'h',
     OPT_VERSION = 'V',
-    OPT_STATUS = 256,
-    OPT_LIMIT,
-    OPT_ALL,
-    OPT_POOL,
-    OPT_HOST,
-    OPT_NOW,
+    OPT_ADMIN = 256,
+    OPT_NOW = OPT_ADMIN + ADMIN_OPT_MAX,
     OPT_WARN_DAYS,
 };
-static const struct option cli_options[] = {
+static const struct option fixed_options[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"socket", required_argument, NULL, OPT_SOCKET},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
-    {"status", required_argument, NULL, OPT_STATUS},
-    {"limit", required_argument, NULL, OPT_LIMIT},
-    {"all", no_argument, NULL, OPT_ALL},
-    {"pool", required_argument, NULL, OPT_POOL},
-    {"host", required_argument, NULL, OPT_HOST},
     {"now", required_argument, NULL, OPT_NOW},
     {"warn-days", required_argument, NULL, OPT_WARN_DAYS},
-    {NULL, 0, NULL, 0},
 };
+#define N_FIXED_OPTIONS (sizeof(fixed_options) / sizeof(fixed_options[0]))
+
+/* getopt_long's table: the fixed options, then the admin ones, then the end. */
+static void cli_options(struct option out[N_FIXED_OPTIONS + ADMIN_OPT_MAX + 1])
+{
+    memcpy(out, fixed_options, sizeof(fixed_options));
+    for (int o = 0; o < ADMIN_OPT_MAX; o++)
+        out[N_FIXED_OPTIONS + o] = (struct option){
+            admin_options[o].name, admin_options[o].value ? required_argument : no_argument, NULL,
+            OPT_ADMIN + o};
+    out[N_FIXED_OPTIONS + ADMIN_OPT_MAX] = (struct option){0};
+}
 
 struct cli_args {
     const char *socket_path;
-    bool as_json, all;
-    const char *status, *pool, *host, *now;
-    long limit, warn_days;
-    unsigned given;       /* 1 << (OPT_x - OPT_STATUS) for each command option given */
+    bool as_json;
+    const char *values[ADMIN_OPT_MAX]; /* each admin option's value, as given */
+    long limit;                        /* --limit's, checked */
+    const char *now;
+    long warn_days;
+    unsigned given;       /* GIVEN(opt) for each option given that is not global */
     bool answered;        /* --help or --version: printed, nothing else to do */
     char problem[256];    /* the first usage error met, said once the command is known */
     const char *words[4]; /* the command and its operands, in order */
     size_t n_words;
 };
 
-#define GIVEN(o) (1u << ((o)-OPT_STATUS))
+/* An admin option's bit is its ADMIN_OPT() bit, so that a form's `options` reads as one. */
+#define GIVEN(o) (1u << ((o)-OPT_ADMIN))
 
 static const char *option_name(int opt)
 {
-    for (const struct option *o = cli_options; o->name; o++)
-        if (o->val == opt)
-            return o->name;
+    if (opt >= OPT_ADMIN && opt < OPT_ADMIN + ADMIN_OPT_MAX)
+        return admin_options[opt - OPT_ADMIN].name;
+    for (size_t i = 0; i < N_FIXED_OPTIONS; i++)
+        if (fixed_options[i].val == opt)
+            return fixed_options[i].name;
     return "?";
 }
 
@@ -786,14 +821,29 @@ __attribute__((format(printf, 2, 3))) static void problem(struct cli_args *a, co
     va_end(ap);
 }
 
+static void admin_option(struct cli_args *a, int o, const char *value)
+{
+    a->values[o] = value ? value : "";
+    if (o == ADMIN_OPT_LIMIT) {
+        char *end = NULL;
+        a->limit = strtol(value, &end, 10);
+        if (*end || a->limit <= 0 || a->limit > ADMIN_MAX_LIST_ROWS)
+            problem(a, "--limit takes 1..%d", ADMIN_MAX_LIST_ROWS);
+    }
+}
+
 /* Fills `a` from argv, `answered` set when --help or --version printed all there is to
  * print, `problem` when the line is not a valid one. */
 static void parse_args(int argc, char **argv, struct cli_args *a)
 {
+    struct option options[N_FIXED_OPTIONS + ADMIN_OPT_MAX + 1];
+    cli_options(options);
     opterr = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, ":hV", cli_options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":hV", options, NULL)) != -1) {
         char *end = NULL;
+        if (opt >= OPT_ADMIN && opt < OPT_ADMIN + ADMIN_OPT_MAX)
+            admin_option(a, opt - OPT_ADMIN, optarg);
         switch (opt) {
         case OPT_JSON:
             a->as_json = true;
@@ -809,23 +859,6 @@ static void parse_args(int argc, char **argv, struct cli_args *a)
             printf("hatchery %s\n", HATCHERY_VERSION);
             a->answered = true;
             return;
-        case OPT_STATUS:
-            a->status = optarg;
-            break;
-        case OPT_LIMIT:
-            a->limit = strtol(optarg, &end, 10);
-            if (*end || a->limit <= 0 || a->limit > ADMIN_MAX_LIST_ROWS)
-                problem(a, "--limit takes 1..%d", ADMIN_MAX_LIST_ROWS);
-            break;
-        case OPT_ALL:
-            a->all = true;
-            break;
-        case OPT_POOL:
-            a->pool = optarg;
-            break;
-        case OPT_HOST:
-            a->host = optarg;
-            break;
         case OPT_NOW:
             a->now = optarg;
             break;
@@ -837,11 +870,13 @@ static void parse_args(int argc, char **argv, struct cli_args *a)
         case ':':
             problem(a, "%s needs a value", argv[optind - 1]);
             break;
-        default:
+        case '?':
             problem(a, "unknown option %s", argv[optind - 1]);
             break;
+        default:
+            break;
         }
-        if (opt >= OPT_STATUS)
+        if (opt >= OPT_ADMIN)
             a->given |= GIVEN(opt);
     }
     for (int i = optind; i < argc; i++) {
@@ -852,26 +887,27 @@ static void parse_args(int argc, char **argv, struct cli_args *a)
     }
 }
 
-/* Whether the command takes the options given (`allowed`), and `min`..`max` operands. */
-static int check_shape(const struct cli_args *a, unsigned allowed, size_t min, size_t max,
-                       const char *operands)
+/* Whether the line takes only the options `allowed`, and `min`..`max` operands after its
+ * first `skip` words (`runners show`: 2). */
+static int check_shape(const struct cli_args *a, const char *name, unsigned allowed, size_t skip,
+                       size_t min, size_t max, const char *operands)
 {
-    for (int o = OPT_STATUS; o <= OPT_WARN_DAYS; o++)
+    for (int o = OPT_ADMIN; o <= OPT_WARN_DAYS; o++)
         if ((a->given & GIVEN(o)) && !(allowed & GIVEN(o)))
-            return usage_error("%s takes no --%s", a->words[0], option_name(o));
-    size_t n = a->n_words - 1;
+            return usage_error("%s takes no --%s", name, option_name(o));
+    size_t n = a->n_words - skip;
     if (n < min)
-        return usage_error("%s needs %s", a->words[0], operands);
+        return usage_error("%s needs %s", name, operands);
     if (n > max)
-        return usage_error("%s: unexpected argument %s", a->words[0], a->words[1 + max]);
+        return usage_error("%s: unexpected argument %s", name, a->words[skip + max]);
     return EXIT_OK;
 }
 
 /* image-check runs here, without the daemon; its exit statuses are its own. */
 static int run_image_check(const struct cli_args *a)
 {
-    if (check_shape(a, GIVEN(OPT_NOW) | GIVEN(OPT_WARN_DAYS), 2, 2, "IMAGE and RELEASES") !=
-        EXIT_OK) {
+    if (check_shape(a, "image-check", GIVEN(OPT_NOW) | GIVEN(OPT_WARN_DAYS), 1, 2, 2,
+                    "IMAGE and RELEASES") != EXIT_OK) {
         fprintf(stderr, "usage: hatchery image-check IMAGE RELEASES [--now ISO] [--warn-days N]\n");
         return RUNNER_BAD_INPUT;
     }
@@ -885,74 +921,95 @@ static int run_image_check(const struct cli_args *a)
     return image_check(paths, now, (int)a->warn_days);
 }
 
-/* Whether the command line fits `command` (its words and options), and how its answer is
- * printed. EXIT_OK, or the usage error's status (said already). */
-static int check_command(const struct cli_args *a, enum admin_command command,
-                         void (**print)(json_t *))
+/* The form of `command` that `words` (the command's own first) are: the one whose fixed
+ * word comes next, else the one without. NULL when the command has none. */
+static const struct admin_form *form_of(enum admin_command command, const char *const *words,
+                                        size_t n_words)
 {
-    int r;
-    if (command == ADMIN_JOBS) {
-        *print = print_jobs;
-        r = check_shape(a, GIVEN(OPT_STATUS) | GIVEN(OPT_LIMIT), 0, 0, "");
-        /* Known here, so that a typo is a usage error, not the daemon's refusal. */
-        static const char *const statuses[] = {"waiting", "queued", "in_progress", "completed"};
-        bool known = !a->status;
-        for (size_t k = 0; !known && k < sizeof(statuses) / sizeof(statuses[0]); k++)
-            known = strcmp(a->status, statuses[k]) == 0;
-        if (r == EXIT_OK && !known)
-            r = usage_error("jobs: --status must be waiting, queued, in_progress or completed, "
-                            "not '%s'",
-                            a->status);
-    } else if (command == ADMIN_POOLS || command == ADMIN_CAPACITY || command == ADMIN_HEALTH ||
-               command == ADMIN_GITHUB || command == ADMIN_HOSTS || command == ADMIN_RELOAD) {
-        *print = command == ADMIN_POOLS      ? print_pools
-                 : command == ADMIN_RELOAD   ? print_reload
-                 : command == ADMIN_CAPACITY ? print_capacity
-                 : command == ADMIN_GITHUB   ? print_github
-                 : command == ADMIN_HOSTS    ? print_hosts
-                                             : print_health;
-        r = check_shape(a, 0, 0, 0, "");
-    } else if (command == ADMIN_RUNNERS) {
-        bool show = a->n_words > 1 && strcmp(a->words[1], "show") == 0;
-        *print = show ? print_runner : print_runners;
-        r = show ? check_shape(a, 0, 2, 2, "show RUNNER")
-                 : check_shape(a, GIVEN(OPT_ALL) | GIVEN(OPT_POOL) | GIVEN(OPT_HOST), 0, 0, "");
-    } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN || command == ADMIN_DELETE ||
-               command == ADMIN_LOGS) {
-        *print = command == ADMIN_LOGS ? print_logs : print_done;
-        r = check_shape(a, 0, 1, 1,
-                        command == ADMIN_DRAIN || command == ADMIN_UNDRAIN ? "a HOST" : "a RUNNER");
-    } else {
-        r = usage_error("unknown command '%s'", a->words[0]);
+    const struct admin_form *plain = NULL;
+    for (size_t f = 0; f < ADMIN_N_FORMS; f++) {
+        const struct admin_form *form = &admin_forms[f];
+        if (form->command != command)
+            continue;
+        if (!form->sub)
+            plain = form;
+        else if (n_words > 1 && strcmp(words[1], form->sub) == 0)
+            return form;
+    }
+    return plain;
+}
+
+/* The values `jobs --status` takes, as a sentence: "a, b or c". */
+static void statuses_sentence(char *out, size_t size)
+{
+    size_t n = 0, count = 0;
+    while (admin_job_statuses[count])
+        count++;
+    out[0] = 0;
+    for (size_t i = 0; i < count && n < size; i++)
+        n += (size_t)snprintf(out + n, size - n, "%s%s",
+                              i == 0           ? ""
+                              : i + 1 == count ? " or "
+                                               : ", ",
+                              admin_job_statuses[i]);
+}
+
+/* Whether the command line fits `form` (its words and options, and the values known
+ * here, so that a typo is a usage error, not the daemon's refusal). EXIT_OK, or the usage
+ * error's status (said already). */
+static int check_form(const struct cli_args *a, const struct admin_form *form)
+{
+    char name[64], operand[32];
+    snprintf(name, sizeof(name), "%s%s%s", a->words[0], form->sub ? " " : "",
+             form->sub ? form->sub : "");
+    snprintf(operand, sizeof(operand), "a %s", form->operand ? form->operand : "");
+    size_t want = form->operand ? 1 : 0;
+    int r = check_shape(a, name, form->options, form->sub ? 2 : 1, want, want, operand);
+    const char *status = a->values[ADMIN_OPT_STATUS];
+    bool known = r != EXIT_OK || !status;
+    for (size_t k = 0; !known && admin_job_statuses[k]; k++)
+        known = strcmp(status, admin_job_statuses[k]) == 0;
+    if (!known) {
+        char statuses[128];
+        statuses_sentence(statuses, sizeof(statuses));
+        r = usage_error("%s: --status must be %s, not '%s'", name, statuses, status);
     }
     return r;
 }
 
-/* The admin request for the command line (admin_protocol.h). */
-static json_t *build_request(const struct cli_args *a, enum admin_command command, bool show)
+/* The admin request for the command line, as its form says (admin_protocol.h). */
+static json_t *build_request(const struct cli_args *a, const struct admin_form *form)
 {
-    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, a->words[0]);
-    if (a->status)
-        json_object_set_new(request, ADMIN_KEY_STATUS, json_string(a->status));
-    if (a->limit)
-        json_object_set_new(request, ADMIN_KEY_LIMIT, json_integer(a->limit));
-    if (command == ADMIN_RUNNERS) {
-        if (show) {
-            json_object_set_new(request, ADMIN_KEY_NAME, json_string(a->words[2]));
-            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
-        }
-        if (a->all)
-            json_object_set_new(request, ADMIN_KEY_ALL, json_true());
-        if (a->pool)
-            json_object_set_new(request, ADMIN_KEY_POOL, json_string(a->pool));
-        if (a->host)
-            json_object_set_new(request, ADMIN_KEY_HOST, json_string(a->host));
-    } else if (command == ADMIN_DRAIN || command == ADMIN_UNDRAIN) {
-        json_object_set_new(request, ADMIN_KEY_HOST, json_string(a->words[1]));
-    } else if (command == ADMIN_DELETE || command == ADMIN_LOGS) {
-        json_object_set_new(request, ADMIN_KEY_RUNNER, json_string(a->words[1]));
+    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, admin_command_names[form->command]);
+    if (form->operand)
+        json_object_set_new(request, form->operand_key, json_string(a->words[form->sub ? 2 : 1]));
+    if (form->implies_all)
+        json_object_set_new(request, ADMIN_KEY_ALL, json_true());
+    for (int o = 0; o < ADMIN_OPT_MAX; o++) {
+        if (!(a->given & ADMIN_OPT(o)))
+            continue;
+        json_t *value = !admin_options[o].value ? json_true()
+                        : o == ADMIN_OPT_LIMIT  ? json_integer(a->limit)
+                                                : json_string(a->values[o]);
+        json_object_set_new(request, admin_options[o].key, value);
     }
     return request;
+}
+
+/* How each command's answer is printed for people. */
+static void (*const printers[ADMIN_COMMAND_MAX])(json_t *) = {
+    [ADMIN_JOBS] = print_jobs,         [ADMIN_POOLS] = print_pools,
+    [ADMIN_CAPACITY] = print_capacity, [ADMIN_HOSTS] = print_hosts,
+    [ADMIN_RUNNERS] = print_runners,   [ADMIN_DRAIN] = print_done,
+    [ADMIN_UNDRAIN] = print_done,      [ADMIN_DELETE] = print_done,
+    [ADMIN_LOGS] = print_logs,         [ADMIN_GITHUB] = print_github,
+    [ADMIN_RELOAD] = print_reload,     [ADMIN_HEALTH] = print_health,
+};
+
+static void (*printer_of(const struct admin_form *form))(json_t *)
+{
+    /* `runners show` answers with one runner, not a table of them. */
+    return form->command == ADMIN_RUNNERS && form->sub ? print_runner : printers[form->command];
 }
 
 static void print_json(json_t *value)
@@ -991,8 +1048,164 @@ static int report(const char *cmd, bool as_json, int rc, json_t *answer, void (*
     return EXIT_OK;
 }
 
+/* ---- completion ----------------------------------------------------------------------
+ * `hatchery __complete WORD… CURRENT` prints what may come in place of CURRENT (the word
+ * being typed, maybe empty) after the words before it, one per line: the shells' scripts
+ * (deploy/completion/) are thin callers of this, so that commands, forms and options
+ * come from admin_protocol.h's table and runner, host and pool names from the daemon's
+ * JSON answers. A first line ":files" asks the shell for file names as well. */
+
+/* The names the daemon knows of a kind, from its answer's "name" fields; none when it is
+ * away (nothing is said on the terminal while someone types). */
+static void print_daemon_names(const char *socket_path, enum admin_names kind, const char *prefix)
+{
+    static const struct {
+        enum admin_command command;
+        const char *list;
+    } lists[] = {
+        [ADMIN_NAMES_RUNNERS] = {ADMIN_RUNNERS, "runners"},
+        [ADMIN_NAMES_HOSTS] = {ADMIN_HOSTS, "hosts"},
+        [ADMIN_NAMES_POOLS] = {ADMIN_POOLS, "pools"},
+    };
+    if (kind == ADMIN_NAMES_JOB_STATUS) {
+        for (size_t i = 0; admin_job_statuses[i]; i++)
+            if (strncmp(admin_job_statuses[i], prefix, strlen(prefix)) == 0)
+                puts(admin_job_statuses[i]);
+        return;
+    }
+    if (kind != ADMIN_NAMES_RUNNERS && kind != ADMIN_NAMES_HOSTS && kind != ADMIN_NAMES_POOLS)
+        return;
+    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, admin_command_names[lists[kind].command]);
+    if (kind == ADMIN_NAMES_RUNNERS)
+        json_object_set_new(request, ADMIN_KEY_ALL, json_true());
+    json_t *answer = NULL, *row;
+    size_t i;
+    int saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null >= 0)
+        dup2(null, STDERR_FILENO);
+    if (request && call(socket_path, request, &answer) == EXIT_OK)
+        json_array_foreach(json_object_get(answer, lists[kind].list), i, row)
+        {
+            const char *name = json_string_value(json_object_get(row, "name"));
+            if (name && strncmp(name, prefix, strlen(prefix)) == 0)
+                puts(name);
+        }
+    if (saved >= 0) {
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+    }
+    if (null >= 0)
+        close(null);
+    json_decref(request);
+    json_decref(answer);
+}
+
+static void print_if(const char *candidate, const char *prefix)
+{
+    if (strncmp(candidate, prefix, strlen(prefix)) == 0)
+        puts(candidate);
+}
+
+static void print_options(unsigned options, bool global, const char *prefix)
+{
+    char option[64];
+    for (int o = 0; o < ADMIN_OPT_MAX; o++)
+        if (options & ADMIN_OPT(o)) {
+            snprintf(option, sizeof(option), "--%s", admin_options[o].name);
+            print_if(option, prefix);
+        }
+    print_if("--json", prefix);
+    if (global) {
+        print_if("--socket", prefix);
+        print_if("--help", prefix);
+        print_if("--version", prefix);
+    }
+}
+
+/* The admin option `word` names (`--pool`, `--pool=x`), or -1. */
+static int admin_option_named(const char *word)
+{
+    if (strncmp(word, "--", 2) != 0)
+        return -1;
+    size_t len = strcspn(word + 2, "=");
+    for (int o = 0; o < ADMIN_OPT_MAX; o++)
+        if (strlen(admin_options[o].name) == len &&
+            strncmp(word + 2, admin_options[o].name, len) == 0)
+            return o;
+    return -1;
+}
+
+static int complete(int n, char **words)
+{
+    const char *socket_path = getenv("HATCHERY_SOCKET");
+    if (!socket_path || !*socket_path)
+        socket_path = DEFAULT_SOCKET;
+    const char *cur = n > 0 ? words[n - 1] : "";
+    const char *positional[4];
+    size_t n_positional = 0;
+    int value_of = -1; /* the admin option whose value `cur` is */
+    bool socket_value = false, value_taken = false;
+    for (int i = 0; i < n - 1; i++) {
+        const char *w = words[i];
+        int o = admin_option_named(w);
+        bool takes = (o >= 0 && admin_options[o].value) || strcmp(w, "--socket") == 0 ||
+                     strcmp(w, "--now") == 0 || strcmp(w, "--warn-days") == 0;
+        if (strncmp(w, "--socket=", 9) == 0)
+            socket_path = w + 9;
+        if (w[0] == '-' && takes && !strchr(w, '=')) {
+            if (i + 1 == n - 1) {
+                value_of = o;
+                socket_value = strcmp(w, "--socket") == 0;
+                value_taken = true;
+            } else if (strcmp(w, "--socket") == 0) {
+                socket_path = words[i + 1];
+            }
+            i++;
+        } else if (w[0] != '-' && n_positional < sizeof(positional) / sizeof(positional[0])) {
+            positional[n_positional++] = w;
+        }
+    }
+    if (value_taken) {
+        if (socket_value)
+            puts(":files");
+        else if (value_of >= 0)
+            print_daemon_names(socket_path, admin_options[value_of].names, cur);
+        return EXIT_OK;
+    }
+    if (n_positional == 0) {
+        for (int c = 0; c < ADMIN_COMMAND_MAX; c++)
+            print_if(admin_command_names[c], cur);
+        print_if("image-check", cur);
+        print_options(0, true, cur);
+        return EXIT_OK;
+    }
+    if (strcmp(positional[0], "image-check") == 0) {
+        if (n_positional < 3)
+            puts(":files");
+        print_if("--now", cur);
+        print_if("--warn-days", cur);
+        return EXIT_OK;
+    }
+    enum admin_command command = admin_command_parse(positional[0]);
+    const struct admin_form *form =
+        command == ADMIN_COMMAND_MAX ? NULL : form_of(command, positional, n_positional);
+    if (!form)
+        return EXIT_OK;
+    size_t operands = n_positional - (form->sub ? 2 : 1);
+    if (!form->sub && n_positional == 1)
+        for (size_t f = 0; f < ADMIN_N_FORMS; f++)
+            if (admin_forms[f].command == command && admin_forms[f].sub)
+                print_if(admin_forms[f].sub, cur);
+    if (form->operand && operands == 0)
+        print_daemon_names(socket_path, form->operand_names, cur);
+    print_options(form->options, false, cur);
+    return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "__complete") == 0)
+        return complete(argc - 2, argv + 2);
     struct cli_args a = {.socket_path = getenv("HATCHERY_SOCKET"), .warn_days = 7};
     if (!a.socket_path || !*a.socket_path)
         a.socket_path = DEFAULT_SOCKET;
@@ -1009,15 +1222,18 @@ int main(int argc, char **argv)
     if (strcmp(a.words[0], "image-check") == 0)
         return run_image_check(&a);
     enum admin_command command = admin_command_parse(a.words[0]);
-    void (*print)(json_t *) = NULL;
-    int r = check_command(&a, command, &print);
+    const struct admin_form *form =
+        command == ADMIN_COMMAND_MAX ? NULL : form_of(command, a.words, a.n_words);
+    if (!form)
+        return usage_error("unknown command '%s'", a.words[0]);
+    int r = check_form(&a, form);
     if (r != EXIT_OK)
         return r;
-    json_t *request = build_request(&a, command, print == print_runner);
+    json_t *request = build_request(&a, form);
     json_t *answer = NULL;
     int rc = call(a.socket_path, request, &answer);
     json_decref(request);
-    r = report(a.words[0], a.as_json, rc, answer, print);
+    r = report(a.words[0], a.as_json, rc, answer, printer_of(form));
     json_decref(answer);
     return r;
 }

@@ -276,7 +276,8 @@ static void on_front_gone(void *data, const char *why)
     daemon_stop(d);
 }
 
-/* An image or its manifest changed on disk: the pools' demand is counted again with it. */
+/* An image or its manifest changed on disk, or a look the scheduler waits for is back: the
+ * pools' demand is counted again with it. */
 static void on_images_changed(void *data)
 {
     struct daemon *d = data;
@@ -714,6 +715,18 @@ static json_t *on_admin_request(struct admin_server *server, json_t *request)
     if (command == ADMIN_COMMAND_MAX || !admin_handlers[command])
         return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", ADMIN_KEY_CMD,
                          cmd);
+    /* Only the keys one of the command's forms sends (admin_protocol.h): a misspelt
+     * filter is an error, not a wider answer than asked for. */
+    const char *key;
+    json_t *value;
+    json_object_foreach(request, key, value)
+    {
+        if (strcmp(key, ADMIN_KEY_CMD) != 0 && !admin_key_allowed(command, key)) {
+            char error[160];
+            snprintf(error, sizeof(error), "%s takes no key \"%.64s\"", cmd, key);
+            return json_pack("{s:b, s:s}", "ok", 0, "error", error);
+        }
+    }
     return admin_handlers[command](d, command, request);
 }
 

@@ -24,6 +24,8 @@ struct followed {
     char *image;
     struct stamp stamp;
     struct image_cache_entry entry;
+    int64_t asked_ms;        /* the last image_cache_check() */
+    int64_t needed_since_ms; /* a check waits for a look started at or after this */
 };
 
 /* One look at the files, in the thread pool: its own copies of the names and stamps, so
@@ -39,6 +41,7 @@ struct look_item {
 struct look {
     uv_work_t work;
     struct image_cache *cache;
+    int64_t started_ms;
     size_t n;
     struct look_item items[];
 };
@@ -49,9 +52,11 @@ struct image_cache {
     void *data;
     struct followed *items;
     size_t n;
-    int64_t looked_at_ms;
+    int64_t looked_at_ms; /* the last look's start */
+    int64_t seen_ms;      /* the start of the last look that came back */
     bool looking;
-    bool freed; /* image_cache_free() while looking: the look's end frees */
+    bool waited_for; /* a check waits for the look under way: say when it is back */
+    bool freed;      /* image_cache_free() while looking: the look's end frees */
     uint64_t reads;
 };
 
@@ -137,6 +142,8 @@ static void look_done(uv_work_t *w, int status)
         return;
     }
     bool changed = false;
+    if (status == 0)
+        ic->seen_ms = l->started_ms;
     for (size_t i = 0; status == 0 && i < l->n; i++) {
         struct look_item *it = &l->items[i];
         struct followed *f = find(ic, it->image);
@@ -152,7 +159,9 @@ static void look_done(uv_work_t *w, int status)
         }
     }
     look_free(l);
-    if (changed && ic->changed)
+    bool say = changed || ic->waited_for;
+    ic->waited_for = false;
+    if (say && ic->changed)
         ic->changed(ic->data);
 }
 
@@ -163,6 +172,7 @@ static void look_start(struct image_cache *ic)
         return;
     l->cache = ic;
     l->work.data = l;
+    l->started_ms = wall_clock_ms();
     for (size_t i = 0; i < ic->n; i++, l->n++) {
         l->items[i].image = strdup(ic->items[i].image);
         l->items[i].before = ic->items[i].stamp;
@@ -176,7 +186,7 @@ static void look_start(struct image_cache *ic)
         return;
     }
     ic->looking = true;
-    ic->looked_at_ms = wall_clock_ms();
+    ic->looked_at_ms = l->started_ms;
 }
 
 int image_cache_new(uv_loop_t *loop, image_cache_changed_cb changed, void *data,
@@ -244,14 +254,33 @@ const struct image_cache_entry *image_cache_get(struct image_cache *ic, const ch
     return f ? &f->entry : NULL;
 }
 
-const struct image_manifest *image_cache_manifest(struct image_cache *ic, const char *image,
-                                                  enum pool_arch arch, char *err, size_t err_size)
+const struct image_cache_entry *image_cache_check(struct image_cache *ic, const char *image,
+                                                  bool *ret_pending)
 {
-    const struct image_cache_entry *e = image_cache_get(ic, image);
-    if (err_size)
-        err[0] = 0;
-    if (!e)
+    struct followed *f = find(ic, image);
+    *ret_pending = false;
+    if (!f)
         return NULL;
+    int64_t now = wall_clock_ms();
+    /* Asked again after a pause: demand that is new, so the files are looked at anew. */
+    if (now - f->asked_ms > 2 * IMAGE_CACHE_REFRESH_MS && f->needed_since_ms <= f->asked_ms)
+        f->needed_since_ms = now;
+    f->asked_ms = now;
+    if (ic->seen_ms >= f->needed_since_ms) {
+        image_cache_get(ic, image); /* and keep looking once a second while asked */
+        return &f->entry;
+    }
+    if (!ic->looking)
+        look_start(ic);
+    ic->waited_for = true;
+    *ret_pending = true;
+    return NULL;
+}
+
+const struct image_manifest *image_cache_entry_manifest(const struct image_cache_entry *e,
+                                                        enum pool_arch arch, char *err,
+                                                        size_t err_size)
+{
     if (e->manifest_rc < 0) {
         snprintf(err, err_size, "%s", e->err);
         return NULL;

@@ -3,7 +3,8 @@
  * and the admin API read it from memory; the files are looked at off the loop, in libuv's
  * thread pool, at most once a second and only while someone asks, and a manifest is read
  * again only when its file changed (inode, size, mtime or ctime). A change found calls
- * `changed`, so that the scheduler recounts with what is on disk now. */
+ * `changed`, so that the scheduler recounts with what is on disk now; so does a look that
+ * a check waits for. */
 #ifndef HATCHERY_IMAGE_CACHE_H
 #define HATCHERY_IMAGE_CACHE_H
 
@@ -26,6 +27,7 @@ struct image_cache_entry {
     struct image_manifest manifest;
 };
 
+/* What the cache says changed, or a look a check waited for is back. */
 typedef void (*image_cache_changed_cb)(void *data);
 
 int image_cache_new(uv_loop_t *loop, image_cache_changed_cb changed, void *data,
@@ -37,10 +39,18 @@ int image_cache_follow(struct image_cache *ic, const struct config *c);
 /* What is known of `image`, or NULL when it is not followed. Starts a look at the files
  * when the last one is older than IMAGE_CACHE_REFRESH_MS. */
 const struct image_cache_entry *image_cache_get(struct image_cache *ic, const char *image);
-/* The manifest of `image` when it was read and fits a pool of `arch`; else NULL and the
- * reason in `err` (an image not followed has none). */
-const struct image_manifest *image_cache_manifest(struct image_cache *ic, const char *image,
-                                                  enum pool_arch arch, char *err, size_t err_size);
+/* What is known of `image` for acting on it (the scheduler, before it makes a runner):
+ * as found by a look that started after the demand began, that is after the first check
+ * following a pause of more than two refresh intervals. NULL and `*ret_pending` when that
+ * look has not come back yet: it is started, and `changed` is called when it is back. NULL
+ * alone when the image is not followed. */
+const struct image_cache_entry *image_cache_check(struct image_cache *ic, const char *image,
+                                                  bool *ret_pending);
+/* The entry's manifest when it was read and fits a pool of `arch`; else NULL and the reason
+ * in `err`. */
+const struct image_manifest *image_cache_entry_manifest(const struct image_cache_entry *e,
+                                                        enum pool_arch arch, char *err,
+                                                        size_t err_size);
 /* How many manifests were read from disk since the cache was made. */
 uint64_t image_cache_reads(const struct image_cache *ic);
 /* Frees now, or once a look under way comes back. */

@@ -266,17 +266,22 @@ static void tick(struct scheduler *s)
          * controller of remote hosts are not judged by another pool's local host; their
          * image is looked for on each host (place()). */
         bool local = config_pool_has_local_host(c, pool);
-        /* The image and its manifest as last seen on disk (image_cache.h, which looks again
-         * off the loop and kicks a recount when they change): an image rebuilt for another
-         * arch, or one without a manifest, gets no runner. */
-        const struct image_cache_entry *image = local && want > 0 && s->deps.images
-                                                    ? image_cache_get(s->deps.images, pool->image)
-                                                    : NULL;
+        /* The image and its manifest as a look at the files after this demand began found
+         * them (image_cache.h: off the loop, once a second while wanted, kicking a recount
+         * when back): an image rebuilt for another arch, or one without a manifest, gets
+         * no runner. */
+        bool image_pending = false;
+        const struct image_cache_entry *image =
+            local && want > 0 && s->deps.images
+                ? image_cache_check(s->deps.images, pool->image, &image_pending)
+                : NULL;
         bool local_missing = image && image->image_errno != 0;
         char image_error[sizeof(s->why[p])] = "";
-        if (image && !local_missing && pool->backend == BACKEND_VM)
-            image_cache_manifest(s->deps.images, pool->image, (enum pool_arch)pool->arch,
-                                 image_error, sizeof(image_error));
+        if (image_pending)
+            snprintf(image_error, sizeof(image_error), "looking at the image");
+        else if (image && !local_missing && pool->backend == BACKEND_VM)
+            image_cache_entry_manifest(image, (enum pool_arch)pool->arch, image_error,
+                                       sizeof(image_error));
         while (want > 0) {
             if (room <= 0) {
                 snprintf(s->why[p], sizeof(s->why[p]), "pool at max_runners (%lld)",

@@ -28,8 +28,8 @@ packages=(
   iptables iproute2
   # the stock-host test (tests/stock-host): its machine's PID 1 found with pgrep
   procps
-  # tests
-  sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
+  # tests (zsh and fish: the CLI's completion in each shell)
+  zsh fish sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
   # benchmarks
   wrk nginx-light
 )

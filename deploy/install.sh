@@ -26,7 +26,9 @@ fi
 cmake -S . -B build-install -DCMAKE_BUILD_TYPE=Release -DHATCHERY_TESTS=OFF >/dev/null
 cmake --build build-install -j"$(nproc)" >/dev/null
 install -m 0755 build-install/hatcheryd build-install/hatchery /usr/local/bin/
-install -D -m 0644 deploy/bash-completion/hatchery /usr/share/bash-completion/completions/hatchery
+install -D -m 0644 deploy/completion/hatchery.bash /usr/share/bash-completion/completions/hatchery
+install -D -m 0644 deploy/completion/_hatchery /usr/share/zsh/vendor-completions/_hatchery
+install -D -m 0644 deploy/completion/hatchery.fish /usr/share/fish/vendor_completions.d/hatchery.fish
 
 getent group libvirt >/dev/null || groupadd --system libvirt
 id hatchery >/dev/null 2>&1 ||

@@ -82,7 +82,7 @@ describe('hatchery CLI', () => {
       [['pools', '--status', 'queued'], 'hatchery: pools takes no --status (hatchery --help)\n'],
       [['drain'], 'hatchery: drain needs a HOST (hatchery --help)\n'],
       [['drain', 'a', 'b'], 'hatchery: drain: unexpected argument b (hatchery --help)\n'],
-      [['runners', 'show'], 'hatchery: runners needs show RUNNER (hatchery --help)\n'],
+      [['runners', 'show'], 'hatchery: runners show needs a RUNNER (hatchery --help)\n'],
       [['frobnicate'], "hatchery: unknown command 'frobnicate' (hatchery --help)\n"],
       [[], 'hatchery: which command? (hatchery --help)\n'],
       [['jobs', '--limit', '0'], 'hatchery: --limit takes 1..10000 (hatchery --help)\n'],
@@ -145,7 +145,7 @@ describe('hatchery CLI', () => {
   });
 
   test('bash completion: commands, options, and host and pool names from the running daemon', () => {
-    const completion = new URL('../../deploy/bash-completion/hatchery', import.meta.url).pathname;
+    const completion = new URL('../../deploy/completion/hatchery.bash', import.meta.url).pathname;
     const complete = (...words) => {
       const script = `source ${completion}
 COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}
@@ -331,30 +331,88 @@ describe('a pool image with its manifest', () => {
   });
 });
 
-// `hatchery hosts` prints the warm templates after the hosts, below a blank line (see
-// print_hosts in controller/hatchery.c): host names are completed from the host table
-// only. The daemon here has no GitHub, so it keeps no template: the CLI's answer is
-// stood in for by a script that prints a host table and a template table in its format.
-test('bash completion takes host names from the host table, not the template table below it', () => {
+// Completion asks the daemon for names and takes each answer's "name" fields: a host's
+// templates (nested in its row, and printed below the host table by `hatchery hosts`)
+// are not hosts. The daemon here has no GitHub and keeps no template, so a socket that
+// answers in the admin protocol's shape stands in for one that does; it also records
+// what was asked.
+test('completion takes host names from the answer, not its templates; each shell completes the same', async () => {
   const dir = tempDir();
+  const sock = join(dir, 'admin.sock');
+  const asked = [];
+  const answers = {
+    hosts: { ok: true, hosts: [{ name: 'p10-a', state: 'up', templates: [{ name: 'hatchery-tpl-it-prod-0', pool: 'prod' }] }] },
+    runners: { ok: true, runners: [{ name: 'hatchery-it-prod-1' }, { name: 'hatchery-it-prod-2' }] },
+    pools: { ok: true, pools: [{ name: 'prod' }, { name: 'pr' }] },
+  };
+  const server = net.createServer((c) => {
+    let text = '';
+    c.on('data', (b) => {
+      text += b;
+      if (!text.includes('\n')) return;
+      const req = JSON.parse(text);
+      asked.push(req);
+      c.end(`${JSON.stringify(answers[req.cmd] ?? { ok: false, error: 'unknown command' })}\n`);
+    });
+  });
+  await new Promise((r) => server.listen(sock, r));
+  const env = { ...process.env, PATH: `${dirname(HATCHERY_CLI)}:${process.env.PATH}`, HATCHERY_SOCKET: sock };
+  // Each shell's answer for the words typed so far, the last one being completed.
+  const run = (cmd, args) => new Promise((resolve) => {
+    const p = spawn(cmd, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
+    p.stdout.on('data', (b) => { out += b; });
+    p.stderr.on('data', (b) => { err += b; });
+    p.on('exit', (code) => resolve({ code, out, err }));
+  });
+  const lines = (r) => { assert.equal(r.code, 0, r.err); return r.out.split('\n').filter(Boolean).sort(); };
+  const bash = async (...words) => lines(await run('bash', ['-c', `source ${new URL('../../deploy/completion/hatchery.bash', import.meta.url).pathname}
+COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}
+_hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`]));
+  // fish completes a command line as typed; a completion's description follows a tab.
+  const fish = async (line) => lines(await run('fish', ['--no-config', '-c', `source ${new URL('../../deploy/completion/hatchery.fish', import.meta.url).pathname}; complete -C'${line}'`])).map((l) => l.split('\t')[0]);
   try {
-    writeFileSync(join(dir, 'hatchery'), `#!/bin/sh
-cat <<'OUT'
-HOST    STATE  URI              TRANSPORT  VCPUS  MEMORY_MIB  GUESTS  ISOLATION  ERROR
-p10-a   up     qemu:///system   stream     0/16   0/32768     0/8     in_place   -
-
-TEMPLATE                       HOST   POOL  STATE  FILE_MB  RESTORES    REASON
-hatchery-tpl-it-prod-0         p10-a  prod  ready  156.5    3 (0 cold)  -
-OUT
-`, { mode: 0o755 });
-    const completion = new URL('../../deploy/bash-completion/hatchery', import.meta.url).pathname;
-    const script = `source ${completion}
-COMP_WORDS=(hatchery drain ''); COMP_CWORD=2
-_hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`;
-    const r = spawnSync('bash', ['-c', script], { encoding: 'utf8', env: { ...process.env, PATH: `${dir}:${process.env.PATH}` } });
-    assert.equal(r.status, 0, r.stderr);
-    assert.deepEqual(r.stdout.split('\n').filter(Boolean).sort(), ['--json', 'p10-a']);
+    for (const [words, want] of [
+      [['hatchery', 'drain', ''], ['--json', 'p10-a']],
+      [['hatchery', 'runners', 'show', 'hatchery-it-prod-'], ['hatchery-it-prod-1', 'hatchery-it-prod-2']],
+      [['hatchery', 'runners', '--pool', 'pr'], ['pr', 'prod']],
+      [['hatchery', 'un'], ['undrain']],
+    ]) {
+      assert.deepEqual(await bash(...words), want, `bash: ${words.join(' ')}`);
+      assert.deepEqual(await fish(words.join(' ')), want, `fish: ${words.join(' ')}`);
+    }
+    assert.ok(asked.some((r) => r.cmd === 'runners' && r.all === true), 'runner names include ended ones');
+    // zsh: the script is valid zsh; its candidates are the same `hatchery __complete` lines.
+    assert.equal((await run('zsh', ['-n', new URL('../../deploy/completion/_hatchery', import.meta.url).pathname])).code, 0);
+    // A file operand: the shells are asked for file names.
+    assert.deepEqual(lines(await run(HATCHERY_CLI, ['__complete', 'image-check', ''])), ['--now', '--warn-days', ':files']);
   } finally {
+    server.close();
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('the admin API refuses a key its command does not take, instead of answering for everything', async () => {
+  const d = new Daemon();
+  await d.start();
+  try {
+    const ask = (req) => new Promise((resolve, reject) => {
+      const c = net.connect(d.socket);
+      let text = '';
+      c.on('data', (b) => { text += b; });
+      c.on('end', () => resolve(JSON.parse(text)));
+      c.on('error', reject);
+      c.end(`${JSON.stringify(req)}\n`);
+    });
+    assert.deepEqual(await ask({ cmd: 'runners', pol: 'linux.ppc64le' }), { ok: false, error: 'runners takes no key "pol"' });
+    assert.deepEqual(await ask({ cmd: 'health', host: 'x' }), { ok: false, error: 'health takes no key "host"' });
+    // Every key a form of the command sends is taken.
+    assert.equal((await ask({ cmd: 'runners', all: true, pool: 'linux.ppc64le', host: 'host-a' })).ok, true);
+    assert.doesNotMatch((await ask({ cmd: 'runners', all: true, name: 'x' })).error ?? '', /takes no key/);
+    assert.equal((await ask({ cmd: 'jobs', status: 'queued', limit: 5 })).ok, true);
+  } finally {
+    const { code } = await d.stop();
+    d.cleanup();
+    assert.equal(code, 0);
   }
 });

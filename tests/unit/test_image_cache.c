@@ -70,6 +70,14 @@ static struct config *load(const char *pools)
     return c;
 }
 
+static const struct image_manifest *manifest(struct image_cache *ic, enum pool_arch arch, char *err,
+                                             size_t err_size)
+{
+    const struct image_cache_entry *e = image_cache_get(ic, image);
+    assert_non_null(e);
+    return image_cache_entry_manifest(e, arch, err, err_size);
+}
+
 /* Runs the loop until `n` changes were reported, or fails after 10 s. */
 static void wait_changes(int n)
 {
@@ -129,8 +137,8 @@ static void test_follows_what_is_on_disk(void **state)
     assert_int_equal(e->manifest_rc, 0);
     assert_string_equal(e->manifest.arch, "ppc64le");
     char err[512];
-    assert_non_null(image_cache_manifest(ic, image, ARCH_PPC64LE, err, sizeof(err)));
-    assert_null(image_cache_manifest(ic, image, ARCH_S390X, err, sizeof(err)));
+    assert_non_null(manifest(ic, ARCH_PPC64LE, err, sizeof(err)));
+    assert_null(manifest(ic, ARCH_S390X, err, sizeof(err)));
     assert_string_equal(err, "image is built for ppc64le, the pool is s390x");
     assert_int_equal(image_cache_reads(ic), 3);
 
@@ -145,14 +153,33 @@ static void test_follows_what_is_on_disk(void **state)
     write_manifest("s390x");
     image_cache_get(ic, image);
     wait_changes(2);
-    assert_null(image_cache_manifest(ic, image, ARCH_PPC64LE, err, sizeof(err)));
+    assert_null(manifest(ic, ARCH_PPC64LE, err, sizeof(err)));
     assert_string_equal(err, "image is built for s390x, the pool is ppc64le");
+
+    /* Acted on after a pause: a check waits for a look that started after it, so that a
+     * change made just before it is seen, not what the last look found. */
+    age();
+    age();
+    write_manifest("ppc64le");
+    bool pending = false;
+    assert_null(image_cache_check(ic, image, &pending));
+    assert_true(pending);
+    wait_changes(3);
+    e = image_cache_check(ic, image, &pending);
+    assert_false(pending);
+    assert_non_null(e);
+    assert_string_equal(e->manifest.arch, "ppc64le");
+    /* While asked for, what is known serves: no wait on each check. */
+    assert_non_null(image_cache_check(ic, image, &pending));
+    assert_false(pending);
+    assert_null(image_cache_check(ic, "/not/followed.qcow2", &pending));
+    assert_false(pending);
 
     /* A reload that keeps the pools keeps what is known, without a read. */
     uint64_t reads = image_cache_reads(ic);
     assert_int_equal(image_cache_follow(ic, c), 0);
     assert_int_equal(image_cache_reads(ic), reads);
-    assert_non_null(image_cache_manifest(ic, image, ARCH_S390X, err, sizeof(err)));
+    assert_non_null(manifest(ic, ARCH_PPC64LE, err, sizeof(err)));
 
     /* A reload without the pools: the image is no longer followed. */
     config_free(c);
