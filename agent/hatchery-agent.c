@@ -1096,6 +1096,10 @@ int main(int argc, char **argv)
     if (start(&args) != 0)
         return 1;
     ss.buf = malloc(AGENT_MAX_LINE_BYTES + 1);
+    if (!ss.buf) {
+        say("out of memory");
+        ss.done = true;
+    }
     while (!ss.done) {
         channel_retry();
         struct pollfd fds[2] = {{.fd = channel, .events = POLLIN},

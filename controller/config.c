@@ -948,50 +948,44 @@ static void free_list(char **list, size_t n)
     free(list);
 }
 
+/* Frees what `keys` hold in `base`, as the table describes them: the strings and lists
+ * each key owns, and the mappings and sequences below, whatever their depth. */
+static void keys_free(const struct key *keys, void *base)
+{
+    for (const struct key *k = keys; k->name; k++) {
+        void *at = field(base, k->offset);
+        switch (k->type) {
+        case KEY_STRING:
+            free(*(char **)at);
+            break;
+        case KEY_STRING_LIST:
+            free_list(*(char ***)at, *(size_t *)field(base, k->count_offset));
+            break;
+        case KEY_MAPPING:
+            keys_free(k->sub, at);
+            break;
+        case KEY_SEQUENCE: {
+            char *elems = *(char **)at;
+            size_t n = *(size_t *)field(base, k->count_offset);
+            for (size_t i = 0; elems && i < n; i++)
+                keys_free(k->sub, elems + i * k->elem_size);
+            free(elems);
+            break;
+        }
+        case KEY_INT:
+        case KEY_ENUM:
+        case KEY_TYPE_MAX:
+            break;
+        }
+    }
+}
+
 void config_free(struct config *c)
 {
     if (!c)
         return;
-    free(c->path);
-    free(c->controller_id);
-    free(c->listen);
-    free(c->metrics_listen);
-    free(c->state_dir);
-    free(c->admin_socket);
-    free(c->webhook_secret_file);
-    free(c->log_level);
-    free(c->http.tls_cert_file);
-    free(c->http.tls_key_file);
-    free(c->github.api_url);
-    free(c->github.app_private_key_file);
-    free(c->github.token_file);
-    free(c->github.ca_file);
-    for (size_t i = 0; c->github.runner_scopes && i < c->github.n_runner_scopes; i++) {
-        free(c->github.runner_scopes[i].repo);
-        free(c->github.runner_scopes[i].org);
-    }
-    free(c->github.runner_scopes);
-    for (size_t i = 0; c->hosts && i < c->n_hosts; i++) {
-        free(c->hosts[i].name);
-        free(c->hosts[i].uri);
-        free(c->hosts[i].storage_pool);
-        free(c->hosts[i].storage_dir);
-    }
-    free(c->hosts);
-    for (size_t i = 0; c->pools && i < c->n_pools; i++) {
-        struct config_pool *p = &c->pools[i];
-        free(p->name);
-        free_list(p->labels, p->n_labels);
-        free(p->image);
-        free_list(p->hosts, p->n_hosts);
-        free(p->kernel);
-        free(p->initrd);
-        free(p->cmdline);
-        free(p->network);
-        free_list(p->runner_command, p->n_runner_command);
-        free(p->github_scope);
-    }
-    free(c->pools);
+    free(c->path); /* the one field that is not a key */
+    keys_free(top_keys, c);
     free(c);
 }
 

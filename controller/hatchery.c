@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "hatchery/admin_protocol.h"
+#include "hatchery/cleanup.h"
 #include "hatchery/version.h"
 #include "hatchery/limits.h"
 #include "runner_version.h"
@@ -114,27 +115,22 @@ static int image_check(const char *const paths[2], time_t now, int warn_days)
     if (stat(paths[0], &st) == 0 && S_ISDIR(st.st_mode)) {
         char path[PATH_MAX];
         snprintf(path, sizeof(path), "%s/opt/actions-runner/RUNNER_VERSION", paths[0]);
-        FILE *f = fopen(path, "re");
+        auto_fclose FILE *f = fopen(path, "re");
         if (!f || !fgets(version, sizeof(version), f)) {
             fprintf(stderr, "hatchery: image-check: %s: %s\n", path, f ? "empty" : strerror(errno));
-            if (f)
-                fclose(f);
             return RUNNER_BAD_INPUT;
         }
-        fclose(f);
     } else {
-        json_t *manifest = json_load_file(paths[0], 0, &err);
+        auto_json json_t *manifest = json_load_file(paths[0], 0, &err);
         const char *v = json_string_value(json_object_get(manifest, "runner_version"));
         if (!v) {
             fprintf(stderr, "hatchery: image-check: %s: %s\n", paths[0],
                     manifest ? "no runner_version in the manifest" : err.text);
-            json_decref(manifest);
             return RUNNER_BAD_INPUT;
         }
         snprintf(version, sizeof(version), "%s", v);
-        json_decref(manifest);
     }
-    json_t *releases = json_load_file(paths[1], 0, &err);
+    auto_json json_t *releases = json_load_file(paths[1], 0, &err);
     if (!releases) {
         fprintf(stderr, "hatchery: image-check: %s: %s\n", paths[1], err.text);
         return RUNNER_BAD_INPUT;
@@ -142,7 +138,6 @@ static int image_check(const char *const paths[2], time_t now, int warn_days)
     char msg[512];
     enum runner_compliance c =
         runner_version_check(version, releases, now, warn_days, msg, sizeof(msg));
-    json_decref(releases);
     if (c == RUNNER_BAD_INPUT) {
         fprintf(stderr, "hatchery: image-check: %s\n", msg);
         return c;
@@ -172,38 +167,32 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
         return EXIT_USAGE;
     }
     memcpy(addr.sun_path, socket_path, strlen(socket_path));
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto_close int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
         int e = errno;
         call_failed("cannot reach hatcheryd at %s: %s", socket_path, strerror(e));
         fprintf(stderr, "hatchery: is the daemon running? (systemctl status hatcheryd; or pass "
                         "--socket)\n");
-        if (fd >= 0)
-            close(fd);
         return EXIT_UNREACHABLE;
     }
-    char *text = json_dumps(request, JSON_COMPACT);
+    auto_free char *text = json_dumps(request, JSON_COMPACT);
     size_t len = text ? strlen(text) : 0;
     /* MSG_NOSIGNAL: a daemon that hangs up is an error to report, not a SIGPIPE to die of. */
     bool sent = text && send(fd, text, len, MSG_NOSIGNAL) == (ssize_t)len &&
                 send(fd, "\n", 1, MSG_NOSIGNAL) == 1;
-    free(text);
     if (!sent) {
         call_failed("cannot send to %s: %s%s", socket_path, strerror(errno),
                     errno == EPIPE || errno == ECONNRESET
                         ? " (the daemon closed the connection: is it stopping or overloaded?)"
                         : "");
-        close(fd);
         return EXIT_UNREACHABLE;
     }
-    char *buf = NULL;
+    auto_free char *buf = NULL;
     size_t used = 0, cap = 0;
     for (;;) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (poll(&pfd, 1, ADMIN_TIMEOUT_MS * 2) <= 0) {
             call_failed("no answer from %s", socket_path);
-            free(buf);
-            close(fd);
             return EXIT_UNREACHABLE;
         }
         if (used + 65536 > cap) {
@@ -211,8 +200,6 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
             char *grown = cap <= ADMIN_MAX_RESPONSE_BYTES ? realloc(buf, cap) : NULL;
             if (!grown) {
                 call_failed("answer larger than %d bytes", ADMIN_MAX_RESPONSE_BYTES);
-                free(buf);
-                close(fd);
                 return EXIT_BAD_ANSWER;
             }
             buf = grown;
@@ -224,18 +211,14 @@ static int call(const char *socket_path, json_t *request, json_t **ret_answer)
             call_failed("the daemon closed the connection at %s without answering%s%s (is it "
                         "stopping or overloaded?)",
                         socket_path, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
-            free(buf);
-            close(fd);
             return EXIT_UNREACHABLE;
         }
         if (n == 0)
             break;
         used += (size_t)n;
     }
-    close(fd);
     json_error_t jerr;
     json_t *answer = buf ? json_loadb(buf, used, 0, &jerr) : NULL;
-    free(buf);
     if (!json_is_object(answer)) {
         call_failed("the daemon's answer is not a JSON object");
         json_decref(answer);
@@ -1075,12 +1058,15 @@ static void print_daemon_names(const char *socket_path, enum admin_names kind, c
     }
     if (kind != ADMIN_NAMES_RUNNERS && kind != ADMIN_NAMES_HOSTS && kind != ADMIN_NAMES_POOLS)
         return;
-    json_t *request = json_pack("{s:s}", ADMIN_KEY_CMD, admin_command_names[lists[kind].command]);
+    auto_json json_t *request =
+        json_pack("{s:s}", ADMIN_KEY_CMD, admin_command_names[lists[kind].command]);
     if (kind == ADMIN_NAMES_RUNNERS)
         json_object_set_new(request, ADMIN_KEY_ALL, json_true());
-    json_t *answer = NULL, *row;
+    auto_json json_t *answer = NULL;
+    json_t *row;
     size_t i;
-    int saved = dup(STDERR_FILENO), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    auto_close int saved = dup(STDERR_FILENO);
+    auto_close int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
     if (null >= 0)
         dup2(null, STDERR_FILENO);
     if (request && call(socket_path, request, &answer) == EXIT_OK)
@@ -1090,14 +1076,8 @@ static void print_daemon_names(const char *socket_path, enum admin_names kind, c
             if (name && strncmp(name, prefix, strlen(prefix)) == 0)
                 puts(name);
         }
-    if (saved >= 0) {
+    if (saved >= 0)
         dup2(saved, STDERR_FILENO);
-        close(saved);
-    }
-    if (null >= 0)
-        close(null);
-    json_decref(request);
-    json_decref(answer);
 }
 
 static void print_if(const char *candidate, const char *prefix)
@@ -1229,11 +1209,8 @@ int main(int argc, char **argv)
     int r = check_form(&a, form);
     if (r != EXIT_OK)
         return r;
-    json_t *request = build_request(&a, form);
-    json_t *answer = NULL;
+    auto_json json_t *request = build_request(&a, form);
+    auto_json json_t *answer = NULL;
     int rc = call(a.socket_path, request, &answer);
-    json_decref(request);
-    r = report(a.words[0], a.as_json, rc, answer, printer_of(form));
-    json_decref(answer);
-    return r;
+    return report(a.words[0], a.as_json, rc, answer, printer_of(form));
 }

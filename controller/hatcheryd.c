@@ -21,6 +21,7 @@
 #include "libvirt/libvirt_loop.h"
 #include "libvirt/provisioner.h"
 #include "hatchery/admin_protocol.h"
+#include "hatchery/cleanup.h"
 #include "hatchery/limits.h"
 #include "image_cache.h"
 #include "image_manifest.h"
@@ -1258,13 +1259,12 @@ int main(int argc, char **argv)
         return exit_code;
 
     struct daemon d = {.lock_fd = -1};
-    char *load_errors = NULL;
+    auto_free char *load_errors = NULL;
     /* Running, the App key is first read after the HTTP front is forked (github_open in
      * start() fails the start the same way), so that not even a freed copy of it is in the
      * front's memory; --check-config reads it here. */
     if (load(args.config_path, args.check_only, &d.config, &d.webhook_secret, &load_errors) < 0) {
         fputs(load_errors ? load_errors : "cannot load the config\n", stderr);
-        free(load_errors);
         return 1;
     }
     if (args.check_only) {
