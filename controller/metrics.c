@@ -352,6 +352,9 @@ static void host_metrics(struct textbuf *b, struct daemon *d)
              "Guests each host may hold (hosts[].max_guests)."},
             {"hatchery_guest_transitions_refused_total", "counter",
              "Guest state changes the guest lifecycle table refused, by host (a bug if not 0)."},
+            {"hatchery_template_transitions_refused_total", "counter",
+             "Warm template state changes the template lifecycle table refused, by host (a bug "
+             "if not 0)."},
         };
         for (size_t f = 0; st && f < sizeof(families) / sizeof(families[0]); f++) {
             header(b, families[f].name, families[f].type, families[f].help);
@@ -365,7 +368,8 @@ static void host_metrics(struct textbuf *b, struct daemon *d)
                               : f == 5 ? st[i].used.memory_mib * 1048576
                               : f == 6 ? host->memory_mib * 1048576
                               : f == 7 ? host->max_guests
-                                       : st[i].guest_moves_refused;
+                              : f == 8 ? st[i].guest_moves_refused
+                                       : st[i].template_moves_refused;
                 textbuf_printf(b, "%s{host=\"%s\"} %lld\n", families[f].name,
                                d->config->hosts[i].name, v);
             }

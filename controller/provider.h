@@ -37,8 +37,9 @@ struct host_status {
     int64_t reconnects;
     char error[256]; /* why it is down, or empty */
     struct host_usage used;
-    int64_t guest_moves_refused; /* guest state changes its lifecycle table refused: a bug */
-    bool streams;                /* agent channels and consoles through libvirt streams */
+    int64_t guest_moves_refused;    /* guest state changes its lifecycle table refused: a bug */
+    int64_t template_moves_refused; /* the same for warm template slots */
+    bool streams;                   /* agent channels and consoles through libvirt streams */
     bool guest_filter; /* the guest filter (libvirt/guest_filter.h) is defined on the host */
     char guest_filter_error[256]; /* else why not */
 };

@@ -463,6 +463,7 @@ int provisioner_host_status(struct provider *provider, const char *name, struct 
     snprintf(ret->error, sizeof(ret->error), "%s", h->up ? "" : h->error);
     ret->used = h->used;
     ret->guest_moves_refused = h->guest_moves_refused;
+    ret->template_moves_refused = h->slot_moves_refused;
     ret->streams = h->streams;
     ret->guest_filter = h->up && h->guest_filter;
     snprintf(ret->guest_filter_error, sizeof(ret->guest_filter_error), "%s",

@@ -92,6 +92,7 @@ struct host {
     char error[256];
     struct host_usage used;
     int64_t guest_moves_refused; /* guest_move's refusals on this host: a bug if not 0 */
+    int64_t slot_moves_refused;  /* slot_move's, the same */
     struct guest *guests;
     unsigned long hypervisor_version, libvirt_version;
     struct image_check *images;  /* the VM pools' images, on a remote host */
@@ -249,6 +250,9 @@ struct boot_files boot_files_of(const struct host *h, const struct config_pool *
  * table does not allow, and the state is kept. */
 bool guest_move(struct guest *g, enum guest_state to);
 bool guest_move_allowed(enum guest_state from, enum guest_state to);
+/* A template slot's lifecycle table (template.c), as guest_move's. */
+bool slot_move(struct template_slot *slot, enum slot_state to);
+bool slot_move_allowed(enum slot_state from, enum slot_state to);
 void guest_release(struct guest *g);
 virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
 void create_work(uv_work_t *w);

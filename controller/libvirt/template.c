@@ -31,6 +31,43 @@ static const char *const slot_state_names[SLOT_STATE_MAX] = {
     [SLOT_READY] = "ready",     [SLOT_BROKEN] = "broken",     [SLOT_DISABLED] = "disabled",
 };
 
+/* A template slot's lifecycle: the moves each state may make. Unknown is looked at
+ * (checking), which finds it ready, has it built, or leaves it unknown (in use, no room, the
+ * want changed). A ready template goes broken or disabled when restores from it fail,
+ * unknown when what it was built from changed; broken waits, then is looked at again.
+ * Restores unsupported on the host disable a slot from any state; a restore that fails
+ * after its slot went unknown breaks it there. slot_move is the one writer of a slot's
+ * state; a move to the state it is in is no move. */
+static const uint8_t slot_moves[SLOT_STATE_MAX] = {
+#define TO(s) (1u << (s))
+    [SLOT_UNKNOWN] = TO(SLOT_CHECKING) | TO(SLOT_BROKEN) | TO(SLOT_DISABLED),
+    [SLOT_CHECKING] =
+        TO(SLOT_UNKNOWN) | TO(SLOT_READY) | TO(SLOT_BUILDING) | TO(SLOT_BROKEN) | TO(SLOT_DISABLED),
+    [SLOT_BUILDING] = TO(SLOT_READY) | TO(SLOT_BROKEN) | TO(SLOT_DISABLED),
+    [SLOT_READY] = TO(SLOT_UNKNOWN) | TO(SLOT_BROKEN) | TO(SLOT_DISABLED),
+    [SLOT_BROKEN] = TO(SLOT_UNKNOWN) | TO(SLOT_DISABLED),
+    [SLOT_DISABLED] = TO(SLOT_UNKNOWN),
+#undef TO
+};
+
+bool slot_move_allowed(enum slot_state from, enum slot_state to)
+{
+    return from < SLOT_STATE_MAX && to < SLOT_STATE_MAX &&
+           (from == to || (slot_moves[from] & (1u << to)));
+}
+
+bool slot_move(struct template_slot *slot, enum slot_state to)
+{
+    if (!slot_move_allowed(slot->state, to)) {
+        slot->host->slot_moves_refused++;
+        log_error("template.transition_refused", "template=%s from=%s to=%s", slot->name,
+                  slot_state_names[slot->state], to < SLOT_STATE_MAX ? slot_state_names[to] : "?");
+        return false;
+    }
+    slot->state = to;
+    return true;
+}
+
 /* -- templates: building one, restoring runners from it -- */
 
 static void save_work(uv_work_t *w)
@@ -240,7 +277,7 @@ static bool slot_in_use(const struct template_slot *slot)
 
 void slot_broken(struct template_slot *slot, const char *reason)
 {
-    slot->state = SLOT_BROKEN;
+    slot_move(slot, SLOT_BROKEN);
     slot->rebuild = true;
     slot->retry_at_ms = wall_clock_ms() + SLOT_RETRY_MS;
     snprintf(slot->reason, sizeof(slot->reason), "%.250s", reason);
@@ -256,7 +293,7 @@ void slot_restore_failed(struct template_slot *slot, const char *reason)
         slot_broken(slot, reason);
         return;
     }
-    slot->state = SLOT_DISABLED;
+    slot_move(slot, SLOT_DISABLED);
     snprintf(slot->reason, sizeof(slot->reason), "%d restores in a row gave no hello: %.200s",
              slot->failures, reason);
     log_warn("template.disabled", "template=%s host=%s pool=%s reason=\"%s\"", slot->name,
@@ -271,7 +308,7 @@ static void on_slot_built(void *data, int err, const char *reason, int64_t bytes
         slot_broken(slot, reason ? reason : "the build failed");
         return;
     }
-    slot->state = SLOT_READY;
+    slot_move(slot, SLOT_READY);
     slot->rebuild = false;
     slot->reason[0] = 0;
     slot->file_bytes = bytes;
@@ -369,11 +406,11 @@ static void slot_check_done(uv_work_t *w, int status)
         return;
     h->slot_work = false;
     if (in_use) { /* in use, or the host went away: looked at again later */
-        slot->state = SLOT_UNKNOWN;
+        slot_move(slot, SLOT_UNKNOWN);
         return;
     }
     if (valid && strcmp(key, slot->want_key) == 0) {
-        slot->state = SLOT_READY;
+        slot_move(slot, SLOT_READY);
         slot->rebuild = false;
         slot->reason[0] = 0;
         snprintf(slot->key, sizeof(slot->key), "%s", key);
@@ -382,21 +419,21 @@ static void slot_check_done(uv_work_t *w, int status)
         return;
     }
     if (valid) { /* the want changed while it was looked at: again */
-        slot->state = SLOT_UNKNOWN;
+        slot_move(slot, SLOT_UNKNOWN);
         return;
     }
     slot->rebuild = false;
     int r = provisioner_template_build_keyed(h->prov, h->cfg.name, slot->pool_cfg, slot->name,
                                              slot->want_key, on_slot_built, slot);
     if (r == -ENOSPC || r == -ENODEV) {
-        slot->state = SLOT_UNKNOWN; /* no room now: the next want tries again */
+        slot_move(slot, SLOT_UNKNOWN); /* no room now: the next want tries again */
         return;
     }
     if (r < 0) {
         slot_broken(slot, strerror(-r));
         return;
     }
-    slot->state = SLOT_BUILDING;
+    slot_move(slot, SLOT_BUILDING);
     h->slot_work = true;
 }
 
@@ -434,7 +471,7 @@ void provisioner_templates_want(struct provider *provider, const char *host_name
             if (slot->state != SLOT_DISABLED)
                 log_warn("template.disabled", "template=%s host=%s pool=%s reason=\"%s\"",
                          slot->name, h->cfg.name, slot->pool, unsupported);
-            slot->state = SLOT_DISABLED;
+            slot_move(slot, SLOT_DISABLED);
             snprintf(slot->reason, sizeof(slot->reason), "%s", unsupported);
             continue;
         }
@@ -445,7 +482,7 @@ void provisioner_templates_want(struct provider *provider, const char *host_name
                 /* The image, the guest's size or the host's QEMU changed. */
                 log_info("template.stale", "template=%s host=%s pool=%s", slot->name, h->cfg.name,
                          slot->pool);
-                slot->state = SLOT_UNKNOWN;
+                slot_move(slot, SLOT_UNKNOWN);
                 slot->rebuild = true;
                 slot->failures = 0;
             }
@@ -462,7 +499,7 @@ void provisioner_templates_want(struct provider *provider, const char *host_name
         if (strcmp(slot->pool, pool->name) != 0 || slot_in_use(slot) || slot->removing)
             continue;
         if (slot->state == SLOT_BROKEN && now >= slot->retry_at_ms)
-            slot->state = SLOT_UNKNOWN;
+            slot_move(slot, SLOT_UNKNOWN);
         if (slot->state != SLOT_UNKNOWN)
             continue;
         struct slot_check *c = calloc(1, sizeof(*c));
@@ -474,11 +511,11 @@ void provisioner_templates_want(struct provider *provider, const char *host_name
         snprintf(c->want_key, sizeof(c->want_key), "%s", slot->want_key);
         c->rebuild = slot->rebuild;
         c->work.data = c;
-        slot->state = SLOT_CHECKING;
+        slot_move(slot, SLOT_CHECKING);
         h->slot_work = true;
         if (queue_work(p, &c->work, slot_check_work, slot_check_done) < 0) {
             free(c);
-            slot->state = SLOT_UNKNOWN;
+            slot_move(slot, SLOT_UNKNOWN);
             h->slot_work = false;
         }
         return;
@@ -570,7 +607,7 @@ static void slot_scan_done(uv_work_t *w, int status)
             slot->host = h;
             snprintf(slot->name, sizeof(slot->name), "%s", sc->names[i]);
             snprintf(slot->pool, sizeof(slot->pool), "(no pool)");
-            slot->state = SLOT_UNKNOWN;
+            slot_move(slot, SLOT_UNKNOWN);
             slot->wanted = UINT64_MAX; /* a sweep decides, after this generation's wants */
             slot->next = h->slots;
             h->slots = slot;

@@ -284,6 +284,28 @@ static void test_guest_lifecycle_table(void **state)
     assert_false(guest_move_allowed(GUEST_STATE_MAX, GUEST_DELETING));
 }
 
+/* The template slot's table: a template is ready only after it was looked at or built, is
+ * never built while ready, and disabled gives way only to a changed want. */
+static void test_template_lifecycle_table(void **state)
+{
+    (void)state;
+    for (int s = 0; s < SLOT_STATE_MAX; s++)
+        assert_true(slot_move_allowed((enum slot_state)s, (enum slot_state)s));
+    assert_true(slot_move_allowed(SLOT_UNKNOWN, SLOT_CHECKING));
+    assert_true(slot_move_allowed(SLOT_CHECKING, SLOT_BUILDING));
+    assert_true(slot_move_allowed(SLOT_BUILDING, SLOT_READY));
+    assert_true(slot_move_allowed(SLOT_READY, SLOT_BROKEN));
+    assert_true(slot_move_allowed(SLOT_BROKEN, SLOT_UNKNOWN));
+    assert_false(slot_move_allowed(SLOT_UNKNOWN, SLOT_READY));
+    assert_false(slot_move_allowed(SLOT_UNKNOWN, SLOT_BUILDING));
+    assert_false(slot_move_allowed(SLOT_READY, SLOT_BUILDING));
+    assert_false(slot_move_allowed(SLOT_BROKEN, SLOT_READY));
+    for (int to = 0; to < SLOT_STATE_MAX; to++)
+        if (to != SLOT_UNKNOWN && to != SLOT_DISABLED)
+            assert_false(slot_move_allowed(SLOT_DISABLED, (enum slot_state)to));
+    assert_false(slot_move_allowed(SLOT_STATE_MAX, SLOT_UNKNOWN));
+}
+
 static void test_create_destroy_cycles_and_capacity(void **state)
 {
     (void)state;
@@ -1114,6 +1136,7 @@ int main(int argc, char **argv)
     log_level_set(LOG_INFO);
     const struct CMUnitTest testdriver[] = {
         cmocka_unit_test(test_guest_lifecycle_table),
+        cmocka_unit_test(test_template_lifecycle_table),
         cmocka_unit_test(test_create_destroy_cycles_and_capacity),
     };
     const struct CMUnitTest real[] = {
