@@ -69,8 +69,8 @@ static void ch_hello(void *data, const struct agent_hello *hello)
     }
     snprintf(g->machine_id, sizeof(g->machine_id), "%s", hello->machine_id);
     snprintf(g->nonce, sizeof(g->nonce), "%s", hello->nonce);
-    if (g->slot && hello->restored)
-        g->slot->failures = 0;
+    if (hello->restored)
+        guest_restore_told(g, RESTORE_HELLO, NULL);
     uv_timer_stop(&g->timer);
     if (!guest_move(g, GUEST_READY)) {
         guest_fail(g, "the agent said hello to a guest that was %s", guest_state_names[g->state]);
@@ -186,16 +186,6 @@ static const struct agent_channel_events channel_events = {
     .on_error = ch_error,
 };
 
-void on_adopt_timeout(uv_timer_t *t)
-{
-    struct guest *g = t->data;
-    if (g->adopting)
-        guest_fail(g,
-                   "its agent did not answer resume within %lld s (an agent older than "
-                   "protocol version 2 cannot resume)",
-                   (long long)(g->prov->adopt_grace_ms / 1000));
-}
-
 /* Opens the agent conversation on a connected stream: hello first for a new guest,
  * resume for an adopted one. */
 static int channel_start(struct guest *g, uv_stream_t *stream)
@@ -216,24 +206,7 @@ static int channel_start(struct guest *g, uv_stream_t *stream)
     return agent_channel_resume(stream, &channel_events, g, &g->channel);
 }
 
-void on_boot_timeout(uv_timer_t *t)
-{
-    struct guest *g = t->data;
-    if (g->state == GUEST_BOOTING && g->restore)
-        guest_fail(g,
-                   "no hello from the restored agent within %d s (a guest whose timers do not "
-                   "survive a restore, as pseries under TCG before QEMU 8.2)",
-                   RESTORE_HELLO_TIMEOUT_MS / 1000);
-    else if (g->state == GUEST_BOOTING)
-        guest_fail(g, "no hello from the agent within %lld s", (long long)g->pool->boot_timeout_s);
-}
-
-/* How long a guest has to say hello: a restored one is up at once. */
-uint64_t hello_timeout_ms(const struct guest *g)
-{
-    uint64_t boot_ms = (uint64_t)g->pool->boot_timeout_s * 1000;
-    return g->restore && boot_ms > RESTORE_HELLO_TIMEOUT_MS ? RESTORE_HELLO_TIMEOUT_MS : boot_ms;
-}
+static void channel_connect(struct guest *g);
 
 static void on_retry_connect(uv_timer_t *t)
 {
@@ -241,11 +214,6 @@ static void on_retry_connect(uv_timer_t *t)
     if (!g->adopting)
         uv_timer_start(&g->timer, on_boot_timeout, hello_timeout_ms(g), 0);
     channel_connect(g);
-}
-
-void on_pipe_closed(uv_handle_t *handle)
-{
-    free(handle);
 }
 
 static void on_channel_connected(uv_connect_t *req, int status)
@@ -273,7 +241,7 @@ static void on_channel_connected(uv_connect_t *req, int status)
     }
 }
 
-void channel_connect(struct guest *g)
+static void channel_connect(struct guest *g)
 {
     uv_pipe_t *pipe = malloc(sizeof(*pipe));
     uv_connect_t *req = malloc(sizeof(*req));
@@ -377,7 +345,7 @@ static void streams_on(struct guest *g, virConnectPtr conn)
     virDomainFree(dom);
 }
 
-void streams_work(uv_work_t *w)
+static void streams_work(uv_work_t *w)
 {
     struct guest *g = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
@@ -388,7 +356,7 @@ void streams_work(uv_work_t *w)
         virConnectClose(conn);
 }
 
-void streams_done(uv_work_t *w, int status)
+static void streams_done(uv_work_t *w, int status)
 {
     struct guest *g = w->data;
     (void)status;
@@ -441,4 +409,14 @@ void streams_done(uv_work_t *w, int status)
     streams_release(g);
     if (r < 0)
         guest_fail(g, "cannot bridge the agent channel: %s", strerror(-r));
+}
+
+/* Connects to a VM's agent (channel_hooks.open): through libvirt streams on a host that
+ * needs them, else the channel's socket on this machine. */
+void channel_open(struct guest *g)
+{
+    if (g->host->streams)
+        guest_work_start(g, streams_work, streams_done, "the opening of the agent channel");
+    else
+        channel_connect(g);
 }

@@ -83,6 +83,49 @@ bool guest_move(struct guest *g, enum guest_state to)
     return true;
 }
 
+/* Tells the template the guest was restored from how the restore went. */
+void guest_restore_told(struct guest *g, enum restore_outcome outcome, const char *reason)
+{
+    if (g->restore_outcome)
+        g->restore_outcome(g->restore_slot, g, outcome, reason);
+}
+
+/* ---- guests: timers -------------------------------------------------------------------- */
+
+void on_adopt_timeout(uv_timer_t *t)
+{
+    struct guest *g = t->data;
+    if (g->adopting)
+        guest_fail(g,
+                   "its agent did not answer resume within %lld s (an agent older than "
+                   "protocol version 2 cannot resume)",
+                   (long long)(g->prov->adopt_grace_ms / 1000));
+}
+
+void on_boot_timeout(uv_timer_t *t)
+{
+    struct guest *g = t->data;
+    if (g->state == GUEST_BOOTING && g->restore)
+        guest_fail(g,
+                   "no hello from the restored agent within %d s (a guest whose timers do not "
+                   "survive a restore, as pseries under TCG before QEMU 8.2)",
+                   RESTORE_HELLO_TIMEOUT_MS / 1000);
+    else if (g->state == GUEST_BOOTING)
+        guest_fail(g, "no hello from the agent within %lld s", (long long)g->pool->boot_timeout_s);
+}
+
+/* How long a guest has to say hello: a restored one is up at once. */
+uint64_t hello_timeout_ms(const struct guest *g)
+{
+    uint64_t boot_ms = (uint64_t)g->pool->boot_timeout_s * 1000;
+    return g->restore && boot_ms > RESTORE_HELLO_TIMEOUT_MS ? RESTORE_HELLO_TIMEOUT_MS : boot_ms;
+}
+
+void on_pipe_closed(uv_handle_t *handle)
+{
+    free(handle);
+}
+
 /* ---- guests: creation ------------------------------------------------------------------ */
 
 /* The host's storage pool for overlays, made as a transient directory pool when absent. */
@@ -332,7 +375,7 @@ void create_work(uv_work_t *w)
     }
     if (g->restore) {
         restore_on(g, conn);
-        if (g->error[0] && g->slot) {
+        if (g->error[0] && g->restore_outcome) {
             /* The template did not restore (corrupt, gone, another QEMU's): this runner
              * boots cold, under its own name, and the template is rebuilt. */
             snprintf(g->fallback, sizeof(g->fallback), "%.290s", g->error);
@@ -399,8 +442,8 @@ void guest_fail(struct guest *g, const char *fmt, ...)
     log_warn("guest.failed", "guest=%s host=%s state=%s reason=\"%s\"", g->name, g->host->cfg.name,
              guest_state_names[g->state], g->error);
     /* A clone that failed before its hello: the template's fault until shown otherwise. */
-    if (g->slot && g->restore && g->state == GUEST_BOOTING)
-        slot_restore_failed(g->slot, g->error);
+    if (g->restore && g->state == GUEST_BOOTING)
+        guest_restore_told(g, RESTORE_NO_HELLO, g->error);
     if (g->events->on_failed)
         g->events->on_failed(g->data, g, g->error);
     teardown_start(g);
@@ -416,11 +459,6 @@ void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, c
         g->busy = false;
         guest_fail(g, "cannot queue %s", what);
     }
-}
-
-static void streams_open(struct guest *g)
-{
-    guest_work_start(g, streams_work, streams_done, "the opening of the agent channel");
 }
 
 void create_done(uv_work_t *w, int status)
@@ -448,15 +486,11 @@ void create_done(uv_work_t *w, int status)
                  GUEST_FILTER_NAME, g->name);
     log_info("guest.created", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
              g->pool->name);
-    if (g->slot && g->fallback[0]) {
-        g->slot->fallbacks++;
-        log_warn("template.fallback", "guest=%s template=%s reason=\"%s\" action=\"booted cold\"",
-                 g->name, g->slot->name, g->fallback);
-        slot_broken(g->slot, g->fallback);
-        g->slot = NULL;
-    } else if (g->slot) {
-        g->slot->restores++;
-        log_info("template.restored", "guest=%s template=%s", g->name, g->slot->name);
+    if (g->fallback[0]) {
+        guest_restore_told(g, RESTORE_FELL_BACK, g->fallback);
+        g->restore_outcome = NULL;
+    } else {
+        guest_restore_told(g, RESTORE_DONE, NULL);
     }
     /* A container's agent can connect, say hello and even finish before this callback
      * runs: only a guest not heard from yet is booting. */
@@ -476,12 +510,8 @@ void create_done(uv_work_t *w, int status)
     /* The test driver runs nothing, so no agent will ever answer: such a guest waits
      * for its boot timeout like a silent one, without knocking on a socket that no
      * QEMU will create. */
-    if (g->pool->backend == BACKEND_VM && !g->host->simulated) {
-        if (g->host->streams)
-            streams_open(g);
-        else
-            channel_connect(g);
-    }
+    if (g->pool->backend == BACKEND_VM && !g->host->simulated)
+        g->prov->channel.open(g);
 }
 
 struct guest *guest_new(struct provisioner *p, struct host *h, const struct guest_spec *spec,
@@ -535,34 +565,25 @@ void guest_attach(struct guest *g)
     h->guests = g;
 }
 
-int provisioner_guest_create(struct provider *provider, const char *host_name,
-                             const struct guest_spec *spec, const struct guest_events *events,
-                             void *data, struct guest **ret_guest)
+int guest_create(struct provisioner *p, struct host *h, const struct guest_spec *spec,
+                 const char *restore_from, restore_outcome_cb outcome, void *slot,
+                 const struct guest_events *events, void *data, struct guest **ret_guest)
 {
-    struct provisioner *p = provider_of(provider);
-    struct host *h = host_find(p, host_name);
-    if (!h || !spec->name || !spec->pool)
-        return -EINVAL;
-    if (!h->up)
-        return -ENODEV;
     const struct config_pool *pool = spec->pool;
-    if (!image_usable(h, pool))
-        return -ENOENT;
     int r = capacity_for(h, pool);
     if (r < 0)
         return r;
-    struct template_slot *slot =
-        pool->start == START_TEMPLATE && pool->backend == BACKEND_VM ? slot_for(h, pool) : NULL;
-    struct guest *g = guest_new(p, h, spec, slot ? slot->name : NULL, events, data);
+    struct guest *g = guest_new(p, h, spec, restore_from, events, data);
     if (!g)
         return -ENOMEM;
-    if (slot) {
+    if (restore_from) {
         g->restore = true;
-        g->slot = slot;
-        snprintf(g->domain, sizeof(g->domain), "%s", slot->name);
+        g->restore_outcome = outcome;
+        g->restore_slot = slot;
+        snprintf(g->domain, sizeof(g->domain), "%s", restore_from);
     }
     if (pool->backend == BACKEND_CONTAINER) {
-        r = container_listen(g);
+        r = p->channel.listen(g);
         if (r < 0) {
             uv_close((uv_handle_t *)&g->timer, on_guest_timer_closed);
             return r;
@@ -618,16 +639,14 @@ static void adopt_done(uv_work_t *w, int status)
              g->pool->name);
     if (g->pool->backend == BACKEND_CONTAINER) {
         /* The agent reconnects to the socket it had, bound again here. */
-        int r = container_listen(g);
+        int r = g->prov->channel.listen(g);
         if (r < 0) {
             guest_fail(g, "cannot listen for its agent: %s", uv_strerror(r));
             return;
         }
         uv_timer_start(&g->timer, on_adopt_timeout, (uint64_t)g->prov->adopt_grace_ms, 0);
-    } else if (g->host->streams) {
-        streams_open(g);
-    } else if (!g->host->simulated) {
-        channel_connect(g);
+    } else if (g->host->streams || !g->host->simulated) {
+        g->prov->channel.open(g);
     }
 }
 

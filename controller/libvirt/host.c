@@ -472,3 +472,13 @@ int provisioner_host_status(struct provider *provider, const char *name, struct 
                                         : "not defined on this host");
     return 0;
 }
+
+int capacity_for(const struct host *h, const struct config_pool *pool)
+{
+    if (!h->up)
+        return -ENODEV;
+    if (h->used.guests + 1 > h->cfg.max_guests || h->used.vcpus + pool->vcpus > h->cfg.vcpus ||
+        h->used.memory_mib + pool->memory_mib > h->cfg.memory_mib)
+        return -ENOSPC;
+    return 0;
+}

@@ -4,10 +4,12 @@
  * The files, from the bottom up; a file calls only those below it, except where noted:
  *   host.c          connections and reconnects; it reports up through provisioner_hooks
  *   remote_image.c  pool images on remote hosts
- *   guest.c         one guest from create to teardown, and lifecycle events (it still
- *                   calls up into channel.c and template.c, which call back into it)
+ *   guest.c         one guest from create to teardown, its timers and lifecycle events; it
+ *                   opens the agent channel through the hooks provisioner.c sets
+ *                   (struct channel_hooks), and tells its template how a restore went
+ *                   through the callback the template gave it (restore_outcome_cb)
  *   channel.c       the channel to a guest's agent, and the relay of what it says
- *   template.c      warm templates, handing guests a restore source
+ *   template.c      warm templates, handing guests a restore source; the create op
  *   inventory.c     tagged domains, orphan volumes, removal by name
  *   provisioner.c   the top: new, free, the hooks and the provider ops table
  * with domain_xml, stream_bridge, guest_filter, host_image, host_caps and libvirt_loop
@@ -149,6 +151,24 @@ struct image_check {
     struct image_check *next;
 };
 
+/* How a restore from a template went, as the guest tells its template (template.c). */
+enum restore_outcome {
+    RESTORE_DONE,      /* restored: the clone boots from the template's memory */
+    RESTORE_FELL_BACK, /* the template did not restore: booted cold, `reason` why */
+    RESTORE_NO_HELLO,  /* the clone failed before its agent said hello, `reason` why */
+    RESTORE_HELLO,     /* the clone's agent said hello: the template works */
+};
+struct guest;
+typedef void (*restore_outcome_cb)(void *slot, const struct guest *g, enum restore_outcome outcome,
+                                   const char *reason);
+
+/* What the guest layer asks of the channel layer above it (channel.c), through the hooks
+ * provisioner.c sets, so that guest.c calls nothing above itself. */
+struct channel_hooks {
+    int (*listen)(struct guest *g); /* a container's: bind the socket its agent dials */
+    void (*open)(struct guest *g);  /* a VM's: connect to its agent, by socket or stream */
+};
+
 struct guest {
     struct provisioner *prov;
     struct host *host;
@@ -180,12 +200,15 @@ struct guest {
     bool template; /* a template being built: saved on hello, its volume kept */
     bool saving;   /* the save runs: the domain's stop and the channel's end are expected */
     bool saved;
-    char *save_file;            /* a template's memory: built into or restored from; else NULL */
-    struct template_slot *slot; /* the template it was restored from */
-    char fallback[300];         /* why its template could not be restored: booted cold */
-    bool filter_restored;       /* create_work found the guest filter gone and put it back */
-    char template_key[65];      /* a template being built: its key, in its metadata */
-    char found_domain[256];     /* adopt_work's answer: the domain serving this runner */
+    char *save_file; /* a template's memory: built into or restored from; else NULL */
+    /* The template it was restored from (an opaque slot of template.c), told how the
+     * restore went; NULL once told it fell back, or for a guest not restored. */
+    restore_outcome_cb restore_outcome;
+    void *restore_slot;
+    char fallback[300];     /* why its template could not be restored: booted cold */
+    bool filter_restored;   /* create_work found the guest filter gone and put it back */
+    char template_key[65];  /* a template being built: its key, in its metadata */
+    char found_domain[256]; /* adopt_work's answer: the domain serving this runner */
     provisioner_template_cb template_cb;
     void *template_data;
     int connect_tries;
@@ -221,6 +244,7 @@ struct provisioner {
     int64_t adopt_grace_ms;
     struct host *hosts;
     struct provisioner_hooks hooks;
+    struct channel_hooks channel;
 };
 
 /* How a guest boots: its pool's kernel, else its image's manifest's; NULL from its disk. */
@@ -238,6 +262,8 @@ bool host_dropped(struct host *h);
 void quiet_libvirt(void *data, virErrorPtr error);
 void host_conn_drop(struct host *h);
 void host_active_free(struct host *h);
+/* 0 when a guest of `pool` fits on `h` now; -ENODEV (down) or -ENOSPC. */
+int capacity_for(const struct host *h, const struct config_pool *pool);
 
 /* remote_image.c */
 struct image_check *image_look(struct host *h, const struct config_pool *pool);
@@ -250,9 +276,6 @@ struct boot_files boot_files_of(const struct host *h, const struct config_pool *
  * table does not allow, and the state is kept. */
 bool guest_move(struct guest *g, enum guest_state to);
 bool guest_move_allowed(enum guest_state from, enum guest_state to);
-/* A template slot's lifecycle table (template.c), as guest_move's. */
-bool slot_move(struct template_slot *slot, enum slot_state to);
-bool slot_move_allowed(enum slot_state from, enum slot_state to);
 void guest_release(struct guest *g);
 virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
 void create_work(uv_work_t *w);
@@ -268,25 +291,28 @@ virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn);
 void teardown_start(struct guest *g);
 int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
 void guest_stopped(struct guest *g, const char *why);
-void metadata_runner_name(const char *md, char *out, size_t size);
-virDomainPtr runner_domain(virConnectPtr conn, const char *name);
-
-/* channel.c */
+/* Makes and starts the guest of `spec`, restored from a template when `restore_from` (the
+ * template's domain) is given, which hears how it went through `outcome`. */
+int guest_create(struct provisioner *p, struct host *h, const struct guest_spec *spec,
+                 const char *restore_from, restore_outcome_cb outcome, void *slot,
+                 const struct guest_events *events, void *data, struct guest **ret_guest);
+void guest_restore_told(struct guest *g, enum restore_outcome outcome, const char *reason);
 void on_adopt_timeout(uv_timer_t *t);
 void on_boot_timeout(uv_timer_t *t);
 uint64_t hello_timeout_ms(const struct guest *g);
 void on_pipe_closed(uv_handle_t *handle);
-void channel_connect(struct guest *g);
+void metadata_runner_name(const char *md, char *out, size_t size);
+virDomainPtr runner_domain(virConnectPtr conn, const char *name);
+
+/* channel.c: its hooks (struct channel_hooks) */
+void channel_open(struct guest *g);
 int container_listen(struct guest *g);
-void streams_work(uv_work_t *w);
-void streams_done(uv_work_t *w, int status);
 
 /* template.c */
-int capacity_for(const struct host *h, const struct config_pool *pool);
+/* A template slot's lifecycle table, as guest_move's. */
+bool slot_move(struct template_slot *slot, enum slot_state to);
+bool slot_move_allowed(enum slot_state from, enum slot_state to);
 void template_key(const struct host *h, const struct config_pool *p, char out[65]);
-void slot_broken(struct template_slot *slot, const char *reason);
-void slot_restore_failed(struct template_slot *slot, const char *reason);
-struct template_slot *slot_for(struct host *h, const struct config_pool *pool);
 
 /* The provider's operations (provisioner.c's ops table), each in the file of its layer. */
 static inline struct provisioner *provider_of(struct provider *p)

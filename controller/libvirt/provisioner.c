@@ -31,6 +31,7 @@ int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct
                                           .guest_stopped = guest_stopped,
                                           .lifecycle = on_lifecycle,
                                           .finalize = finalize};
+    p->channel = (struct channel_hooks){.listen = container_listen, .open = channel_open};
     p->loop = loop;
     p->controller_id = strdup(o->controller_id);
     p->state_dir = strdup(o->state_dir);

@@ -157,16 +157,6 @@ static const char *restore_unsupported(const struct host *h, const struct config
     return NULL;
 }
 
-int capacity_for(const struct host *h, const struct config_pool *pool)
-{
-    if (!h->up)
-        return -ENODEV;
-    if (h->used.guests + 1 > h->cfg.max_guests || h->used.vcpus + pool->vcpus > h->cfg.vcpus ||
-        h->used.memory_mib + pool->memory_mib > h->cfg.memory_mib)
-        return -ENOSPC;
-    return 0;
-}
-
 int provisioner_template_build(struct provisioner *p, const char *host_name,
                                const struct config_pool *pool, const char *name,
                                provisioner_template_cb cb, void *data)
@@ -275,7 +265,7 @@ static bool slot_in_use(const struct template_slot *slot)
     return false;
 }
 
-void slot_broken(struct template_slot *slot, const char *reason)
+static void slot_broken(struct template_slot *slot, const char *reason)
 {
     slot_move(slot, SLOT_BROKEN);
     slot->rebuild = true;
@@ -287,7 +277,7 @@ void slot_broken(struct template_slot *slot, const char *reason)
 
 /* A restored guest that never said hello. Twice in a row: restores do not work on this
  * host for this pool (pseries under TCG before QEMU 8.2), so its runners boot cold. */
-void slot_restore_failed(struct template_slot *slot, const char *reason)
+static void slot_restore_failed(struct template_slot *slot, const char *reason)
 {
     if (++slot->failures < SLOT_FAILURES_LIMIT) {
         slot_broken(slot, reason);
@@ -662,15 +652,6 @@ void provisioner_templates_sweep(struct provider *provider, const char *host_nam
 }
 
 /* A ready template of `pool` on `h` that no guest has, or NULL. */
-struct template_slot *slot_for(struct host *h, const struct config_pool *pool)
-{
-    for (struct template_slot *slot = h->slots; slot; slot = slot->next)
-        if (slot->state == SLOT_READY && !slot->removing && strcmp(slot->pool, pool->name) == 0 &&
-            strcmp(slot->key, slot->want_key) == 0 && !slot_in_use(slot))
-            return slot;
-    return NULL;
-}
-
 int provisioner_templates(struct provider *provider, const char *host_name,
                           struct template_status *out, size_t max, size_t *ret_n)
 {
@@ -693,4 +674,59 @@ int provisioner_templates(struct provider *provider, const char *host_name,
     }
     *ret_n = n;
     return 0;
+}
+
+static struct template_slot *slot_for(struct host *h, const struct config_pool *pool)
+{
+    for (struct template_slot *slot = h->slots; slot; slot = slot->next)
+        if (slot->state == SLOT_READY && !slot->removing && strcmp(slot->pool, pool->name) == 0 &&
+            strcmp(slot->key, slot->want_key) == 0 && !slot_in_use(slot))
+            return slot;
+    return NULL;
+}
+
+/* How a restore from `slot` went, told by its guest (guest.c). */
+static void slot_told(void *data, const struct guest *g, enum restore_outcome outcome,
+                      const char *reason)
+{
+    struct template_slot *slot = data;
+    switch (outcome) {
+    case RESTORE_DONE:
+        slot->restores++;
+        log_info("template.restored", "guest=%s template=%s", g->name, slot->name);
+        break;
+    case RESTORE_FELL_BACK:
+        slot->fallbacks++;
+        log_warn("template.fallback", "guest=%s template=%s reason=\"%s\" action=\"booted cold\"",
+                 g->name, slot->name, reason);
+        slot_broken(slot, reason);
+        break;
+    case RESTORE_NO_HELLO:
+        slot_restore_failed(slot, reason);
+        break;
+    case RESTORE_HELLO:
+        slot->failures = 0;
+        break;
+    }
+}
+
+/* The provider's create: a runner's guest, restored from a ready template of its pool on
+ * the host when there is one, else booted cold. */
+int provisioner_guest_create(struct provider *provider, const char *host_name,
+                             const struct guest_spec *spec, const struct guest_events *events,
+                             void *data, struct guest **ret_guest)
+{
+    struct provisioner *p = provider_of(provider);
+    struct host *h = host_find(p, host_name);
+    if (!h || !spec->name || !spec->pool)
+        return -EINVAL;
+    if (!h->up)
+        return -ENODEV;
+    const struct config_pool *pool = spec->pool;
+    if (!image_usable(h, pool))
+        return -ENOENT;
+    struct template_slot *slot =
+        pool->start == START_TEMPLATE && pool->backend == BACKEND_VM ? slot_for(h, pool) : NULL;
+    return guest_create(p, h, spec, slot ? slot->name : NULL, slot ? slot_told : NULL, slot, events,
+                        data, ret_guest);
 }
