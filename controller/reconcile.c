@@ -16,7 +16,7 @@
 #include "wall_clock.h"
 
 /* Time a reconciler callback spends on the loop counts to its pass. */
-void pass_add(struct scheduler *s, uint64_t t0)
+void reconcile_pass_add(struct scheduler *s, uint64_t t0)
 {
     s->pass_ms += (double)(uv_hrtime() - t0) / 1e6;
     s->stats.reconcile_last_ms = s->pass_ms;
@@ -42,7 +42,7 @@ static void on_tagged(void *data, const char *host, char **names, size_t n)
         log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
         provider_remove(prov(s), host, names[i], on_orphan_removed, s);
     }
-    pass_add(s, t0);
+    reconcile_pass_add(s, t0);
 }
 
 /* GitHub runners of ours with no live record, being deleted: each with its own back-off,
@@ -94,7 +94,7 @@ static void on_orphan_volumes(void *data, const char *host, char **names, size_t
         s->stats.reconcile_volumes_removed++;
         provider_remove(prov(s), host, names[i], NULL, NULL);
     }
-    pass_add(s, t0);
+    reconcile_pass_add(s, t0);
 }
 
 static void on_orphan_runner_deleted(void *data, int err, const char *message)
@@ -172,7 +172,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
         }
     }
     free(ctx);
-    pass_add(s, t0);
+    reconcile_pass_add(s, t0);
 }
 
 /* ---- phantom queued jobs: their `completed` never came ---------------------------------- */
@@ -379,7 +379,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     json_decref(unknown);
     free(repo);
     scheduler_recount(s);
-    pass_add(s, t0);
+    reconcile_pass_add(s, t0);
 }
 
 static void queued_jobs_start(struct scheduler *s, const struct github_scope *scope,
@@ -489,7 +489,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     snprintf(r->name, sizeof(r->name), "%s", json_string_value(json_object_get(row, "name")));
     snprintf(r->host, sizeof(r->host), "%s", json_string_value(json_object_get(row, "host")));
     r->pool = pool;
-    r->scope = scope_for(s, pool);
+    r->scope = scheduler_pool_scope(s, pool);
     r->state = state;
     r->github_runner_id = row_ms(row, "github_runner_id");
     r->job_id = row_ms(row, "job_id");
@@ -528,7 +528,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
 /* Records the store holds as live that no runner in memory owns: an earlier hatcheryd's.
  * Those in configured, idle, busy or finishing whose pool and host are still configured
  * are adopted; the rest are failed and their guests removed. */
-void recover(struct scheduler *s)
+void reconcile_recover(struct scheduler *s)
 {
     /* This process's records all have a runner in memory until they are final: only an
      * earlier process's can be stale. */
@@ -568,7 +568,7 @@ void recover(struct scheduler *s)
         if (host)
             provider_remove(prov(s), host, name, NULL, NULL);
         json_t *gid = json_object_get(row, "github_runner_id");
-        const struct github_scope *scope = pool ? scope_for(s, pool) : NULL;
+        const struct github_scope *scope = pool ? scheduler_pool_scope(s, pool) : NULL;
         if (!scope && s->deps.n_scopes)
             scope = &s->deps.scopes[0];
         if (gh(s) && json_is_integer(gid) && scope)
@@ -581,12 +581,12 @@ void recover(struct scheduler *s)
     s->recovered = true;
 }
 
-void reconcile(struct scheduler *s)
+void reconcile_pass(struct scheduler *s)
 {
     uint64_t t0 = uv_hrtime();
     s->stats.reconcile_ticks++;
     s->pass_ms = 0;
-    recover(s);
+    reconcile_recover(s);
     for (size_t i = 0; i < cfg(s)->n_hosts; i++)
         if (provider_host_up(prov(s), cfg(s)->hosts[i].name)) {
             provider_tagged_async(prov(s), cfg(s)->hosts[i].name, on_tagged, s);
@@ -615,11 +615,11 @@ void reconcile(struct scheduler *s)
                 org_queued_jobs(s, i);
         }
     }
-    pass_add(s, t0);
+    reconcile_pass_add(s, t0);
 }
 
 void on_reconcile(uv_timer_t *t)
 {
     struct scheduler *s = t->data;
-    reconcile(s);
+    reconcile_pass(s);
 }

@@ -25,7 +25,7 @@ static const char *const default_command[DEFAULT_COMMAND_ARGS] = {
 
 /* ---- the store record ------------------------------------------------------------------ */
 
-void record(struct runner *r)
+void runner_record(struct runner *r)
 {
     record_then(r, NULL);
 }
@@ -82,7 +82,7 @@ bool runner_move(struct runner *r, enum runner_event ev)
              r->pool->name, r->host, runner_state_names[r->state], runner_state_names[to],
              runner_event_names[ev]);
     r->state = (enum runner_state)to;
-    record(r);
+    runner_record(r);
     arm_timeout(r, wall_clock_ms());
     return true;
 }
@@ -184,7 +184,7 @@ static void runner_after_guest(struct runner *r)
     if (!runner_move(r, RUNNER_EV_GUEST_GONE))
         return;
     if (r->state == RUNNER_FAILED)
-        record(r);
+        runner_record(r);
     if (gh(r->s) && r->github_runner_id > 0) {
         r->holds++;
         if (github_runner_delete(gh(r->s), r->scope, r->github_runner_id, on_github_deleted, r) ==
@@ -356,8 +356,8 @@ static void ev_hello(void *data, struct guest *g, const struct agent_hello *hell
     (void)hello;
     struct runner *r = data;
     r->hello = true;
-    observe(r->s, r->pool->name, HISTOGRAM_BOOT,
-            (double)(wall_clock_ms() - r->created_ms) / 1000.0);
+    scheduler_observe(r->s, r->pool->name, HISTOGRAM_BOOT,
+                      (double)(wall_clock_ms() - r->created_ms) / 1000.0);
     maybe_configure(r);
 }
 
@@ -386,8 +386,8 @@ static void credit_oldest_queued_job(struct runner *r)
             continue;
         s->supplied_recent[s->supplied_next++ % 64] = id;
         if (json_is_integer(queued_at))
-            observe(s, r->pool->name, HISTOGRAM_SUPPLIED,
-                    (double)(r->online_ms - json_integer_value(queued_at)) / 1000.0);
+            scheduler_observe(s, r->pool->name, HISTOGRAM_SUPPLIED,
+                              (double)(r->online_ms - json_integer_value(queued_at)) / 1000.0);
         store_job_supplied(s->deps.store, id, r->online_ms);
         break;
     }
@@ -405,8 +405,8 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
         r->pool_failures_at_start = slot >= 0 ? r->s->failures[slot] : 0;
         pool_result(r, true);
         r->online_ms = wall_clock_ms();
-        observe(r->s, r->pool->name, HISTOGRAM_ONLINE,
-                (double)(r->online_ms - r->created_ms) / 1000.0);
+        scheduler_observe(r->s, r->pool->name, HISTOGRAM_ONLINE,
+                          (double)(r->online_ms - r->created_ms) / 1000.0);
         credit_oldest_queued_job(r);
     } else if (r->state == RUNNER_BUSY && !r->online_ms) {
         r->online_ms = wall_clock_ms(); /* GitHub's in_progress came first */
@@ -547,7 +547,7 @@ static void on_jit(void *data, int err, const char *message, int64_t runner_id, 
     }
     r->github_runner_id = runner_id;
     r->jit = jit;
-    record(r);
+    runner_record(r);
     maybe_configure(r);
 }
 
@@ -592,7 +592,8 @@ static void on_runner_inserted(void *data, int result)
     runner_start(r);
 }
 
-const struct github_scope *scope_for(const struct scheduler *s, const struct config_pool *p)
+const struct github_scope *scheduler_pool_scope(const struct scheduler *s,
+                                                const struct config_pool *p)
 {
     for (size_t i = 0; p->github_scope && i < s->deps.n_scopes; i++) {
         const struct github_scope *sc = &s->deps.scopes[i];
@@ -613,7 +614,7 @@ void runner_create(struct scheduler *s, const struct config_pool *pool, const ch
     r->id = s->next_id++;
     snprintf(r->name, sizeof(r->name), "%s%lld", s->prefix, (long long)r->id);
     r->pool = pool;
-    r->scope = scope_for(s, pool);
+    r->scope = scheduler_pool_scope(s, pool);
     snprintf(r->host, sizeof(r->host), "%s", host);
     r->state = RUNNER_PENDING;
     r->exit_code = -1;
@@ -655,7 +656,8 @@ static struct pool_histograms *histograms_of(struct scheduler *s, const char *po
     return h;
 }
 
-void observe(struct scheduler *s, const char *pool, enum pool_histogram_kind kind, double seconds)
+void scheduler_observe(struct scheduler *s, const char *pool, enum pool_histogram_kind kind,
+                       double seconds)
 {
     struct pool_histograms *ph = histograms_of(s, pool);
     if (!ph)

@@ -221,14 +221,14 @@ static void tick(struct scheduler *s)
     check_heartbeats(s);
     retire_removed(s);
     if (!s->recovered && hosts_settled(s))
-        recover(s); /* as soon as every host's first connection has been tried */
+        reconcile_recover(s); /* as soon as every host's first connection has been tried */
     if (!gh(s)) {
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
         return;
     }
     if (!s->recovered) {
-        /* An earlier hatcheryd's runners are not counted yet: wait for recover(). */
+        /* An earlier hatcheryd's runners are not counted yet: wait for reconcile_recover(). */
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
         return;
@@ -356,7 +356,8 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
         r->busy_ms = wall_clock_ms();
         int64_t queued_ms = store_job_queued_at(s->deps.store, job_id);
         if (queued_ms >= 0)
-            observe(s, r->pool->name, HISTOGRAM_START, (double)(r->busy_ms - queued_ms) / 1000.0);
+            scheduler_observe(s, r->pool->name, HISTOGRAM_START,
+                              (double)(r->busy_ms - queued_ms) / 1000.0);
         runner_move(r, RUNNER_EV_JOB_IN_PROGRESS);
     } else if (r && status == JOB_COMPLETED) {
         r->job_id = r->job_id ? r->job_id : job_id;

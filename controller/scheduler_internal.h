@@ -77,13 +77,13 @@ struct scheduler {
     char prefix[64]; /* hatchery-<controller>- */
     uv_timer_t tick;
     uv_timer_t reconcile;
-    bool *drained;               /* per config host */
-    char (*why)[512];            /* per pool: why queued jobs wait, or "" */
-    int *failures;               /* per pool: runners that failed in a row */
-    int64_t *retry_at_ms;        /* per pool: no new runner before this, after failures */
-    bool recovered;              /* recover() ran: earlier records are adopted or failed */
-    int lists_pending;           /* GitHub lists of reconciler passes not answered yet */
-    int late_checks_pending;     /* late queued jobs asked about, not settled yet */
+    bool *drained;           /* per config host */
+    char (*why)[512];        /* per pool: why queued jobs wait, or "" */
+    int *failures;           /* per pool: runners that failed in a row */
+    int64_t *retry_at_ms;    /* per pool: no new runner before this, after failures */
+    bool recovered;          /* reconcile_recover() ran: earlier records are adopted or failed */
+    int lists_pending;       /* GitHub lists of reconciler passes not answered yet */
+    int late_checks_pending; /* late queued jobs asked about, not settled yet */
     struct org_repos *org_repos; /* per scope (used by org scopes) */
     struct orphan *orphans;
     size_t n_orphans;
@@ -129,7 +129,7 @@ static inline int host_index(const struct config *c, const char *name)
 /* runner.c */
 /* What a runner hears from its guest (provider.h). */
 extern const struct guest_events runner_guest_events;
-void record(struct runner *r);
+void runner_record(struct runner *r);
 void arm_timeout(struct runner *r, int64_t since_ms);
 bool runner_move(struct runner *r, enum runner_event ev);
 int pool_slot(const struct scheduler *s, const struct config_pool *pool);
@@ -141,17 +141,19 @@ void runner_end(struct runner *r, enum runner_event ev, const char *fmt, ...)
 /* A runner no longer wanted, which has no job: it goes the way a finished one does. */
 void runner_retire(struct runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void on_github_deleted_quiet(void *data, int err, const char *message);
-const struct github_scope *scope_for(const struct scheduler *s, const struct config_pool *p);
+const struct github_scope *scheduler_pool_scope(const struct scheduler *s,
+                                                const struct config_pool *p);
 void runner_create(struct scheduler *s, const struct config_pool *pool, const char *host);
-void observe(struct scheduler *s, const char *pool, enum pool_histogram_kind kind, double seconds);
+void scheduler_observe(struct scheduler *s, const char *pool, enum pool_histogram_kind kind,
+                       double seconds);
 struct runner *runner_find(struct scheduler *s, const char *name);
 void runner_index(struct runner *r);
 
 /* reconcile.c */
-void pass_add(struct scheduler *s, uint64_t t0);
+void reconcile_pass_add(struct scheduler *s, uint64_t t0);
 void verify_late_jobs(struct scheduler *s);
-void recover(struct scheduler *s);
-void reconcile(struct scheduler *s);
+void reconcile_recover(struct scheduler *s);
+void reconcile_pass(struct scheduler *s);
 void on_reconcile(uv_timer_t *t);
 
 /* Recounts demand soon: at most one recount per loop iteration (scheduler_kick). */

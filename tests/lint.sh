@@ -2,7 +2,8 @@
 # Style checks as a test (STYLE.md): every C file is clang-formatted with the committed
 # .clang-format, the banned functions (strcpy, sprintf, strncpy, strtok, atoi, gets)
 # appear nowhere, no buffer is "wiped" with a memset right before its free, and no log
-# line's format repeats a key (tests/tools/log-keys.pl). Prints each offence; exits 1 if there is any.
+# line's format repeats a key (tests/tools/log-keys.pl), and no two files call each other
+# (tests/tools/layers.py). Prints each offence; exits 1 if there is any.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -30,6 +31,11 @@ if [ -n "$dead_wipes" ]; then
 fi
 # A log line that repeats a key means something else to each logfmt reader.
 if ! perl tests/tools/log-keys.pl $(echo "$files" | tr ' ' '\n' | grep -E '^(controller|agent)/.*\.c$'); then
+  status=1
+fi
+# Layers (docs/DESIGN.md): no two files of the controller, or of its libvirt provider, call
+# each other, directly or around a loop.
+if ! python3 tests/tools/layers.py controller controller/libvirt; then
   status=1
 fi
 [ "$status" = 0 ] && echo "lint: $(echo "$files" | wc -w) files clean"

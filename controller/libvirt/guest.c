@@ -129,7 +129,7 @@ void on_pipe_closed(uv_handle_t *handle)
 /* ---- guests: creation ------------------------------------------------------------------ */
 
 /* The host's storage pool for overlays, made as a transient directory pool when absent. */
-virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size)
+virStoragePoolPtr host_storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size)
 {
     virStoragePoolPtr pool = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
     if (!pool) {
@@ -193,7 +193,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         .streams = h->streams,
     };
     if (!lxc) {
-        virStoragePoolPtr sp = storage_pool(h, conn, err, sizeof(err));
+        virStoragePoolPtr sp = host_storage_pool(h, conn, err, sizeof(err));
         if (!sp) {
             snprintf(g->error, sizeof(g->error), "%s", err);
             return;
@@ -323,7 +323,7 @@ static void restore_on(struct guest *g, virConnectPtr conn)
 {
     struct host *h = g->host;
     char err[256] = "";
-    virStoragePoolPtr sp = storage_pool(h, conn, err, sizeof(err));
+    virStoragePoolPtr sp = host_storage_pool(h, conn, err, sizeof(err));
     if (!sp) {
         snprintf(g->error, sizeof(g->error), "%s", err);
         return;
@@ -363,7 +363,7 @@ static void restore_on(struct guest *g, virConnectPtr conn)
                  libvirt_error());
 }
 
-void create_work(uv_work_t *w)
+void guest_create_work(uv_work_t *w)
 {
     struct guest *g = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
@@ -380,7 +380,7 @@ void create_work(uv_work_t *w)
              * boots cold, under its own name, and the template is rebuilt. */
             snprintf(g->fallback, sizeof(g->fallback), "%.290s", g->error);
             g->error[0] = 0;
-            virStoragePoolPtr sp = storage_pool_lookup(g->host, conn);
+            virStoragePoolPtr sp = host_storage_pool_lookup(g->host, conn);
             virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
             if (vol) {
                 virStorageVolDelete(vol, 0);
@@ -455,13 +455,13 @@ void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, c
 {
     g->busy = true;
     g->work.data = g;
-    if (queue_work(g->prov, &g->work, work, done) < 0) {
+    if (provisioner_queue_work(g->prov, &g->work, work, done) < 0) {
         g->busy = false;
         guest_fail(g, "cannot queue %s", what);
     }
 }
 
-void create_done(uv_work_t *w, int status)
+void guest_create_done(uv_work_t *w, int status)
 {
     struct guest *g = w->data;
     (void)status;
@@ -570,7 +570,7 @@ int guest_create(struct provisioner *p, struct host *h, const struct guest_spec 
                  const struct guest_events *events, void *data, struct guest **ret_guest)
 {
     const struct config_pool *pool = spec->pool;
-    int r = capacity_for(h, pool);
+    int r = host_capacity_for(h, pool);
     if (r < 0)
         return r;
     struct guest *g = guest_new(p, h, spec, restore_from, events, data);
@@ -590,7 +590,7 @@ int guest_create(struct provisioner *p, struct host *h, const struct guest_spec 
         }
     }
     guest_attach(g);
-    guest_work_start(g, create_work, create_done, "the creation");
+    guest_work_start(g, guest_create_work, guest_create_done, "the creation");
     *ret_guest = g;
     return 0;
 }
@@ -716,7 +716,7 @@ static int domain_remove_found(virDomainPtr dom)
 /* The host's storage pool, on a worker. libvirt 9.0 sometimes answers this lookup with
  * "not found" while other clients work on volumes (about 1 in 100 here): asked again
  * before giving up. */
-virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn)
+virStoragePoolPtr host_storage_pool_lookup(struct host *h, virConnectPtr conn)
 {
     for (int i = 0; i < 5; i++) {
         virStoragePoolPtr sp = virStoragePoolLookupByName(conn, h->cfg.storage_pool);
@@ -740,7 +740,7 @@ static void teardown_work(uv_work_t *w)
         snprintf(g->error, sizeof(g->error), "destroy: %s", libvirt_error());
     /* A template's volume is its disk, saved with its memory: kept. */
     if (g->pool->backend == BACKEND_VM && !g->saved) {
-        virStoragePoolPtr sp = storage_pool_lookup(h, conn);
+        virStoragePoolPtr sp = host_storage_pool_lookup(h, conn);
         if (!sp)
             snprintf(g->error, sizeof(g->error),
                      "volume %s kept: storage pool %s: %s (the reconciler removes it later)",
@@ -801,7 +801,7 @@ void teardown_start(struct guest *g)
     g->channel_bridge = NULL;
     g->busy = true;
     g->work.data = g;
-    if (queue_work(g->prov, &g->work, teardown_work, teardown_done) < 0) {
+    if (provisioner_queue_work(g->prov, &g->work, teardown_work, teardown_done) < 0) {
         g->busy = false;
         guest_gone(g);
     }
@@ -911,7 +911,7 @@ int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, vo
         return 0;
     g->domain_stopped = true;
     if (g->busy)
-        return 0; /* a worker still has it: create_done looks at domain_stopped */
+        return 0; /* a worker still has it: guest_create_done looks at domain_stopped */
     guest_stopped(g, detail == VIR_DOMAIN_EVENT_STOPPED_CRASHED ? "crashed" : "powered off");
     return 0;
 }

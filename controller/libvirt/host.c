@@ -29,7 +29,8 @@ struct host *host_find(struct provisioner *p, const char *name)
     return NULL;
 }
 
-int queue_work(struct provisioner *p, uv_work_t *w, uv_work_cb work, uv_after_work_cb done)
+int provisioner_queue_work(struct provisioner *p, uv_work_t *w, uv_work_cb work,
+                           uv_after_work_cb done)
 {
     int r = uv_queue_work(p->loop, w, work, done);
     if (r == 0)
@@ -385,7 +386,7 @@ static void host_connect(struct host *h)
         return;
     h->connecting = true;
     h->work.data = h;
-    if (queue_work(h->prov, &h->work, connect_work, connect_done) < 0)
+    if (provisioner_queue_work(h->prov, &h->work, connect_work, connect_done) < 0)
         h->connecting = false;
 }
 
@@ -473,7 +474,7 @@ int provisioner_host_status(struct provider *provider, const char *name, struct 
     return 0;
 }
 
-int capacity_for(const struct host *h, const struct config_pool *pool)
+int host_capacity_for(const struct host *h, const struct config_pool *pool)
 {
     if (!h->up)
         return -ENODEV;

@@ -254,7 +254,8 @@ struct boot_files {
 
 /* host.c */
 struct host *host_find(struct provisioner *p, const char *name);
-int queue_work(struct provisioner *p, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
+int provisioner_queue_work(struct provisioner *p, uv_work_t *w, uv_work_cb work,
+                           uv_after_work_cb done);
 bool work_done_closing(struct provisioner *p);
 virConnectPtr host_conn_ref(struct host *h, bool even_dropped, bool ret_kvm[ARCH_MAX]);
 bool host_usable(struct host *h);
@@ -263,7 +264,7 @@ void quiet_libvirt(void *data, virErrorPtr error);
 void host_conn_drop(struct host *h);
 void host_active_free(struct host *h);
 /* 0 when a guest of `pool` fits on `h` now; -ENODEV (down) or -ENOSPC. */
-int capacity_for(const struct host *h, const struct config_pool *pool);
+int host_capacity_for(const struct host *h, const struct config_pool *pool);
 
 /* remote_image.c */
 struct image_check *image_look(struct host *h, const struct config_pool *pool);
@@ -277,17 +278,17 @@ struct boot_files boot_files_of(const struct host *h, const struct config_pool *
 bool guest_move(struct guest *g, enum guest_state to);
 bool guest_move_allowed(enum guest_state from, enum guest_state to);
 void guest_release(struct guest *g);
-virStoragePoolPtr storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
-void create_work(uv_work_t *w);
+virStoragePoolPtr host_storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
+void guest_create_work(uv_work_t *w);
 void guest_fail(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, const char *what);
-void create_done(uv_work_t *w, int status);
+void guest_create_done(uv_work_t *w, int status);
 /* `template`: the template it is built into or restored from (its save file), or NULL. */
 struct guest *guest_new(struct provisioner *p, struct host *h, const struct guest_spec *spec,
                         const char *template, const struct guest_events *events, void *data);
 void guest_attach(struct guest *g);
 int runner_domain_remove(virConnectPtr conn, const char *name);
-virStoragePoolPtr storage_pool_lookup(struct host *h, virConnectPtr conn);
+virStoragePoolPtr host_storage_pool_lookup(struct host *h, virConnectPtr conn);
 void teardown_start(struct guest *g);
 int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
 void guest_stopped(struct guest *g, const char *why);
@@ -312,7 +313,7 @@ int container_listen(struct guest *g);
 /* A template slot's lifecycle table, as guest_move's. */
 bool slot_move(struct template_slot *slot, enum slot_state to);
 bool slot_move_allowed(enum slot_state from, enum slot_state to);
-void template_key(const struct host *h, const struct config_pool *p, char out[65]);
+void template_key_of(const struct host *h, const struct config_pool *p, char out[65]);
 
 /* The provider's operations (provisioner.c's ops table), each in the file of its layer. */
 static inline struct provisioner *provider_of(struct provider *p)

@@ -199,7 +199,7 @@ static int names_async(struct provisioner *p, const char *host, bool volumes, pr
     nw->names_cb = cb;
     nw->data = data;
     nw->work.data = nw;
-    int r = queue_work(p, &nw->work, tagged_work, tagged_done);
+    int r = provisioner_queue_work(p, &nw->work, tagged_work, tagged_done);
     if (r < 0)
         free(nw);
     return r;
@@ -233,7 +233,7 @@ static void remove_work(uv_work_t *w)
         nw->err = -EIO;
     char vol_name[300];
     snprintf(vol_name, sizeof(vol_name), "%s.qcow2", nw->name);
-    virStoragePoolPtr sp = storage_pool_lookup(h, conn);
+    virStoragePoolPtr sp = host_storage_pool_lookup(h, conn);
     virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, vol_name) : NULL;
     if (vol && virStorageVolDelete(vol, 0) < 0)
         nw->err = -EIO;
@@ -284,7 +284,7 @@ int provisioner_domain_remove(struct provider *provider, const char *host, const
     nw->done_cb = cb;
     nw->data = data;
     nw->work.data = nw;
-    int r = queue_work(p, &nw->work, remove_work, remove_done);
+    int r = provisioner_queue_work(p, &nw->work, remove_work, remove_done);
     if (r < 0)
         free(nw);
     return r;

@@ -173,7 +173,7 @@ static int provisioner_template_build_keyed(struct provisioner *p, const char *h
         return -EINVAL;
     if (!image_usable(h, pool))
         return -ENOENT;
-    int r = capacity_for(h, pool);
+    int r = host_capacity_for(h, pool);
     if (r < 0)
         return r;
     struct guest_spec spec = {.name = name, .runner_id = 0, .pool = pool};
@@ -187,7 +187,7 @@ static int provisioner_template_build_keyed(struct provisioner *p, const char *h
     g->template_data = data;
     guest_attach(g);
     log_info("template.building", "template=%s host=%s pool=%s", name, h->cfg.name, pool->name);
-    guest_work_start(g, create_work, create_done, "the template's creation");
+    guest_work_start(g, guest_create_work, guest_create_done, "the template's creation");
     return 0;
 }
 
@@ -201,7 +201,7 @@ int provisioner_guest_restore(struct provisioner *p, const char *host_name,
         return -EINVAL;
     if (restore_unsupported(h, spec->pool))
         return -ENOTSUP;
-    int r = capacity_for(h, spec->pool);
+    int r = host_capacity_for(h, spec->pool);
     if (r < 0)
         return r;
     for (struct guest *o = h->guests; o; o = o->next)
@@ -213,7 +213,7 @@ int provisioner_guest_restore(struct provisioner *p, const char *host_name,
     g->restore = true;
     snprintf(g->domain, sizeof(g->domain), "%s", template_name);
     guest_attach(g);
-    guest_work_start(g, create_work, create_done, "the restore");
+    guest_work_start(g, guest_create_work, guest_create_done, "the restore");
     *ret_guest = g;
     return 0;
 }
@@ -225,7 +225,7 @@ int provisioner_guest_restore(struct provisioner *p, const char *host_name,
 
 /* What a template is built from, hashed: a save image holds the guest's memory and
  * device state as this QEMU, libvirt and image made them; any change makes it stale. */
-void template_key(const struct host *h, const struct config_pool *p, char out[65])
+void template_key_of(const struct host *h, const struct config_pool *p, char out[65])
 {
     struct textbuf b;
     textbuf_init(&b, 8192);
@@ -310,7 +310,7 @@ static void on_slot_built(void *data, int err, const char *reason, int64_t bytes
  * wrote beside the volumes). */
 static void template_files_delete(struct host *h, virConnectPtr conn, const char *name)
 {
-    virStoragePoolPtr sp = storage_pool_lookup(h, conn);
+    virStoragePoolPtr sp = host_storage_pool_lookup(h, conn);
     if (!sp)
         return;
     virStoragePoolRefresh(sp, 0);
@@ -435,7 +435,7 @@ void provisioner_templates_want(struct provider *provider, const char *host_name
     if (!h || !h->up || p->closing || !pool || pool->backend != BACKEND_VM)
         return;
     char key[65];
-    template_key(h, pool, key);
+    template_key_of(h, pool, key);
     for (int k = 0; k < n; k++) {
         char name[256];
         snprintf(name, sizeof(name), "hatchery-tpl-%s-%s-%d", p->controller_id, pool->name, k);
@@ -503,7 +503,7 @@ void provisioner_templates_want(struct provider *provider, const char *host_name
         c->work.data = c;
         slot_move(slot, SLOT_CHECKING);
         h->slot_work = true;
-        if (queue_work(p, &c->work, slot_check_work, slot_check_done) < 0) {
+        if (provisioner_queue_work(p, &c->work, slot_check_work, slot_check_done) < 0) {
             free(c);
             slot_move(slot, SLOT_UNKNOWN);
             h->slot_work = false;
@@ -557,7 +557,7 @@ static void slot_scan_work(uv_work_t *w)
     struct host *h = sc->host;
     virSetErrorFunc(NULL, quiet_libvirt);
     virConnectPtr conn = host_conn_ref(h, false, NULL);
-    virStoragePoolPtr sp = conn ? storage_pool_lookup(h, conn) : NULL;
+    virStoragePoolPtr sp = conn ? host_storage_pool_lookup(h, conn) : NULL;
     virStorageVolPtr *vols = NULL;
     int n = sp ? virStoragePoolListAllVolumes(sp, &vols, 0) : -1;
     char prefix[128];
@@ -626,7 +626,7 @@ void provisioner_templates_sweep(struct provider *provider, const char *host_nam
         sc->work.data = sc;
         h->slots_scanned = true;
         h->slot_work = true;
-        if (queue_work(p, &sc->work, slot_scan_work, slot_scan_done) < 0) {
+        if (provisioner_queue_work(p, &sc->work, slot_scan_work, slot_scan_done) < 0) {
             h->slot_work = false;
             free(sc);
         }
@@ -643,7 +643,7 @@ void provisioner_templates_sweep(struct provider *provider, const char *host_nam
         slot->removing = true;
         h->slot_work = true;
         slot->work.data = slot;
-        if (queue_work(p, &slot->work, slot_remove_work, slot_remove_done) < 0) {
+        if (provisioner_queue_work(p, &slot->work, slot_remove_work, slot_remove_done) < 0) {
             slot->removing = false;
             h->slot_work = false;
         }
