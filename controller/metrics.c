@@ -482,6 +482,21 @@ static void scheduler_metrics(struct textbuf *b, struct daemon *d)
     }
 }
 
+/* When each pool's oldest queued job was queued, by the config's pool index (0: none). */
+struct oldest_queued {
+    const struct config *c;
+    int64_t *at_ms;
+};
+
+static void oldest_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
+{
+    struct oldest_queued *q = data;
+    (void)verified;
+    for (size_t i = 0; pool && i < q->c->n_pools; i++)
+        if (strcmp(q->c->pools[i].name, pool) == 0)
+            q->at_ms[i] = oldest_ms;
+}
+
 /* Pools' limits and their oldest queued job. */
 static void queue_metrics(struct textbuf *b, struct daemon *d)
 {
@@ -490,24 +505,17 @@ static void queue_metrics(struct textbuf *b, struct daemon *d)
         textbuf_printf(b, "hatchery_pool_max_runners{pool=\"%s\"} %lld\n", d->config->pools[i].name,
                        (long long)d->config->pools[i].max_runners);
     /* Every pool gets a value (0 with nothing queued), so an alert can compare it. */
-    json_t *oldest = store_jobs_oldest_queued_by_pool(d->store);
+    struct oldest_queued q = {d->config, calloc(d->config->n_pools + 1, sizeof(int64_t))};
+    if (q.at_ms)
+        store_jobs_queue_each(d->store, oldest_row, &q);
     header(b, "hatchery_pool_oldest_queued_job_seconds", "gauge",
            "Age of each pool's oldest queued job (0 when none is queued).");
-    for (size_t i = 0; i < d->config->n_pools; i++) {
-        double age = 0;
-        size_t k;
-        json_t *row;
-        json_array_foreach(oldest, k, row)
-        {
-            json_t *at = json_object_get(row, "at");
-            if (json_is_integer(at) && strcmp(json_string_value(json_object_get(row, "pool")),
-                                              d->config->pools[i].name) == 0)
-                age = (double)(wall_clock_ms() - json_integer_value(at)) / 1000.0;
-        }
+    for (size_t i = 0; q.at_ms && i < d->config->n_pools; i++) {
+        double age = q.at_ms[i] ? (double)(wall_clock_ms() - q.at_ms[i]) / 1000.0 : 0;
         textbuf_printf(b, "hatchery_pool_oldest_queued_job_seconds{pool=\"%s\"} %.3f\n",
                        d->config->pools[i].name, age > 0 ? age : 0);
     }
-    json_decref(oldest);
+    free(q.at_ms);
 }
 
 /* VM pools' images: found on remote hosts, their manifests, runners below the floor. */

@@ -215,6 +215,21 @@ static void keep_templates(struct scheduler *s)
         provider_templates_sweep(prov(s), c->hosts[i].name);
 }
 
+/* Verified queued jobs per pool, by the config's pool index. */
+struct queued_by_pool {
+    const struct config *c;
+    int64_t *queued;
+};
+
+static void queued_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
+{
+    struct queued_by_pool *q = data;
+    (void)oldest_ms;
+    int p = pool_index(q->c, pool);
+    if (p >= 0)
+        q->queued[p] = verified;
+}
+
 static void tick(struct scheduler *s)
 {
     const struct config *c = cfg(s);
@@ -233,7 +248,11 @@ static void tick(struct scheduler *s)
             snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
         return;
     }
-    json_t *rows = store_jobs_queued_by_pool(s->deps.store);
+    struct queued_by_pool q = {c, calloc(c->n_pools + 1, sizeof(int64_t))};
+    if (!q.queued || store_jobs_queue_each(s->deps.store, queued_row, &q) < 0) {
+        free(q.queued);
+        return; /* the next tick counts again */
+    }
     verify_late_jobs(s);
     struct github_stats gs;
     github_client_stats(gh(s), &gs);
@@ -241,14 +260,7 @@ static void tick(struct scheduler *s)
     struct host_view *views = NULL; /* taken when the tick first places a runner */
     for (size_t p = 0; p < c->n_pools; p++) {
         const struct config_pool *pool = &c->pools[p];
-        int64_t queued = 0;
-        size_t i;
-        json_t *row;
-        json_array_foreach(rows, i, row)
-        {
-            if (strcmp(json_string_value(json_object_get(row, "pool")), pool->name) == 0)
-                queued = json_integer_value(json_object_get(row, "n"));
-        }
+        int64_t queued = q.queued[p];
         int64_t unbusy = 0, live = 0;
         for (struct runner *r = s->runners; r; r = r->next) {
             if (strcmp(r->pool->name, pool->name) != 0 || !runner_state_live(r->state))
@@ -322,7 +334,7 @@ static void tick(struct scheduler *s)
         }
     }
     free(views);
-    json_decref(rows);
+    free(q.queued);
     keep_templates(s);
 }
 

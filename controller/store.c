@@ -718,6 +718,25 @@ int store_job_counts(struct store *s,
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
+int store_jobs_queue_each(struct store *s,
+                          void (*cb)(void *data, const char *pool, int64_t verified,
+                                     int64_t oldest_ms),
+                          void *data)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->reader,
+                           "SELECT pool, sum(unverified = 0), min(queued_at) FROM jobs WHERE "
+                           "status = 'queued' AND pool IS NOT NULL GROUP BY pool",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -EIO;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        cb(data, (const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1),
+           sqlite3_column_type(st, 2) == SQLITE_INTEGER ? sqlite3_column_int64(st, 2) : 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
 int64_t store_deliveries_count(struct store *s)
 {
     sqlite3_stmt *st = NULL;

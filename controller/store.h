@@ -109,9 +109,12 @@ int store_host_drained_set(struct store *store, const char *host, bool drained);
 
 /* ---- jobs, by name (store_jobs.c) --------------------------------------------------------- */
 
-/* Rows of (pool, n): verified queued jobs per pool; and (pool, at): the oldest queued. */
-json_t *store_jobs_queued_by_pool(struct store *store);
-json_t *store_jobs_oldest_queued_by_pool(struct store *store);
+/* Each pool with a queued job, once: how many of its queued jobs are verified (not found
+ * gone from GitHub), and when its oldest queued job was queued (ms since the epoch). */
+int store_jobs_queue_each(struct store *store,
+                          void (*cb)(void *data, const char *pool, int64_t verified,
+                                     int64_t oldest_ms),
+                          void *data);
 /* A pool's queued jobs no runner came online for yet, oldest first: rows of (id, queued_at). */
 json_t *store_jobs_unsupplied(struct store *store, const char *pool, int limit);
 int store_job_supplied(struct store *store, int64_t id, int64_t at_ms);

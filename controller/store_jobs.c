@@ -4,22 +4,6 @@
 
 #include "store.h"
 
-json_t *store_jobs_queued_by_pool(struct store *store)
-{
-    return store_query(store,
-                       "SELECT pool, count(*) AS n FROM jobs WHERE status = 'queued' AND "
-                       "pool IS NOT NULL AND unverified = 0 GROUP BY pool",
-                       json_array());
-}
-
-json_t *store_jobs_oldest_queued_by_pool(struct store *store)
-{
-    return store_query(store,
-                       "SELECT pool, min(queued_at) AS at FROM jobs WHERE status = "
-                       "'queued' AND pool IS NOT NULL GROUP BY pool",
-                       json_array());
-}
-
 json_t *store_jobs_unsupplied(struct store *store, const char *pool, int limit)
 {
     return store_query(store,

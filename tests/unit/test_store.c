@@ -261,9 +261,55 @@ static void test_job_counts_follow_jobs(void **state)
     sqlite3_close(db);
 }
 
+static void queue_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
+{
+    char *out = data;
+    size_t used = strlen(out);
+    snprintf(out + used, 512 - used, "%s:%lld@%lld;", pool, (long long)verified,
+             (long long)oldest_ms);
+}
+
+/* The scheduler's and /metrics' read of the queue, as C values: per pool with a queued job,
+ * the verified ones counted and the oldest queued time, unverified ones included. */
+static void test_queue_by_pool(void **state)
+{
+    (void)state;
+    struct store *s = NULL;
+    char err[256], path[128], queue_dir[96];
+    snprintf(queue_dir, sizeof(queue_dir), "%s/queue", dir);
+    assert_int_equal(mkdir(queue_dir, 0700), 0);
+    assert_int_equal(store_open(NULL, queue_dir, &s, err, sizeof(err)), 0);
+    char rows[512] = "";
+    assert_int_equal(store_jobs_queue_each(s, queue_row, rows), 0);
+    assert_string_equal(rows, "");
+    apply(s, event("q1", 11, JOB_QUEUED, NULL), STORE_APPLIED);
+    apply(s, event("q2", 12, JOB_QUEUED, NULL), STORE_APPLIED);
+    apply(s, event("q3", 13, JOB_IN_PROGRESS, "r"), STORE_APPLIED);
+    struct job_event *other = event("q4", 14, JOB_QUEUED, NULL);
+    free(other->pool);
+    other->pool = strdup("s390x");
+    apply(s, other, STORE_APPLIED);
+    struct job_event *unmatched = event("q5", 15, JOB_QUEUED, NULL);
+    free(unmatched->pool);
+    unmatched->pool = NULL;
+    apply(s, unmatched, STORE_APPLIED);
+    snprintf(path, sizeof(path), "%s/hatchery.db", queue_dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db, "UPDATE jobs SET unverified = 1 WHERE id = 11", NULL, NULL, NULL),
+        SQLITE_OK);
+    sqlite3_close(db);
+    rows[0] = 0;
+    assert_int_equal(store_jobs_queue_each(s, queue_row, rows), 0);
+    assert_string_equal(rows, "ppc:1@1011;s390x:1@1014;");
+    store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_queue_by_pool),
         cmocka_unit_test(test_out_of_order_and_duplicates),
         cmocka_unit_test(test_forward_progress_fills_fields),
         cmocka_unit_test(test_group_commit_on_loop),
