@@ -99,7 +99,10 @@ static void usage(FILE *out)
     fputs("\n"
           "options:\n"
           "  --socket PATH  admin socket (default $HATCHERY_SOCKET or " DEFAULT_SOCKET ")\n"
-          "  --json         print the daemon's answer as JSON\n"
+          "  --json         print the daemon's answer as JSON (also -o json)\n"
+          "  -o FORMAT      a listing as a table (the default), wide (more columns), name\n"
+          "                 (the names alone, one a line) or json\n"
+          "  --no-headers   a listing's table without its header line\n"
           "\n"
           "exit status: 0 ok, 1 daemon error, 2 usage, 3 daemon unreachable, 4 bad answer\n",
           out);
@@ -277,14 +280,37 @@ static void table_add_row(struct table *t, char *const *cells)
     t->n_rows++;
 }
 
+/* How a listing is printed (-o, --no-headers): a table, with more columns (wide), or the
+ * names alone, one a line (the first column of the first table), for scripts. */
+enum output_format {
+    OUTPUT_TABLE,
+    OUTPUT_WIDE,
+    OUTPUT_NAME,
+};
+static struct {
+    enum output_format format;
+    bool no_headers;
+    int tables; /* printed so far */
+} output;
+
 static void table_print(struct table *t)
 {
+    if (output.format == OUTPUT_NAME) {
+        for (size_t r = 0; output.tables == 0 && r < t->n_rows; r++)
+            puts(t->cells[r * t->n_columns] ? t->cells[r * t->n_columns] : "-");
+        output.tables++;
+        for (size_t i = 0; i < t->n_rows * t->n_columns; i++)
+            free(t->cells[i]);
+        free(t->cells);
+        return;
+    }
+    output.tables++;
     for (size_t c = 0; c < t->n_columns; c++) {
         size_t w = strlen(t->headers[c]);
         if (w > t->widths[c])
             t->widths[c] = w;
     }
-    for (size_t r = 0; r <= t->n_rows; r++)
+    for (size_t r = output.no_headers ? 1 : 0; r <= t->n_rows; r++)
         for (size_t c = 0; c < t->n_columns; c++) {
             const char *v = r == 0 ? t->headers[c] : t->cells[(r - 1) * t->n_columns + c];
             bool last = c + 1 == t->n_columns;
@@ -343,15 +369,16 @@ static void free_cells(char **cells, size_t n)
 
 static void print_jobs(json_t *answer)
 {
-    struct table t = {.n_columns = 9,
+    bool wide = output.format == OUTPUT_WIDE;
+    struct table t = {.n_columns = wide ? 11 : 9,
                       .headers = {"JOB", "STATUS", "POOL", "REPOSITORY", "RUN", "LABELS", "RUNNER",
-                                  "UPDATED", "WHY_IT_WAITS"}};
+                                  "UPDATED", "WHY_IT_WAITS", "QUEUED", "STARTED"}};
     size_t i;
     json_t *job;
     json_array_foreach(json_object_get(answer, "jobs"), i, job)
     {
         json_t *pool = json_object_get(job, "pool");
-        char *cells[9] = {
+        char *cells[11] = {
             fmt_value(json_object_get(job, "id")),
             fmt_value(json_object_get(job, "status")),
             json_is_string(pool) ? fmt_value(pool) : strdup("(unmatched)"),
@@ -362,8 +389,12 @@ static void print_jobs(json_t *answer)
             fmt_age(json_object_get(job, "updated_at")),
             fmt_value(json_object_get(job, "waiting")),
         };
+        if (wide) {
+            cells[9] = fmt_age(json_object_get(job, "queued_at"));
+            cells[10] = fmt_age(json_object_get(job, "started_at"));
+        }
         table_add_row(&t, cells);
-        free_cells(cells, 9);
+        free_cells(cells, t.n_columns);
     }
     table_print(&t);
 }
@@ -536,29 +567,35 @@ static void print_hosts(json_t *answer)
             free_cells(cells, 7);
         }
     }
-    if (tt.n_rows) {
+    if (tt.n_rows && output.format != OUTPUT_NAME)
         printf("\n");
-        table_print(&tt);
-    }
+    table_print(&tt);
 }
 
 static void print_runners(json_t *answer)
 {
-    struct table t = {
-        .n_columns = 8,
-        .headers = {"RUNNER", "STATE", "POOL", "HOST", "JOB", "EXIT", "AGE", "REASON"}};
+    bool wide = output.format == OUTPUT_WIDE;
+    struct table t = {.n_columns = wide ? 12 : 8,
+                      .headers = {"RUNNER", "STATE", "POOL", "HOST", "JOB", "EXIT", "AGE", "REASON",
+                                  "GITHUB_ID", "ONLINE", "BUSY", "FINISHED"}};
     size_t i;
     json_t *r;
     json_array_foreach(json_object_get(answer, "runners"), i, r)
     {
-        char *cells[8] = {
+        char *cells[12] = {
             fmt_value(json_object_get(r, "name")),     fmt_value(json_object_get(r, "state")),
             fmt_value(json_object_get(r, "pool")),     fmt_value(json_object_get(r, "host")),
             fmt_value(json_object_get(r, "job_id")),   fmt_value(json_object_get(r, "exit_code")),
             fmt_age(json_object_get(r, "created_at")), fmt_value(json_object_get(r, "reason")),
         };
+        if (wide) {
+            cells[8] = fmt_value(json_object_get(r, "github_runner_id"));
+            cells[9] = fmt_age(json_object_get(r, "online_at"));
+            cells[10] = fmt_age(json_object_get(r, "busy_at"));
+            cells[11] = fmt_age(json_object_get(r, "finished_at"));
+        }
         table_add_row(&t, cells);
-        free_cells(cells, 8);
+        free_cells(cells, t.n_columns);
     }
     table_print(&t);
 }
@@ -740,6 +777,9 @@ enum {
     OPT_SOCKET = 's',
     OPT_HELP = 'h',
     OPT_VERSION = 'V',
+    OPT_OUTPUT = 'o',
+    OPT_FOLLOW_SHORT = 'f',
+    OPT_NO_HEADERS = 255,
     OPT_ADMIN = 256,
     OPT_NOW = OPT_ADMIN + ADMIN_OPT_MAX,
     OPT_WARN_DAYS,
@@ -749,6 +789,8 @@ static const struct option fixed_options[] = {
     {"socket", required_argument, NULL, OPT_SOCKET},
     {"help", no_argument, NULL, OPT_HELP},
     {"version", no_argument, NULL, OPT_VERSION},
+    {"output", required_argument, NULL, OPT_OUTPUT},
+    {"no-headers", no_argument, NULL, OPT_NO_HEADERS},
     {"now", required_argument, NULL, OPT_NOW},
     {"warn-days", required_argument, NULL, OPT_WARN_DAYS},
 };
@@ -768,6 +810,7 @@ static void cli_options(struct option out[N_FIXED_OPTIONS + ADMIN_OPT_MAX + 1])
 struct cli_args {
     const char *socket_path;
     bool as_json;
+    const char *output;                /* -o's, as given */
     const char *values[ADMIN_OPT_MAX]; /* each admin option's value, as given */
     long limit;                        /* --limit's, checked */
     const char *now;
@@ -823,8 +866,10 @@ static void parse_args(int argc, char **argv, struct cli_args *a)
     cli_options(options);
     opterr = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, ":hV", options, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":hVo:f", options, NULL)) != -1) {
         char *end = NULL;
+        if (opt == OPT_FOLLOW_SHORT)
+            opt = OPT_ADMIN + ADMIN_OPT_FOLLOW;
         if (opt >= OPT_ADMIN && opt < OPT_ADMIN + ADMIN_OPT_MAX)
             admin_option(a, opt - OPT_ADMIN, optarg);
         switch (opt) {
@@ -842,6 +887,20 @@ static void parse_args(int argc, char **argv, struct cli_args *a)
             printf("hatchery %s\n", HATCHERY_VERSION);
             a->answered = true;
             return;
+        case OPT_OUTPUT:
+            a->output = optarg;
+            if (strcmp(optarg, "json") == 0)
+                a->as_json = true;
+            else if (strcmp(optarg, "wide") == 0)
+                output.format = OUTPUT_WIDE;
+            else if (strcmp(optarg, "name") == 0)
+                output.format = OUTPUT_NAME;
+            else if (strcmp(optarg, "table") != 0)
+                problem(a, "-o takes table, wide, name or json, not '%s'", optarg);
+            break;
+        case OPT_NO_HEADERS:
+            output.no_headers = true;
+            break;
         case OPT_NOW:
             a->now = optarg;
             break;
@@ -952,6 +1011,12 @@ static int check_form(const struct cli_args *a, const struct admin_form *form)
     bool known = r != EXIT_OK || !status;
     for (size_t k = 0; !known && admin_job_statuses[k]; k++)
         known = strcmp(status, admin_job_statuses[k]) == 0;
+    if (r == EXIT_OK && !form->listing && (output.format != OUTPUT_TABLE || output.no_headers))
+        r = usage_error("%s takes no %s%s (only the listings jobs, pools, hosts and runners)", name,
+                        output.no_headers ? "--no-headers" : "-o ",
+                        output.no_headers ? "" : a->output);
+    if (r == EXIT_OK && a->as_json && (a->given & ADMIN_OPT(ADMIN_OPT_FOLLOW)))
+        r = usage_error("%s: -f prints the log as it comes, not as JSON", name);
     if (!known) {
         char statuses[128];
         statuses_sentence(statuses, sizeof(statuses));
@@ -969,7 +1034,7 @@ static json_t *build_request(const struct cli_args *a, const struct admin_form *
     if (form->implies_all)
         json_object_set_new(request, ADMIN_KEY_ALL, json_true());
     for (int o = 0; o < ADMIN_OPT_MAX; o++) {
-        if (!(a->given & ADMIN_OPT(o)))
+        if (!(a->given & ADMIN_OPT(o)) || o == ADMIN_OPT_FOLLOW) /* follow_logs() sends it */
             continue;
         json_t *value = !admin_options[o].value ? json_true()
                         : o == ADMIN_OPT_LIMIT  ? json_integer(a->limit)
@@ -1182,6 +1247,32 @@ static int complete(int n, char **words)
     return EXIT_OK;
 }
 
+/* `logs -f`: the log, then what it gains each second, until the runner ended and nothing
+ * more came (or the daemon goes away: its status is the exit status). */
+static int follow_logs(const struct cli_args *a, json_t *request)
+{
+    json_int_t since = -1;
+    for (;;) {
+        if (since >= 0)
+            json_object_set_new(request, ADMIN_KEY_SINCE, json_integer(since));
+        auto_json json_t *answer = NULL;
+        int rc = call(a->socket_path, request, &answer);
+        if (rc != EXIT_OK || !json_is_true(json_object_get(answer, "ok")))
+            return report(a->words[0], false, rc, answer, print_logs);
+        if (since < 0)
+            print_logs(answer);
+        else if (json_string_value(json_object_get(answer, "log")))
+            fputs(json_string_value(json_object_get(answer, "log")), stdout);
+        fflush(stdout);
+        json_int_t end = json_integer_value(json_object_get(answer, "end"));
+        bool fresh = end != since;
+        since = end;
+        if (!json_is_true(json_object_get(answer, "live")) && !fresh)
+            return EXIT_OK;
+        poll(NULL, 0, 1000);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "__complete") == 0)
@@ -1210,6 +1301,8 @@ int main(int argc, char **argv)
     if (r != EXIT_OK)
         return r;
     auto_json json_t *request = build_request(&a, form);
+    if (a.given & ADMIN_OPT(ADMIN_OPT_FOLLOW))
+        return follow_logs(&a, request);
     auto_json json_t *answer = NULL;
     int rc = call(a.socket_path, request, &answer);
     return report(a.words[0], a.as_json, rc, answer, printer_of(form));

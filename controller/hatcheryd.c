@@ -441,7 +441,7 @@ static json_t *admin_capacity(struct daemon *d, enum admin_command command, json
 #define LOGS_MAX_BYTES   (1024 * 1024)
 #define LOGS_MAX_BACKUPS 10
 
-static json_t *log_file_json(const char *path)
+static json_t *log_file_json(const char *path, json_int_t since)
 {
     char paths[LOGS_MAX_BACKUPS + 1][PATH_MAX];
     long sizes[LOGS_MAX_BACKUPS + 1];
@@ -461,8 +461,11 @@ static json_t *log_file_json(const char *path)
         sizes[n_files] = (long)st.st_size;
         total += sizes[n_files++];
     }
-    long want = total > LOGS_MAX_BYTES ? LOGS_MAX_BYTES : total;
-    bool truncated = total > LOGS_MAX_BYTES;
+    /* `since`: what the asker has, as the whole log's length then (a follow); a log that
+     * shrank meanwhile (its oldest file dropped) is taken from its end. */
+    long fresh = since < 0 ? total : since <= total ? total - (long)since : 0;
+    long want = fresh > LOGS_MAX_BYTES ? LOGS_MAX_BYTES : fresh;
+    bool truncated = fresh > LOGS_MAX_BYTES;
     char *buf = malloc((size_t)want + 1);
     if (!buf)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
@@ -490,8 +493,9 @@ static json_t *log_file_json(const char *path)
     }
     json_t *text = json_stringn(buf, out);
     free(buf);
-    return json_pack("{s:b, s:s, s:o, s:b}", "ok", 1, "path", path, "log",
-                     text ? text : json_string(""), "truncated", truncated);
+    return json_pack("{s:b, s:s, s:o, s:b, s:I}", "ok", 1, "path", path, "log",
+                     text ? text : json_string(""), "truncated", truncated, "end",
+                     (json_int_t)total);
 }
 
 static json_t *daemon_reload(struct daemon *d, const char *how);
@@ -592,8 +596,20 @@ static json_t *admin_delete(struct daemon *d, enum admin_command command, json_t
 {
     (void)command;
     const char *name = json_string_value(json_object_get(request, ADMIN_KEY_RUNNER));
-    if (!name || !d->scheduler || scheduler_runner_delete(d->scheduler, name) < 0)
+    if (!name || !d->scheduler)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "no such live runner");
+    if (json_is_true(json_object_get(request, ADMIN_KEY_FORCE))) {
+        int hosts = 0;
+        if (scheduler_runner_purge(d->scheduler, name, &hosts) < 0)
+            return json_pack("{s:b, s:s}", "ok", 0, "error",
+                             "not a runner name of this controller");
+        return json_pack("{s:b, s:s, s:b, s:i}", "ok", 1, "runner", name, "forced", 1,
+                         "hosts_asked", hosts);
+    }
+    if (scheduler_runner_delete(d->scheduler, name) < 0)
+        return json_pack("{s:b, s:s}", "ok", 0, "error",
+                         "no such live runner (one that ended or is unknown here: delete "
+                         "--force removes what is left of it)");
     return json_pack("{s:b, s:s}", "ok", 1, "runner", name);
 }
 
@@ -607,7 +623,13 @@ static json_t *admin_logs(struct daemon *d, enum admin_command command, json_t *
         name && d->scheduler ? scheduler_runner_log(d->scheduler, name, path, sizeof(path)) : NULL;
     if (!file)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "no log for that runner");
-    return log_file_json(file);
+    json_t *since = json_object_get(request, ADMIN_KEY_SINCE);
+    if (since && (!json_is_integer(since) || json_integer_value(since) < 0))
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "since must be a byte offset");
+    json_t *answer = log_file_json(file, since ? json_integer_value(since) : -1);
+    /* A follower stops once the runner ended and the log has nothing new. */
+    json_object_set_new(answer, "live", json_boolean(scheduler_runner_live(d->scheduler, name)));
+    return answer;
 }
 
 /* hosts: each host's connection, usage, isolation and templates. */

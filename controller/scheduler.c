@@ -587,6 +587,51 @@ int scheduler_runner_delete(struct scheduler *s, const char *name)
     return 0;
 }
 
+/* A name this controller gives its runners, and nothing a path could be built from. */
+static bool runner_name_ours(const struct scheduler *s, const char *name)
+{
+    size_t n = strlen(name);
+    if (strncmp(name, s->prefix, strlen(s->prefix)) != 0 || n >= 200)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+              (name[i] >= '0' && name[i] <= '9') || name[i] == '-' || name[i] == '_' ||
+              name[i] == '.'))
+            return false;
+    return true;
+}
+
+int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts)
+{
+    *ret_hosts = 0;
+    if (!runner_name_ours(s, name))
+        return -EINVAL;
+    struct runner *r = runner_find(s, name);
+    if (r && runner_state_live(r->state)) {
+        runner_fail(r, "deleted by an operator");
+        return 0;
+    }
+    /* Ended or never known here: its domain and disk wherever they are left, now; its
+     * GitHub registration and orphan disks by a reconciler pass started now, which deletes
+     * every runner of ours GitHub still lists that is not live. */
+    const struct config *c = cfg(s);
+    for (size_t i = 0; i < c->n_hosts; i++)
+        if (provider_remove(prov(s), c->hosts[i].name, name, NULL, NULL) == 0)
+            (*ret_hosts)++;
+    log_info("runner.purge",
+             "runner=%s hosts=%d action=\"domain and disk removed where found; "
+             "a reconciler pass deletes its GitHub runner\"",
+             name, *ret_hosts);
+    uv_timer_start(&s->reconcile, on_reconcile, 0, (uint64_t)c->reconcile_interval_s * 1000);
+    return 0;
+}
+
+bool scheduler_runner_live(struct scheduler *s, const char *name)
+{
+    struct runner *r = runner_find(s, name);
+    return r && runner_state_live(r->state);
+}
+
 const char *scheduler_runner_log(struct scheduler *s, const char *name, char *buf, size_t size)
 {
     if (strncmp(name, s->prefix, strlen(s->prefix)) != 0 || strchr(name, '/'))

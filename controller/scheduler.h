@@ -77,6 +77,13 @@ const char *scheduler_pool_waiting(struct scheduler *s, const char *pool);
 int scheduler_host_drain(struct scheduler *s, const char *host, bool drained);
 bool scheduler_host_drained(struct scheduler *s, const char *host);
 int scheduler_runner_delete(struct scheduler *s, const char *name);
+/* `delete --force`: a live runner is deleted; of one that ended or is unknown here (a name
+ * of this controller's), the domain and disk are removed from every host that is up
+ * (`*ret_hosts` of them asked) and a reconciler pass starts now, deleting its GitHub runner.
+ * Idempotent. -EINVAL for a name that is not this controller's. */
+int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts);
+/* Whether the runner is live (not ended). */
+bool scheduler_runner_live(struct scheduler *s, const char *name);
 /* The console log path of a runner (live or ended), or NULL. */
 const char *scheduler_runner_log(struct scheduler *s, const char *name, char *buf, size_t size);
 

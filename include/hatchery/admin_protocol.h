@@ -41,6 +41,8 @@ static const char *const admin_command_names[ADMIN_COMMAND_MAX] = {
 #define ADMIN_KEY_POOL   "pool"
 #define ADMIN_KEY_HOST   "host"
 #define ADMIN_KEY_RUNNER "runner"
+#define ADMIN_KEY_FORCE  "force"
+#define ADMIN_KEY_SINCE  "since" /* logs: bytes from this offset of the whole log on */
 
 /* The options a command may take on the CLI's line, each carried in the request under its
  * key: `--status S` as "status": "S", `--all` as "all": true. */
@@ -50,6 +52,8 @@ enum admin_option {
     ADMIN_OPT_ALL,
     ADMIN_OPT_POOL,
     ADMIN_OPT_HOST,
+    ADMIN_OPT_FORCE,
+    ADMIN_OPT_FOLLOW, /* the CLI's own: it asks again from where the last answer ended */
     ADMIN_OPT_MAX,
 };
 
@@ -75,6 +79,8 @@ static const struct admin_option_spec admin_options[ADMIN_OPT_MAX] = {
     [ADMIN_OPT_ALL] = {"all", ADMIN_KEY_ALL, NULL, ADMIN_NAMES_NONE},
     [ADMIN_OPT_POOL] = {"pool", ADMIN_KEY_POOL, "P", ADMIN_NAMES_POOLS},
     [ADMIN_OPT_HOST] = {"host", ADMIN_KEY_HOST, "H", ADMIN_NAMES_HOSTS},
+    [ADMIN_OPT_FORCE] = {"force", ADMIN_KEY_FORCE, NULL, ADMIN_NAMES_NONE},
+    [ADMIN_OPT_FOLLOW] = {"follow", ADMIN_KEY_SINCE, NULL, ADMIN_NAMES_NONE},
 };
 
 /* The statuses `jobs --status` takes (job.h's, and "waiting": queued without a runner). */
@@ -94,41 +100,63 @@ struct admin_form {
     const char *operand_key; /* the request key the operand goes in */
     enum admin_names operand_names;
     bool implies_all; /* also sends "all": true (`runners show` finds ended runners too) */
+    bool listing;     /* answers with a table of named rows: -o name, -o wide, --no-headers */
     unsigned options; /* ADMIN_OPT(o) for each option it takes */
     const char *help;
 };
 
 static const struct admin_form admin_forms[] = {
-    {ADMIN_JOBS, NULL, NULL, NULL, ADMIN_NAMES_NONE, false,
-     ADMIN_OPT(ADMIN_OPT_STATUS) | ADMIN_OPT(ADMIN_OPT_LIMIT),
-     "jobs GitHub told us about, newest first, and why a queued one waits (S: waiting, "
-     "queued, in_progress, completed)"},
-    {ADMIN_POOLS, NULL, NULL, NULL, ADMIN_NAMES_NONE, false, 0, "configured pools"},
-    {ADMIN_CAPACITY, NULL, NULL, NULL, ADMIN_NAMES_NONE, false, 0,
-     "per pool: runners, jobs by status, why jobs wait"},
-    {ADMIN_HOSTS, NULL, NULL, NULL, ADMIN_NAMES_NONE, false, 0,
-     "libvirt hosts: state (and why), drained, transport, vCPUs, memory and guests used, "
-     "guest isolation; warm templates"},
-    {ADMIN_RUNNERS, NULL, NULL, NULL, ADMIN_NAMES_NONE, false,
-     ADMIN_OPT(ADMIN_OPT_ALL) | ADMIN_OPT(ADMIN_OPT_POOL) | ADMIN_OPT(ADMIN_OPT_HOST),
-     "live runners (--all: ended ones too, with reasons), of one pool or host"},
-    {ADMIN_RUNNERS, "show", "RUNNER", ADMIN_KEY_NAME, ADMIN_NAMES_RUNNERS, true, 0,
-     "every field of one runner, ended or not"},
-    {ADMIN_DRAIN, NULL, "HOST", ADMIN_KEY_HOST, ADMIN_NAMES_HOSTS, false, 0,
-     "stop placing new guests on HOST"},
-    {ADMIN_UNDRAIN, NULL, "HOST", ADMIN_KEY_HOST, ADMIN_NAMES_HOSTS, false, 0,
-     "place new guests on HOST again"},
-    {ADMIN_DELETE, NULL, "RUNNER", ADMIN_KEY_RUNNER, ADMIN_NAMES_RUNNERS, false, 0,
-     "tear a runner down now (guest, disk, GitHub runner)"},
-    {ADMIN_LOGS, NULL, "RUNNER", ADMIN_KEY_RUNNER, ADMIN_NAMES_RUNNERS, false, 0,
-     "the runner's console log, kept after teardown"},
-    {ADMIN_GITHUB, NULL, NULL, NULL, ADMIN_NAMES_NONE, false, 0,
-     "auth mode, installation, rate-limit budget, last error"},
-    {ADMIN_RELOAD, NULL, NULL, NULL, ADMIN_NAMES_NONE, false, 0,
-     "re-read the config: pools and hosts added, removed and changed; a bad config is "
-     "refused and the running one stays"},
-    {ADMIN_HEALTH, NULL, NULL, NULL, ADMIN_NAMES_NONE, false, 0,
-     "version, controller id and uptime"},
+    {.command = ADMIN_JOBS,
+     .listing = true,
+     .options = ADMIN_OPT(ADMIN_OPT_STATUS) | ADMIN_OPT(ADMIN_OPT_LIMIT),
+     .help = "jobs GitHub told us about, newest first, and why a queued one waits (S: "
+             "waiting, queued, in_progress, completed)"},
+    {.command = ADMIN_POOLS, .listing = true, .help = "configured pools"},
+    {.command = ADMIN_CAPACITY, .help = "per pool: runners, jobs by status, why jobs wait"},
+    {.command = ADMIN_HOSTS,
+     .listing = true,
+     .help = "libvirt hosts: state (and why), drained, transport, vCPUs, memory and guests "
+             "used, guest isolation; warm templates"},
+    {.command = ADMIN_RUNNERS,
+     .listing = true,
+     .options = ADMIN_OPT(ADMIN_OPT_ALL) | ADMIN_OPT(ADMIN_OPT_POOL) | ADMIN_OPT(ADMIN_OPT_HOST),
+     .help = "live runners (--all: ended ones too, with reasons), of one pool or host"},
+    {.command = ADMIN_RUNNERS,
+     .sub = "show",
+     .operand = "RUNNER",
+     .operand_key = ADMIN_KEY_NAME,
+     .operand_names = ADMIN_NAMES_RUNNERS,
+     .implies_all = true,
+     .help = "every field of one runner, ended or not"},
+    {.command = ADMIN_DRAIN,
+     .operand = "HOST",
+     .operand_key = ADMIN_KEY_HOST,
+     .operand_names = ADMIN_NAMES_HOSTS,
+     .help = "stop placing new guests on HOST"},
+    {.command = ADMIN_UNDRAIN,
+     .operand = "HOST",
+     .operand_key = ADMIN_KEY_HOST,
+     .operand_names = ADMIN_NAMES_HOSTS,
+     .help = "place new guests on HOST again"},
+    {.command = ADMIN_DELETE,
+     .operand = "RUNNER",
+     .operand_key = ADMIN_KEY_RUNNER,
+     .operand_names = ADMIN_NAMES_RUNNERS,
+     .options = ADMIN_OPT(ADMIN_OPT_FORCE),
+     .help = "tear a runner down now (guest, disk, GitHub runner); --force: also what is left "
+             "of one that ended or is unknown, on every host and on GitHub"},
+    {.command = ADMIN_LOGS,
+     .operand = "RUNNER",
+     .operand_key = ADMIN_KEY_RUNNER,
+     .operand_names = ADMIN_NAMES_RUNNERS,
+     .options = ADMIN_OPT(ADMIN_OPT_FOLLOW),
+     .help = "the runner's console log, kept after teardown; -f: follow it until the runner "
+             "ends"},
+    {.command = ADMIN_GITHUB, .help = "auth mode, installation, rate-limit budget, last error"},
+    {.command = ADMIN_RELOAD,
+     .help = "re-read the config: pools and hosts added, removed and changed; a bad config "
+             "is refused and the running one stays"},
+    {.command = ADMIN_HEALTH, .help = "version, controller id and uptime"},
 };
 
 #define ADMIN_N_FORMS (sizeof(admin_forms) / sizeof(admin_forms[0]))

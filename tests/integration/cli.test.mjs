@@ -2,7 +2,7 @@
 // systemd's notify protocol.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
@@ -163,6 +163,84 @@ _hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`;
     assert.deepEqual(complete('hatchery', '--socket', '/nonexistent', 'drain', 'h'), []);
   });
 
+  test('-o name, -o wide, -o json and --no-headers: for scripts and for people', () => {
+    // The names alone, one a line: hosts from the host table only (no header, no template).
+    assert.equal(d.cli('hosts', '-o', 'name').stdout, 'host-a\n');
+    assert.equal(d.cli('-o', 'name', 'pools').stdout.split('\n').filter(Boolean).sort().join(' '),
+      d.cliJson('pools').pools.map((p) => p.name).sort().join(' '));
+    assert.deepEqual(d.cli('jobs', '--output=name').stdout.split('\n').filter(Boolean).sort(),
+      d.jobs().map((j) => String(j.id)).sort());
+    // Wide: more columns than the table; no headers: the same rows without the header line.
+    const table = d.cli('jobs').stdout.split('\n');
+    assert.match(table[0], /^JOB +STATUS .*WHY_IT_WAITS$/);
+    assert.match(d.cli('jobs', '-o', 'wide').stdout.split('\n')[0], /WHY_IT_WAITS +QUEUED +STARTED$/);
+    assert.match(d.cli('runners', '-o', 'wide', '--all').stdout.split('\n')[0], /REASON +GITHUB_ID +ONLINE +BUSY +FINISHED$/);
+    assert.deepEqual(d.cli('jobs', '--no-headers').stdout.split('\n'), table.slice(1));
+    // -o json is --json.
+    assert.deepEqual(JSON.parse(d.cli('-o', 'json', 'hosts').stdout), d.cliJson('hosts'));
+    // Bad: an unknown format, and a format a command that is not a listing has no use for.
+    for (const [args, err] of [
+      [['-o', 'yaml', 'jobs'], "hatchery: -o takes table, wide, name or json, not 'yaml' (hatchery --help)\n"],
+      [['health', '-o', 'name'], 'hatchery: health takes no -o name (only the listings jobs, pools, hosts and runners) (hatchery --help)\n'],
+      [['capacity', '--no-headers'], 'hatchery: capacity takes no --no-headers (only the listings jobs, pools, hosts and runners) (hatchery --help)\n'],
+      [['logs', 'x', '-f', '--json'], 'hatchery: logs: -f prints the log as it comes, not as JSON (hatchery --help)\n'],
+    ]) {
+      const r = d.cli(...args);
+      assert.equal(r.code, 2, args.join(' '));
+      assert.equal(r.stderr, err);
+    }
+  });
+
+  test('logs -f prints the log and what it gains, and ends once the runner has ended', async () => {
+    // A runner of this controller's that ended long ago, whose console log is still kept.
+    const name = 'hatchery-it-linux-ppc64le-9';
+    const log = join(d.dir, 'state', 'logs', `${name}.console.log`);
+    mkdirSync(dirname(log), { recursive: true });
+    writeFileSync(log, 'booted\r\nfirst line\n');
+    const p = spawn(HATCHERY_CLI, ['--socket', d.socket, 'logs', '-f', name], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    const exited = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
+    await new Promise((resolve) => p.stdout.on('data', (b) => { out += b; if (out.includes('first line')) resolve(); }));
+    // Within the second before it asks again: what the log gains is printed too.
+    appendFileSync(log, 'second line\n');
+    assert.equal(await exited, 0);
+    assert.equal(out, 'booted\nfirst line\nsecond line\n');
+    // The admin API's part: bytes after an offset of the whole log, and where it ends.
+    const ask = (req) => new Promise((resolve, reject) => {
+      const c = net.connect(d.socket);
+      let text = '';
+      c.on('data', (b) => { text += b; });
+      c.on('end', () => resolve(JSON.parse(text)));
+      c.on('error', reject);
+      c.end(`${JSON.stringify(req)}\n`);
+    });
+    const tail = await ask({ cmd: 'logs', runner: name, since: 17 });
+    assert.equal(tail.log, 'e\nsecond line\n');
+    assert.equal(tail.end, 31);
+    assert.equal(tail.live, false);
+    assert.equal((await ask({ cmd: 'logs', runner: name, since: 31 })).log, '');
+    assert.deepEqual(await ask({ cmd: 'logs', runner: name, since: -1 }), { ok: false, error: 'since must be a byte offset' });
+    assert.equal((await ask({ cmd: 'logs', runner: name, since: 1000 })).log, '', 'a log that shrank: nothing new');
+  });
+
+  test('delete --force: what is left of a runner that ended or is unknown, idempotently', async () => {
+    const name = 'hatchery-it-linux-ppc64le-77';
+    const plain = d.cli('delete', name);
+    assert.equal(plain.code, 1);
+    assert.match(plain.stderr, /no such live runner \(one that ended or is unknown here: delete --force removes what is left of it\)/);
+    for (let i = 0; i < 2; i++) {
+      const forced = JSON.parse(d.cli('--json', 'delete', '--force', name).stdout);
+      assert.deepEqual(forced, { ok: true, runner: name, forced: true, hosts_asked: 1 });
+    }
+    await d.until('the purge logged', () => new RegExp(`event=runner\\.purge runner=${name} hosts=1`).test(d.logs), { ms: 10000 });
+    // Never a name of another controller's, or one a path could be made of.
+    for (const bad of ['hatchery-other-x-1', 'hatchery-it-../../etc', 'runner']) {
+      const r = d.cli('delete', '--force', bad);
+      assert.equal(r.code, 1, bad);
+      assert.match(r.stderr, /not a runner name of this controller/);
+    }
+  });
+
   test('usage errors exit 2', () => {
     assert.equal(d.cli('frobnicate').code, 2);
     assert.equal(d.cli('jobs', '--limit', 'lots').code, 2);
@@ -184,7 +262,7 @@ test('--help names every command the README documents', () => {
   const r = spawnSync(HATCHERY_CLI, ['--help'], { encoding: 'utf8' });
   assert.equal(r.status, 0);
   const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-  const block = /hatchery \[--socket PATH\] \[--json\] COMMAND \[ARGS\]\n([\s\S]*?)```/.exec(readme)[1];
+  const block = /hatchery \[--socket PATH\] \[--json \| -o FORMAT\] \[--no-headers\] COMMAND \[ARGS\]\n([\s\S]*?)```/.exec(readme)[1];
   const documented = [...block.matchAll(/^ {2}([a-z-]+)/gm)].map((m) => m[1]);
   assert.ok(documented.length >= 10, `README commands: ${documented}`);
   for (const cmd of [...documented, 'undrain']) assert.match(r.stdout, new RegExp(`\\b${cmd}\\b`), `--help lacks ${cmd}`);
