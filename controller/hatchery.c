@@ -1151,7 +1151,7 @@ static void print_if(const char *candidate, const char *prefix)
         puts(candidate);
 }
 
-static void print_options(unsigned options, bool global, const char *prefix)
+static void print_options(unsigned options, bool global, bool listing, const char *prefix)
 {
     char option[64];
     for (int o = 0; o < ADMIN_OPT_MAX; o++)
@@ -1160,6 +1160,10 @@ static void print_options(unsigned options, bool global, const char *prefix)
             print_if(option, prefix);
         }
     print_if("--json", prefix);
+    if (listing) {
+        print_if("--output", prefix);
+        print_if("--no-headers", prefix);
+    }
     if (global) {
         print_if("--socket", prefix);
         print_if("--help", prefix);
@@ -1189,18 +1193,20 @@ static int complete(int n, char **words)
     const char *positional[4];
     size_t n_positional = 0;
     int value_of = -1; /* the admin option whose value `cur` is */
-    bool socket_value = false, value_taken = false;
+    bool socket_value = false, output_value = false, value_taken = false;
     for (int i = 0; i < n - 1; i++) {
         const char *w = words[i];
         int o = admin_option_named(w);
+        bool format = strcmp(w, "-o") == 0 || strcmp(w, "--output") == 0;
         bool takes = (o >= 0 && admin_options[o].value) || strcmp(w, "--socket") == 0 ||
-                     strcmp(w, "--now") == 0 || strcmp(w, "--warn-days") == 0;
+                     strcmp(w, "--now") == 0 || strcmp(w, "--warn-days") == 0 || format;
         if (strncmp(w, "--socket=", 9) == 0)
             socket_path = w + 9;
         if (w[0] == '-' && takes && !strchr(w, '=')) {
             if (i + 1 == n - 1) {
                 value_of = o;
                 socket_value = strcmp(w, "--socket") == 0;
+                output_value = format;
                 value_taken = true;
             } else if (strcmp(w, "--socket") == 0) {
                 socket_path = words[i + 1];
@@ -1211,6 +1217,9 @@ static int complete(int n, char **words)
         }
     }
     if (value_taken) {
+        static const char *const formats[] = {"table", "wide", "name", "json"};
+        for (size_t f = 0; output_value && f < sizeof(formats) / sizeof(formats[0]); f++)
+            print_if(formats[f], cur);
         if (socket_value)
             puts(":files");
         else if (value_of >= 0)
@@ -1221,7 +1230,7 @@ static int complete(int n, char **words)
         for (int c = 0; c < ADMIN_COMMAND_MAX; c++)
             print_if(admin_command_names[c], cur);
         print_if("image-check", cur);
-        print_options(0, true, cur);
+        print_options(0, true, false, cur);
         return EXIT_OK;
     }
     if (strcmp(positional[0], "image-check") == 0) {
@@ -1243,7 +1252,7 @@ static int complete(int n, char **words)
                 print_if(admin_forms[f].sub, cur);
     if (form->operand && operands == 0)
         print_daemon_names(socket_path, form->operand_names, cur);
-    print_options(form->options, false, cur);
+    print_options(form->options, false, form->listing, cur);
     return EXIT_OK;
 }
 

@@ -455,6 +455,9 @@ _hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`]));
       [['hatchery', 'runners', 'show', 'hatchery-it-prod-'], ['hatchery-it-prod-1', 'hatchery-it-prod-2']],
       [['hatchery', 'runners', '--pool', 'pr'], ['pr', 'prod']],
       [['hatchery', 'un'], ['undrain']],
+      [['hatchery', 'runners', '-o', ''], ['json', 'name', 'table', 'wide']],
+      [['hatchery', 'hosts', '--no'], ['--no-headers']],
+      [['hatchery', 'logs', 'x', '--f'], ['--follow']],
     ]) {
       assert.deepEqual(await bash(...words), want, `bash: ${words.join(' ')}`);
       assert.deepEqual(await fish(words.join(' ')), want, `fish: ${words.join(' ')}`);
