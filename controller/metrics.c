@@ -457,6 +457,10 @@ static void scheduler_metrics(struct textbuf *b, struct daemon *d)
         counter(b, "hatchery_runner_transitions_refused_total",
                 "Runner state changes the lifecycle table refused (a bug if not 0).",
                 sch->transitions_refused);
+        counter(b, "hatchery_job_runner_mismatches_total",
+                "Deliveries naming a runner that runs another job, ignored (forged with the "
+                "webhook secret, or a bug).",
+                sch->job_mismatches);
         header(b, "hatchery_reconcile_actions_total", "counter",
                "What the reconciler repaired, by action.");
         const struct {

@@ -356,6 +356,19 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
     struct runner *r = runner_name ? runner_find(s, runner_name) : NULL;
     enum runner_event ev =
         status == JOB_IN_PROGRESS ? RUNNER_EV_JOB_IN_PROGRESS : RUNNER_EV_JOB_COMPLETED;
+    /* A runner takes one job (a JIT runner is single-use): news of another job on a runner
+     * that has one is not believed. Signed deliveries say so only if the webhook secret
+     * leaked (or the front that holds it was taken over); acted on, a busy runner's job
+     * would be ended early. */
+    if (r && r->job_id && r->job_id != job_id &&
+        (status == JOB_IN_PROGRESS || status == JOB_COMPLETED)) {
+        log_warn("runner.job_mismatch",
+                 "runner=%s runner_job=%lld job=%lld status=%s action=\"ignored: the runner "
+                 "runs another job\"",
+                 r->name, (long long)r->job_id, (long long)job_id, job_status_names[status]);
+        s->stats.job_mismatches++;
+        r = NULL;
+    }
     if (r && (status == JOB_IN_PROGRESS || status == JOB_COMPLETED) &&
         runner_lifecycle_next(r->state, ev) < 0) {
         /* A late or repeated webhook (the runner ended already): nothing to do. */

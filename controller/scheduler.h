@@ -92,6 +92,7 @@ struct scheduler_stats {
     uint64_t jobs_lost;           /* busy runners that failed: GitHub fails their jobs */
     uint64_t surplus_retired;     /* idle runners beyond demand, retired */
     uint64_t transitions_refused; /* moves the lifecycle table does not allow */
+    uint64_t job_mismatches;      /* job news for a runner that runs another job: ignored */
     uint64_t adopted, adopt_failed;
     double adopt_seconds_max; /* this hatcheryd's start to an adopted agent's resumed */
     uint64_t reconcile_domains_removed, reconcile_github_deleted, reconcile_jobs_found,

@@ -610,6 +610,31 @@ static void one_runner_through_every_state(void **state)
     stop(s);
 }
 
+/* A runner runs one job: a delivery naming it for another job (forged with a leaked
+ * webhook secret, say) moves nothing, and is counted. */
+static void news_of_another_job_is_not_believed(void **state)
+{
+    (void)state;
+    struct scheduler *s = start();
+    struct guest *g = first_runner(1012);
+    g->events->on_booting(g->data, g);
+    bring_online(g, 4243);
+    scheduler_job_event(s, 1012, JOB_IN_PROGRESS, g->name);
+    assert_string_equal(state_of(s, g->name), "busy");
+    /* Another job's completed, naming this busy runner: its own job goes on. */
+    scheduler_job_event(s, 9999, JOB_COMPLETED, g->name);
+    assert_string_equal(state_of(s, g->name), "busy");
+    scheduler_job_event(s, 9998, JOB_IN_PROGRESS, g->name);
+    assert_string_equal(state_of(s, g->name), "busy");
+    assert_int_equal(scheduler_stats_get(s)->job_mismatches, 2);
+    assert_false(g->torn_down);
+    /* Its own job's completed is believed. */
+    scheduler_job_event(s, 1012, JOB_COMPLETED, g->name);
+    assert_string_equal(state_of(s, g->name), "finishing");
+    assert_int_equal(refused(s), 0);
+    stop(s);
+}
+
 /* Moves the table does not hold are refused, counted and not applied. */
 static void illegal_moves_are_refused(void **state)
 {
@@ -896,6 +921,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(one_runner_through_every_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(news_of_another_job_is_not_believed, setup, teardown),
         cmocka_unit_test_setup_teardown(illegal_moves_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(timeouts_and_lost_jobs, setup, teardown),
         cmocka_unit_test_setup_teardown(a_silent_agent_is_hung, setup, teardown),
