@@ -416,6 +416,10 @@ struct front {
     void *data;
     struct http_stats stats;
     size_t calls_open;
+    size_t bytes_open;     /* the bodies of the calls open */
+    size_t max_calls_open; /* a front keeps at most one call a connection open */
+    size_t max_bytes_open;
+    uint64_t calls_refused; /* past those bounds: a front that lies, answered 503 */
     bool freed;
 };
 
@@ -464,7 +468,7 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
         front_main(config, webhook_secret, &user, sv[1]);
     }
     close(sv[1]);
-    struct front *f = calloc(1, sizeof(*f));
+    struct front *f = front_wrap(sv[0], config);
     if (!f) {
         close(sv[0]);
         kill(pid, SIGKILL);
@@ -473,10 +477,6 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
         return -ENOMEM;
     }
     f->pid = pid;
-    f->fd = sv[0];
-    f->in.max_body = (size_t)config->http.max_body_bytes > sizeof(f->stats)
-                         ? (size_t)config->http.max_body_bytes
-                         : sizeof(f->stats);
     /* Its first frame says whether it listens. */
     int r = 0;
     for (;;) {
@@ -546,6 +546,7 @@ static void front_gone(struct front *f, const char *why)
 static void call_free(struct front_call *call)
 {
     struct front *f = call->front;
+    f->bytes_open -= call->r.req.body_len;
     frame_request_free(&call->r);
     free(call);
     f->calls_open--;
@@ -565,8 +566,45 @@ static int take_request(struct front *f, const struct frame *fr)
     call->front = f;
     call->id = fr->head.id;
     f->calls_open++;
+    f->bytes_open += call->r.req.body_len;
+    /* The front's listeners keep one call a connection open, within their limits: more is
+     * a front that lies (taken over), which would have the core hold calls without bound.
+     * Answered at once, and counted; the core goes on serving the calls within bounds. */
+    if (f->calls_open > f->max_calls_open || f->bytes_open > f->max_bytes_open) {
+        if (f->calls_refused++ == 0)
+            log_warn("front.calls_refused",
+                     "calls_open=%zu bytes_open=%zu max_calls=%zu max_bytes=%zu "
+                     "reason=\"the front has more calls open than its listeners allow\"",
+                     f->calls_open, f->bytes_open, f->max_calls_open, f->max_bytes_open);
+        front_respond(call, 503, "text/plain", "busy\n", 5);
+        return 0;
+    }
     f->cb.on_request(f->data, call, (enum front_route)call->r.route, &call->r.req);
     return 0;
+}
+
+uint64_t front_calls_refused(const struct front *f)
+{
+    return f->calls_refused;
+}
+
+struct front *front_wrap(int fd, const struct config *config)
+{
+    struct front *f = calloc(1, sizeof(*f));
+    if (!f)
+        return NULL;
+    f->fd = fd;
+    f->pid = -1;
+    f->in.max_body = (size_t)config->http.max_body_bytes > sizeof(f->stats)
+                         ? (size_t)config->http.max_body_bytes
+                         : sizeof(f->stats);
+    /* Two listeners at most (listen, metrics_listen), each with its connection limit and
+     * one call a connection; as many again for calls whose connection closed before their
+     * answer came. */
+    f->max_calls_open = 4 * (size_t)config->http.max_connections;
+    f->max_bytes_open =
+        FRONT_MAX_BYTES_OPEN > f->in.max_body ? FRONT_MAX_BYTES_OPEN : f->in.max_body;
+    return f;
 }
 
 static int take_rejected(struct front *f, const struct frame *fr)
@@ -711,7 +749,7 @@ void front_free(struct front *f)
     front_close(f);
     /* It exits once it reads the end of the socketpair. */
     int status;
-    while (waitpid(f->pid, &status, 0) < 0 && errno == EINTR)
+    while (f->pid > 0 && waitpid(f->pid, &status, 0) < 0 && errno == EINTR)
         ;
     f->freed = true;
     front_release(f);

@@ -19,6 +19,9 @@
 
 #define FRAME_MAX_FIELDS     (2 * HTTP_MAX_HEADERS_MAX + 8)
 #define FRAME_MAX_META_BYTES (1024 * 1024)
+/* The request bodies the core holds for the front's open calls, at most (or one body of
+ * http.max_body_bytes, when that is larger). */
+#define FRONT_MAX_BYTES_OPEN (64 * 1024 * 1024)
 
 enum frame_type {
     FRAME_READY = 1, /* front → core: listening; field 0 "sandboxed" or "unconfined" */

@@ -233,6 +233,10 @@ static void http_metrics(struct textbuf *b, struct daemon *d)
     gauge(b, "hatchery_http_front_sandboxed",
           "1 when the HTTP front runs under its seccomp filter, 0 when unconfined.",
           front_sandboxed(d->front) ? 1 : 0);
+    counter(b, "hatchery_http_front_calls_refused_total",
+            "Calls the core refused (503) because the HTTP front had more open than its "
+            "listeners allow: a front that lies (a bug, or taken over).",
+            front_calls_refused(d->front));
     gauge(b, "hatchery_http_connections_open", "HTTP connections open now.",
           (double)h->connections_open);
     counter(b, "hatchery_http_connections_accepted_total", "HTTP connections accepted.",

@@ -22,7 +22,9 @@
 #include <cmocka.h>
 #include <uv.h>
 
+#include "config.h"
 #include "front.h"
+#include "front_frame.h"
 
 enum probe {
     PROBE_OPEN,      /* open("/etc/passwd") */
@@ -210,12 +212,92 @@ static void test_io_uring_refused_and_the_loop_runs_confined(void **state)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* The core's side, against a front taken over: it opens more calls than its listeners
+ * could hold (4 × max_connections: two listeners, and calls whose connection closed), and
+ * the core answers those past the bound 503 at once instead of holding them. */
+struct held {
+    struct front_call *calls[64];
+    size_t n;
+};
+
+static void hold_request(void *data, struct front_call *call, enum front_route route,
+                         const struct http_request *req)
+{
+    (void)route;
+    (void)req;
+    struct held *h = data;
+    h->calls[h->n++] = call;
+}
+
+static void on_rejected_none(void *data, const struct front_rejection *rej)
+{
+    (void)data;
+    (void)rej;
+}
+
+static void on_gone_none(void *data, const char *why)
+{
+    (void)data;
+    (void)why;
+}
+
+static void test_core_bounds_the_calls_a_front_opens(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    struct config c = {.http = {.max_connections = 2, .max_body_bytes = 1024}};
+    struct front *f = front_wrap(sv[0], &c);
+    assert_non_null(f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct held held = {0};
+    const struct front_callbacks cb = {hold_request, on_rejected_none, on_gone_none};
+    assert_int_equal(front_attach(f, &loop, &cb, &held), 0);
+    /* Twelve calls, none answered by the core's handler: 8 are within 4 × 2. */
+    for (uint32_t id = 1; id <= 12; id++) {
+        struct frame_out o;
+        frame_begin(&o, FRAME_REQUEST, id);
+        frame_out_string(&o, "0");
+        frame_out_string(&o, "GET");
+        frame_out_string(&o, "/healthz");
+        frame_out_string(&o, "127.0.0.1");
+        frame_end(&o, NULL, 0);
+        assert_false(o.error);
+        assert_int_equal(write(sv[1], o.buf, o.len), (ssize_t)o.len);
+        free(o.buf);
+    }
+    for (int i = 0; i < 100 && held.n + front_calls_refused(f) < 12; i++)
+        uv_run(&loop, UV_RUN_NOWAIT), usleep(10000);
+    assert_int_equal(held.n, 8);
+    assert_int_equal(front_calls_refused(f), 4);
+    /* The four refused were answered 503 on the socketpair; the held ones are not yet. */
+    for (int i = 0; i < 100; i++)
+        uv_run(&loop, UV_RUN_NOWAIT);
+    char answers[4096];
+    ssize_t n = read(sv[1], answers, sizeof(answers));
+    assert_true(n > 0);
+    size_t n503 = 0;
+    for (ssize_t k = 0; k + 3 <= n; k++)
+        n503 += memcmp(answers + k, "503", 3) == 0;
+    assert_int_equal(n503, 4);
+    /* The held calls are answered as the core's handler would. */
+    for (size_t i = 0; i < held.n; i++)
+        front_respond(held.calls[i], 200, "text/plain", "ok\n", 3);
+    front_close(f);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    front_free(f);
+    close(sv[1]);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sandbox_denies_files_sockets_and_processes),
         cmocka_unit_test(test_sandbox_kills_exec),
         cmocka_unit_test(test_io_uring_refused_and_the_loop_runs_confined),
+        cmocka_unit_test(test_core_bounds_the_calls_a_front_opens),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
