@@ -24,6 +24,7 @@
 #include "front_frame.h"
 #include "hatchery/limits.h"
 #include "log.h"
+#include "wall_clock.h"
 #include "webhook.h"
 
 #define FRONT_FD 3
@@ -421,6 +422,15 @@ struct front {
     size_t max_bytes_open;
     uint64_t calls_refused; /* past those bounds: a front that lies, answered 503 */
     bool freed;
+    /* The front's stderr, read here as untrusted text (relay_line): its priority capped at
+     * warn, its text one escaped value, its lines throttled. */
+    int log_fd;
+    uv_pipe_t log_pipe;
+    bool log_attached;
+    char log_line[FRONT_LOG_LINE_MAX + 1];
+    size_t log_len;
+    bool log_cut; /* the line in log_line was longer: the rest is dropped */
+    struct log_throttle log_throttle;
 };
 
 struct front_call {
@@ -431,7 +441,7 @@ struct front_call {
 
 static void front_release(struct front *f)
 {
-    if (f->freed && f->calls_open == 0 && !f->attached) {
+    if (f->freed && f->calls_open == 0 && !f->attached && !f->log_attached) {
         free(f->in.buf);
         free(f);
     }
@@ -440,10 +450,19 @@ static void front_release(struct front *f)
 int front_spawn(const struct config *config, const struct secret *webhook_secret,
                 struct front **ret, char *err, size_t err_size)
 {
-    int sv[2];
+    int sv[2], logs[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
         snprintf(err, err_size, "socketpair: %s", strerror(errno));
         return -errno;
+    }
+    /* Its stderr: a pipe the core reads, not the core's own (the journal's stream, where
+     * a line's `<N>` prefix would set its priority). */
+    if (pipe2(logs, O_CLOEXEC) < 0) {
+        int e = errno;
+        snprintf(err, err_size, "pipe: %s", strerror(e));
+        close(sv[0]);
+        close(sv[1]);
+        return -e;
     }
     /* Looked up before the fork: the core may have threads by now. */
     struct front_user user = {.drop = geteuid() == 0, .uid = 65534, .gid = 65534};
@@ -460,16 +479,23 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
         int e = errno;
         close(sv[0]);
         close(sv[1]);
+        close(logs[0]);
+        close(logs[1]);
         snprintf(err, err_size, "fork: %s", strerror(e));
         return -e;
     }
     if (pid == 0) {
         close(sv[0]);
+        close(logs[0]);
+        if (dup2(logs[1], STDERR_FILENO) < 0)
+            _exit(1);
         front_main(config, webhook_secret, &user, sv[1]);
     }
     close(sv[1]);
-    struct front *f = front_wrap(sv[0], config);
+    close(logs[1]);
+    struct front *f = front_wrap(sv[0], logs[0], config);
     if (!f) {
+        close(logs[0]);
         close(sv[0]);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
@@ -588,12 +614,13 @@ uint64_t front_calls_refused(const struct front *f)
     return f->calls_refused;
 }
 
-struct front *front_wrap(int fd, const struct config *config)
+struct front *front_wrap(int fd, int log_fd, const struct config *config)
 {
     struct front *f = calloc(1, sizeof(*f));
     if (!f)
         return NULL;
     f->fd = fd;
+    f->log_fd = log_fd;
     f->pid = -1;
     f->in.max_body = (size_t)config->http.max_body_bytes > sizeof(f->stats)
                          ? (size_t)config->http.max_body_bytes
@@ -672,6 +699,63 @@ static void on_front_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *bu
     }
 }
 
+static void on_log_pipe_closed(uv_handle_t *handle)
+{
+    struct front *f = handle->data;
+    f->log_attached = false;
+    front_release(f);
+}
+
+/* One line of the front's stderr, as untrusted text: a `<N>` prefix or a `level=` in it
+ * sets its level, but never above warn (an error of the core's is the core's to say); the
+ * whole line is one escaped value of a front.line event; past LOG_THROTTLE_LINES a window
+ * lines are counted, not written. */
+static void relay_line(struct front *f, const char *line, bool cut)
+{
+    enum log_level level = LOG_INFO;
+    if (line[0] == '<' && line[1] >= '0' && line[1] <= '7' && line[2] == '>') {
+        level = line[1] <= '4' ? LOG_WARN : line[1] == '7' ? LOG_DEBUG : LOG_INFO;
+        line += 3;
+    } else if (strstr(line, " level=error ") || strstr(line, " level=warn ")) {
+        level = LOG_WARN;
+    } else if (strstr(line, " level=debug ")) {
+        level = LOG_DEBUG;
+    }
+    int64_t suppressed = 0;
+    bool pass = log_throttle_pass(&f->log_throttle, wall_clock_ms(), &suppressed);
+    if (suppressed)
+        log_warn("front.lines_unlogged", "count=%lld", (long long)suppressed);
+    if (pass)
+        log_emit(level, "front.line", "text=%s cut=%d", line, cut);
+}
+
+static void on_front_log(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct front *f = stream->data;
+    if (nread < 0) {
+        if (f->log_len) { /* a last line without its newline */
+            f->log_line[f->log_len] = 0;
+            relay_line(f, f->log_line, f->log_cut);
+        }
+        f->log_len = 0;
+        uv_close((uv_handle_t *)&f->log_pipe, on_log_pipe_closed);
+        return;
+    }
+    for (ssize_t i = 0; i < nread; i++) {
+        char c = buf->base[i];
+        if (c == '\n') {
+            f->log_line[f->log_len] = 0;
+            relay_line(f, f->log_line, f->log_cut);
+            f->log_len = 0;
+            f->log_cut = false;
+        } else if (f->log_len < FRONT_LOG_LINE_MAX) {
+            f->log_line[f->log_len++] = c ? c : '?';
+        } else {
+            f->log_cut = true;
+        }
+    }
+}
+
 int front_attach(struct front *f, uv_loop_t *loop, const struct front_callbacks *callbacks,
                  void *data)
 {
@@ -684,7 +768,17 @@ int front_attach(struct front *f, uv_loop_t *loop, const struct front_callbacks 
         return r;
     f->attached = true;
     f->pipe.data = f;
-    return uv_read_start((uv_stream_t *)&f->pipe, on_alloc, on_front_read);
+    r = uv_read_start((uv_stream_t *)&f->pipe, on_alloc, on_front_read);
+    if (r < 0 || f->log_fd < 0)
+        return r;
+    r = uv_pipe_init(loop, &f->log_pipe, 0);
+    if (r == 0)
+        r = uv_pipe_open(&f->log_pipe, f->log_fd);
+    if (r < 0)
+        return r;
+    f->log_attached = true;
+    f->log_pipe.data = f;
+    return uv_read_start((uv_stream_t *)&f->log_pipe, on_alloc, on_front_log);
 }
 
 void front_respond(struct front_call *call, int status, const char *content_type, const char *body,
@@ -740,6 +834,12 @@ void front_close(struct front *f)
         uv_close((uv_handle_t *)&f->pipe, on_pipe_closed);
     else
         close(f->fd);
+    /* The log pipe ends by itself once the front exits (its end of file); one never
+     * attached is closed here. */
+    if (!f->log_attached && f->log_fd >= 0) {
+        close(f->log_fd);
+        f->log_fd = -1;
+    }
 }
 
 void front_free(struct front *f)

@@ -57,10 +57,11 @@ struct front_callbacks {
  * or another negative errno). Call before opening anything the front must not inherit. */
 int front_spawn(const struct config *config, const struct secret *webhook_secret,
                 struct front **ret, char *err, size_t err_size);
-/* The core's side of a socketpair whose other end speaks the front's protocol: what
- * front_spawn makes around the front it forks, and what a test standing in for a front
- * taken over uses. No process to wait for (front_pid() is -1). */
-struct front *front_wrap(int fd, const struct config *config);
+/* The core's side of a socketpair whose other end speaks the front's protocol, and of the
+ * pipe that is the front's stderr (`log_fd`, or -1): what front_spawn makes around the
+ * front it forks, and what a test standing in for a front taken over uses. No process to
+ * wait for (front_pid() is -1). */
+struct front *front_wrap(int fd, int log_fd, const struct config *config);
 /* Calls refused because the front had more open than its listeners allow (a front that
  * lies): each answered 503 at once. */
 uint64_t front_calls_refused(const struct front *front);

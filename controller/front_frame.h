@@ -22,6 +22,8 @@
 /* The request bodies the core holds for the front's open calls, at most (or one body of
  * http.max_body_bytes, when that is larger). */
 #define FRONT_MAX_BYTES_OPEN (64 * 1024 * 1024)
+/* A line of the front's stderr the core relays; the rest of a longer one is dropped. */
+#define FRONT_LOG_LINE_MAX 2048
 
 enum frame_type {
     FRAME_READY = 1, /* front → core: listening; field 0 "sandboxed" or "unconfined" */

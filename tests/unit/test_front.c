@@ -25,6 +25,7 @@
 #include "config.h"
 #include "front.h"
 #include "front_frame.h"
+#include "log.h"
 
 enum probe {
     PROBE_OPEN,      /* open("/etc/passwd") */
@@ -247,7 +248,7 @@ static void test_core_bounds_the_calls_a_front_opens(void **state)
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     struct config c = {.http = {.max_connections = 2, .max_body_bytes = 1024}};
-    struct front *f = front_wrap(sv[0], &c);
+    struct front *f = front_wrap(sv[0], -1, &c);
     assert_non_null(f);
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -291,6 +292,72 @@ static void test_core_bounds_the_calls_a_front_opens(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* The front's stderr, read by the core as untrusted text: a front taken over writes an
+ * emergency priority, terminal escapes, an endless line and a flood; the core's log gets
+ * each as one escaped value at warn at most, cut, and at most LOG_THROTTLE_LINES lines. */
+static void test_core_relays_the_fronts_lines_as_untrusted(void **state)
+{
+    (void)state;
+    int sv[2], logs[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    assert_int_equal(pipe2(logs, O_CLOEXEC), 0);
+    struct config c = {.http = {.max_connections = 2, .max_body_bytes = 1024}};
+    struct front *f = front_wrap(sv[0], logs[0], &c);
+    assert_non_null(f);
+    /* The core's own log lines, caught in a file. */
+    char path[] = "/tmp/hatchery-front-log-XXXXXX";
+    int out = mkstemp(path);
+    assert_true(out >= 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(dup2(out, STDERR_FILENO) >= 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct held held = {0};
+    const struct front_callbacks cb = {hold_request, on_rejected_none, on_gone_none};
+    assert_int_equal(front_attach(f, &loop, &cb, &held), 0);
+    static char text[8192];
+    size_t n = (size_t)snprintf(text, sizeof(text),
+                                "<0>the front says: emergency\n"
+                                "ts=1 level=error event=fake.core reason=\"\x1b[2Jwiped\"\n");
+    memset(text + n, 'x', 3000); /* longer than FRONT_LOG_LINE_MAX */
+    n += 3000;
+    text[n++] = '\n';
+    for (int i = 0; i < 20; i++)
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "flood %d\n", i);
+    assert_int_equal(write(logs[1], text, n), (ssize_t)n);
+    close(logs[1]);
+    front_close(f);
+    close(sv[1]);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    front_free(f);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    static char got[65536];
+    ssize_t len = pread(out, got, sizeof(got) - 1, 0);
+    close(out);
+    unlink(path);
+    assert_true(len > 0);
+    got[len] = 0;
+    /* Its priority capped: warn, never error, and no line of the core's starts with <N>. */
+    assert_non_null(strstr(got, "level=warn event=front.line text=\"the front says: emergency\""));
+    assert_null(strstr(got, "Z level=error"));
+    assert_null(strstr(got, "\n<0>"));
+    assert_true(strncmp(got, "<", 1) != 0);
+    /* The escape arrived as text, not as a byte to the terminal; the fake event is inside
+     * one value, not a key of the core's line. */
+    assert_null(strchr(got, 0x1b));
+    if (!strstr(got, "level=warn event=front.line text=\"ts=1 level=error event=fake.core reason="))
+        fail_msg("the fake line is not one value: %s", got);
+    /* The endless line cut; the flood bounded. */
+    assert_non_null(strstr(got, "cut=1"));
+    size_t lines = 0;
+    for (const char *p = got; (p = strstr(p, "event=front.line")); p++)
+        lines++;
+    assert_int_equal(lines, LOG_THROTTLE_LINES);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_sandbox_kills_exec),
         cmocka_unit_test(test_io_uring_refused_and_the_loop_runs_confined),
         cmocka_unit_test(test_core_bounds_the_calls_a_front_opens),
+        cmocka_unit_test(test_core_relays_the_fronts_lines_as_untrusted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
