@@ -478,6 +478,7 @@ static void scheduler_metrics(struct textbuf *b, struct daemon *d)
             {"github_lists_skipped", sch->reconcile_github_skipped},
             {"volume_removed", sch->reconcile_volumes_removed},
             {"phantom_job_retired", sch->reconcile_phantoms_retired},
+            {"stuck_job_retired", sch->reconcile_stuck_retired},
             {"late_job_verified", sch->late_jobs_verified},
             {"late_job_retired", sch->late_jobs_retired},
         };

@@ -180,10 +180,22 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
 #define PHANTOM_AGE_MS   (10 * 60 * 1000) /* queued and unheard of for this long */
 #define PHANTOM_PER_PASS 10               /* GitHub calls a pass may spend on them */
 
+/* In progress for this long past its pool's job_timeout_s, a job is asked about: its
+ * runner is gone (the agent stops a job at its limit), so its `completed` was lost. */
+#define STUCK_GRACE_MS (10 * 60 * 1000)
+#define STUCK_PER_PASS 10
+
+/* Why a job is asked about. */
+enum job_check {
+    CHECK_PHANTOM, /* queued long, and not on GitHub's queued list */
+    CHECK_LATE,    /* a late or replayed queued delivery (verify_late_jobs) */
+    CHECK_STUCK,   /* in progress past its pool's job time limit (verify_stuck_jobs) */
+};
+
 struct phantom_check {
     struct scheduler *s;
     int64_t job_id;
-    bool late; /* a late or replayed queued delivery (verify_late_jobs), not a phantom */
+    enum job_check kind;
 };
 
 /* A late job's check is settled once its answer is on disk: until then the store still
@@ -201,7 +213,8 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     struct phantom_check *pc = data;
     struct scheduler *s = pc->s;
     int64_t id = pc->job_id;
-    bool late = pc->late;
+    enum job_check kind = pc->kind;
+    bool late = kind == CHECK_LATE;
     free(pc);
     if (!late)
         s->lists_pending--;
@@ -230,16 +243,21 @@ static void on_phantom_checked(void *data, const struct github_response *res)
             s->late_checks_pending--;
         return;
     }
-    if (st <= JOB_QUEUED) {
-        /* Really queued (a run in progress hides it from the queued list): asked again
-         * after another PHANTOM_AGE_MS. */
+    if (st <= JOB_QUEUED || (kind == CHECK_STUCK && st == JOB_IN_PROGRESS)) {
+        /* Really queued (a run in progress hides it from the queued list), or really still
+         * running: asked again after another PHANTOM_AGE_MS (STUCK_GRACE_MS). */
         store_job_touch(s->deps.store, id, now);
         return;
     }
-    log_info(late ? "webhook.late_job_retired" : "reconcile.phantom_job",
-             "job=%lld github_status=%s action=retire", (long long)id, job_status_names[st]);
-    if (late)
+    static const char *const events[] = {[CHECK_PHANTOM] = "reconcile.phantom_job",
+                                         [CHECK_LATE] = "webhook.late_job_retired",
+                                         [CHECK_STUCK] = "reconcile.stuck_job"};
+    log_info(events[kind], "job=%lld github_status=%s action=retire", (long long)id,
+             job_status_names[st]);
+    if (kind == CHECK_LATE)
         s->stats.late_jobs_retired++;
+    else if (kind == CHECK_STUCK)
+        s->stats.reconcile_stuck_retired++;
     else
         s->stats.reconcile_phantoms_retired++;
     int r = store_job_retire(s->deps.store, id, st, conclusion, now,
@@ -251,9 +269,9 @@ static void on_phantom_checked(void *data, const struct github_response *res)
 
 /* Asks GitHub about each job of `rows` (its id, and its repository unless `repo` says
  * it), counting the questions in flight. Takes `rows`. */
-static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, bool late)
+static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, enum job_check kind)
 {
-    int *pending = late ? &s->late_checks_pending : &s->lists_pending;
+    int *pending = kind == CHECK_LATE ? &s->late_checks_pending : &s->lists_pending;
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -263,7 +281,7 @@ static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, 
             break;
         pc->s = s;
         pc->job_id = json_integer_value(json_object_get(row, "id"));
-        pc->late = late;
+        pc->kind = kind;
         (*pending)++;
         const char *in = repo ? repo : json_string_value(json_object_get(row, "repository"));
         if (github_job_get(gh(s), in, pc->job_id, on_phantom_checked, pc) < 0) {
@@ -283,7 +301,7 @@ void verify_late_jobs(struct scheduler *s)
 {
     if (!gh(s) || s->late_checks_pending > 0)
         return;
-    ask_about_jobs(s, store_jobs_unverified(s->deps.store, LATE_CHECKS_PER_PASS), NULL, true);
+    ask_about_jobs(s, store_jobs_unverified(s->deps.store, LATE_CHECKS_PER_PASS), NULL, CHECK_LATE);
 }
 
 /* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for
@@ -295,7 +313,22 @@ static void verify_phantoms(struct scheduler *s, const char *repo, const char *l
     int64_t cutoff = wall_clock_ms() - PHANTOM_AGE_MS;
     ask_about_jobs(
         s, store_jobs_queued_unlisted(s->deps.store, repo, cutoff, listed, PHANTOM_PER_PASS), repo,
-        false);
+        CHECK_PHANTOM);
+}
+
+/* Jobs in progress longer than their pool's job_timeout_s and STUCK_GRACE_MS: the agent
+ * stops a job at its limit and hatcheryd tears its guest down, so GitHub has finished it
+ * and its `completed` was lost. Each is asked about (a few a pass) and retired when GitHub
+ * says it is done; otherwise it would count as running for ever. */
+static void verify_stuck_jobs(struct scheduler *s)
+{
+    int64_t now = wall_clock_ms();
+    for (size_t p = 0; p < cfg(s)->n_pools; p++) {
+        const struct config_pool *pool = &cfg(s)->pools[p];
+        int64_t cutoff = now - pool->job_timeout_s * 1000 - STUCK_GRACE_MS;
+        ask_about_jobs(s, store_jobs_stuck(s->deps.store, pool->name, cutoff, STUCK_PER_PASS), NULL,
+                       CHECK_STUCK);
+    }
 }
 
 static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
@@ -614,6 +647,7 @@ void reconcile_pass(struct scheduler *s)
             else if (s->deps.scopes[i].org && s->org_repos)
                 org_queued_jobs(s, i);
         }
+        verify_stuck_jobs(s);
     }
     reconcile_pass_add(s, t0);
 }

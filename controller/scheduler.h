@@ -97,7 +97,7 @@ struct scheduler_stats {
     double adopt_seconds_max; /* this hatcheryd's start to an adopted agent's resumed */
     uint64_t reconcile_domains_removed, reconcile_github_deleted, reconcile_jobs_found,
         reconcile_records_failed, reconcile_ticks, reconcile_github_skipped,
-        reconcile_volumes_removed, reconcile_phantoms_retired;
+        reconcile_volumes_removed, reconcile_phantoms_retired, reconcile_stuck_retired;
     uint64_t late_jobs_verified, late_jobs_retired; /* late or replayed queued deliveries */
     double reconcile_last_ms;
     /* Per pool, by name (a pool renamed or removed by a reload keeps its series until a

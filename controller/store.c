@@ -138,6 +138,9 @@ static const char *const migrations[] = {
     "CREATE INDEX jobs_unverified ON jobs(id) WHERE unverified = 1;"
     /* The oldest queued job of each pool (/metrics), read without the finished ones. */
     "CREATE INDEX jobs_queued ON jobs(pool, queued_at) WHERE status = 'queued';",
+    /* 6: jobs in progress past their pool's time limit (the reconciler asks about them),
+     * read without the finished ones. */
+    "CREATE INDEX jobs_in_progress ON jobs(pool, updated_at) WHERE status = 'in_progress';",
 };
 
 static int exec_sql(sqlite3 *db, const char *sql, char *err, size_t err_size)

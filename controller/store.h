@@ -17,7 +17,7 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 
 struct store;
 
@@ -115,6 +115,9 @@ int store_jobs_queue_each(struct store *store,
                           void (*cb)(void *data, const char *pool, int64_t verified,
                                      int64_t oldest_ms),
                           void *data);
+/* A pool's jobs in progress and not heard of since `before_ms`, oldest first: rows of (id,
+ * repository). */
+json_t *store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit);
 /* A pool's queued jobs no runner came online for yet, oldest first: rows of (id, queued_at). */
 json_t *store_jobs_unsupplied(struct store *store, const char *pool, int limit);
 int store_job_supplied(struct store *store, int64_t id, int64_t at_ms);

@@ -4,6 +4,14 @@
 
 #include "store.h"
 
+json_t *store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit)
+{
+    return store_query(store,
+                       "SELECT id, repository FROM jobs WHERE pool = ?1 AND status = "
+                       "'in_progress' AND updated_at < ?2 ORDER BY updated_at, id LIMIT ?3",
+                       json_pack("[s, I, i]", pool, (json_int_t)before_ms, limit));
+}
+
 json_t *store_jobs_unsupplied(struct store *store, const char *pool, int limit)
 {
     return store_query(store,

@@ -220,13 +220,14 @@ createServer(async (req, res) => {
     parsed.total_count = parsed.repositories.length;
     text = JSON.stringify(parsed);
   }
-  // One job: GitHub's example, with this job's id, and queued while the test says so.
+  // One job: GitHub's example, with this job's id, and queued (or the status the test
+  // gives it) while the test says so.
   const oneJob = /\/actions\/jobs\/(\d+)$/.exec(path);
   if (stateful && upstream.status === 200 && oneJob) {
     const parsed = JSON.parse(text);
     const queued = queuedJobs.get(Number(oneJob[1]));
     parsed.id = Number(oneJob[1]);
-    if (queued) Object.assign(parsed, { run_id: queued.run_id, labels: queued.labels, status: 'queued', conclusion: null, completed_at: null });
+    if (queued) Object.assign(parsed, { run_id: queued.run_id, labels: queued.labels, status: queued.status ?? 'queued', conclusion: null, completed_at: null });
     text = JSON.stringify(parsed);
   }
   const out = { 'Content-Type': upstream.headers.get('content-type') ?? 'application/json' };

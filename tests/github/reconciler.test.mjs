@@ -5,7 +5,8 @@
 //    not on every pass;
 //  - while a rate-limit wait holds the last pass's lists back, no new lists are started;
 //  - a job stored as queued whose `completed` never came is asked about and retired, and
-//    one that GitHub still has queued (hidden from the queued list) is kept.
+//    one that GitHub still has queued (hidden from the queued list) is kept;
+//  - so is a job in progress past its pool's time limit, and one GitHub still runs is kept.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
@@ -109,6 +110,42 @@ test('a phantom queued job is asked about and retired; one GitHub still has queu
   assert.equal(asked, 1);
   const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
   assert.match(metrics, /hatchery_reconcile_actions_total\{action="phantom_job_retired"\} 1/);
+});
+
+test('a job in progress past its pool\'s time limit is asked about and retired; one GitHub still runs is kept', async () => {
+  const [stuck, running] = [8300000011, 8300000012];
+  for (const id of [stuck, running]) {
+    for (const status of ['queued', 'in_progress']) {
+      const p = workflowJob(status, id, ['sim'], status === 'in_progress' ? `somebody-${id}` : null);
+      p.repository.full_name = 'pytorch/pytorch';
+      assert.equal((await d.post('workflow_job', p)).status, 202);
+    }
+  }
+  // GitHub still runs `running`; `stuck` completed and its webhook was lost. Both were last
+  // heard of 7 hours ago, past the pool's job_timeout_s (6 h) and the reconciler's grace.
+  await fetch(`${api}/__double/queued`, { method: 'POST', body: JSON.stringify([{ id: running, run_id: 2, labels: ['sim'], hidden: true, status: 'in_progress' }]) });
+  const old = Date.now() - 7 * 3600 * 1000;
+  sql(`UPDATE jobs SET updated_at = ${old} WHERE id IN (${stuck}, ${running})`);
+  await d.until('the stuck job retired', () => d.jobs().find((j) => j.id === stuck)?.status === 'completed', { ms: 20000 });
+  const retired = new RegExp(`event=reconcile.stuck_job job=${stuck} github_status=completed action=retire`);
+  await d.until('the retire in the log', () => retired.test(d.logs), { ms: 5000 });
+  await sleep(2000);
+  assert.equal(d.jobs().find((j) => j.id === running).status, 'in_progress');
+  // Asked once, then left alone until it is past the limit again.
+  const asked = (await log()).filter((e) => e.url.endsWith(`/actions/jobs/${running}`)).length;
+  assert.equal(asked, 1);
+  const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+  assert.match(metrics, /hatchery_reconcile_actions_total\{action="stuck_job_retired"\} 1/);
+  // A job in progress within its limit is not asked about.
+  const fresh = 8300000013;
+  for (const status of ['queued', 'in_progress']) {
+    const p = workflowJob(status, fresh, ['sim'], status === 'in_progress' ? 'somebody-else' : null);
+    p.repository.full_name = 'pytorch/pytorch';
+    assert.equal((await d.post('workflow_job', p)).status, 202);
+  }
+  await sleep(3000);
+  assert.equal((await log()).filter((e) => e.url.endsWith(`/actions/jobs/${fresh}`)).length, 0);
+  assert.equal(d.jobs().find((j) => j.id === fresh).status, 'in_progress');
 });
 
 test('an org scope: lost jobs are found across the installation\'s repositories of that org', async () => {

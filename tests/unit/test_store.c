@@ -243,7 +243,7 @@ static void test_job_counts_follow_jobs(void **state)
     /* A store from before the counts (schema 3) gets them from the jobs it holds. */
     assert_int_equal(sqlite3_exec(db,
                                   "DROP INDEX jobs_unverified; DROP INDEX deliveries_body_sha256;"
-                                  "DROP INDEX jobs_queued;"
+                                  "DROP INDEX jobs_queued; DROP INDEX jobs_in_progress;"
                                   "ALTER TABLE jobs DROP COLUMN unverified;"
                                   "ALTER TABLE deliveries DROP COLUMN body_sha256;"
                                   "DROP TRIGGER job_counts_insert; DROP TRIGGER job_counts_delete;"
