@@ -674,6 +674,9 @@ static void json_wipe_free(void *p)
 }
 
 static char boot_id[64], machine_id[64];
+/* The nonce of the last hello, told again in `resumed`: a new controller compares the
+ * guests it adopts as it compares new ones. */
+static char hello_nonce[33];
 
 static void hex_of(const unsigned char *b, size_t n, char *out)
 {
@@ -701,6 +704,7 @@ static int send_hello(double crng_wait, bool restored)
     if (getrandom(nonce, sizeof(nonce), 0) == (ssize_t)sizeof(nonce))
         hex_of(nonce, sizeof(nonce), nonce_hex);
     json_object_set_new(hello, "nonce", json_string(nonce_hex));
+    snprintf(hello_nonce, sizeof(hello_nonce), "%s", nonce_hex);
     json_object_set_new(hello, "crng_ready", json_boolean(crng_wait >= 0));
     json_object_set_new(hello, "crng_wait_s", json_real(crng_wait >= 0 ? crng_wait : CRNG_WAIT_S));
     json_object_set_new(hello, "restore", json_true());
@@ -955,6 +959,8 @@ static void on_resume(struct session *ss)
     json_object_set_new(m, "runner_name", json_string(ss->runner_name));
     json_object_set_new(m, "pid", json_integer(ss->runner.pid));
     json_object_set_new(m, "boot_id", json_string(boot_id));
+    json_object_set_new(m, "machine_id", json_string(machine_id));
+    json_object_set_new(m, "nonce", json_string(hello_nonce));
     send_msg(m);
     say("resumed by a new controller (%s)", agent_state);
     if (exited_msg)

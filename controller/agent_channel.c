@@ -117,6 +117,8 @@ static void handle_resumed(struct agent_channel *c, json_t *msg)
     resumed.pid = json_integer_value(pid);
     copy_field(resumed.runner_name, sizeof(resumed.runner_name), name);
     copy_field(resumed.boot_id, sizeof(resumed.boot_id), json_object_get(msg, "boot_id"));
+    copy_field(resumed.machine_id, sizeof(resumed.machine_id), json_object_get(msg, "machine_id"));
+    copy_field(resumed.nonce, sizeof(resumed.nonce), json_object_get(msg, "nonce"));
     if (c->events->on_resumed)
         c->events->on_resumed(c->data, &resumed);
 }

@@ -53,6 +53,8 @@ struct agent_resumed {
     int64_t pid;
     char runner_name[160];
     char boot_id[64];
+    char machine_id[64]; /* "" from an agent older than 0.4.1 */
+    char nonce[72];
 };
 
 struct agent_channel_events {

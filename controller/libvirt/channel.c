@@ -38,20 +38,38 @@ static bool is_identity(const char *id)
  * (a copied disk, a restored memory image), and with it their randomness, so the newer one
  * must get no runner's config. NULL when there is none. Containers share their host's
  * kernel and may share one root (and its /etc/machine-id): only their nonces count. */
-static const struct guest *clone_of(const struct guest *g, const struct agent_hello *hello)
+static const struct guest *clone_of(const struct guest *g, const char *machine_id,
+                                    const char *nonce)
 {
     bool vm = g->pool->backend == BACKEND_VM;
-    bool has_machine = is_identity(hello->machine_id), has_nonce = is_identity(hello->nonce);
+    bool has_machine = is_identity(machine_id), has_nonce = is_identity(nonce);
     for (const struct host *h = g->prov->hosts; h; h = h->next)
         for (const struct guest *o = h->guests; o; o = o->next) {
             if (o == g || o->state >= GUEST_DELETING)
                 continue;
             bool same_machine = vm && has_machine && o->pool->backend == BACKEND_VM &&
-                                strcmp(o->machine_id, hello->machine_id) == 0;
-            if (same_machine || (has_nonce && strcmp(o->nonce, hello->nonce) == 0))
+                                strcmp(o->machine_id, machine_id) == 0;
+            if (same_machine || (has_nonce && strcmp(o->nonce, nonce) == 0))
                 return o;
         }
     return NULL;
+}
+
+/* Records the identity the agent gave (its hello, or an adopted guest's resumed), unless
+ * another live guest has it: then the guest is failed as a clone, and false. */
+static bool take_identity(struct guest *g, const char *machine_id, const char *nonce)
+{
+    const struct guest *twin = clone_of(g, machine_id, nonce);
+    if (twin) {
+        bool same_machine = !(is_identity(nonce) && strcmp(twin->nonce, nonce) == 0);
+        guest_fail(g, "a clone of live guest %s: the same %s (%s); it gets no runner's config",
+                   twin->name, same_machine ? "machine-id" : "RNG nonce",
+                   same_machine ? machine_id : nonce);
+        return false;
+    }
+    snprintf(g->machine_id, sizeof(g->machine_id), "%s", machine_id);
+    snprintf(g->nonce, sizeof(g->nonce), "%s", nonce);
+    return true;
 }
 
 static void ch_hello(void *data, const struct agent_hello *hello)
@@ -59,16 +77,8 @@ static void ch_hello(void *data, const struct agent_hello *hello)
     struct guest *g = data;
     if (g->prov->closing)
         return;
-    const struct guest *twin = clone_of(g, hello);
-    if (twin) {
-        bool same_machine = !(is_identity(hello->nonce) && strcmp(twin->nonce, hello->nonce) == 0);
-        guest_fail(g, "a clone of live guest %s: the same %s (%s); it gets no runner's config",
-                   twin->name, same_machine ? "machine-id" : "RNG nonce",
-                   same_machine ? hello->machine_id : hello->nonce);
+    if (!take_identity(g, hello->machine_id, hello->nonce))
         return;
-    }
-    snprintf(g->machine_id, sizeof(g->machine_id), "%s", hello->machine_id);
-    snprintf(g->nonce, sizeof(g->nonce), "%s", hello->nonce);
     if (hello->restored)
         guest_restore_told(g, RESTORE_HELLO, NULL);
     uv_timer_stop(&g->timer);
@@ -125,6 +135,9 @@ static void ch_resumed(void *data, const struct agent_resumed *resumed)
         guest_fail(g, "the agent runs runner %s, not %s", resumed->runner_name, g->name);
         return;
     }
+    /* Its identity, so that a clone of it, or it of another, is found as at hello. */
+    if (!take_identity(g, resumed->machine_id, resumed->nonce))
+        return;
     if (g->events->on_resumed)
         g->events->on_resumed(g->data, g, resumed);
 }

@@ -27,7 +27,11 @@
  *
  *   controller -> agent  resume     {}   first, on a channel reopened to a running guest
  *   agent -> controller  resumed    {state: "waiting" | "running" | "exited",
- *                                    runner_name, pid, boot_id}
+ *                                    runner_name, pid, boot_id, machine_id, nonce}
+ *                                   machine_id and nonce as in its last hello
+ *                                   (optional: an older agent sends neither):
+ *                                   adopted guests are compared as new ones are,
+ *                                   and a clone of a live guest is failed;
  *                                   then, for "exited", the kept `exited` message again
  *   controller -> agent  ack        {of: "exited"}
  *   agent -> controller  heartbeat  also while it waits for its config

@@ -232,13 +232,13 @@ async function runnerWithoutController(sock, command) {
   const firstP = controllerAt(sock);
   const agent = startAgent(sock);
   const first = await firstP;
-  await first.next('hello');
+  const hello = await first.next('hello');
   first.send(config([command]));
   const started = await first.next('started');
   first.conn.destroy();
   first.server.close();
   rmSync(sock, { force: true });
-  return { agent, started };
+  return { agent, started, hello };
 }
 
 describe('protocol version 2: resuming after the controller went away', () => {
@@ -284,13 +284,17 @@ describe('protocol version 2: resuming after the controller went away', () => {
 
   test('the controller comes back while the runner runs: resumed says running, with heartbeats after', async () => {
     const sock = join(dir, 'v2-resume-running.sock');
-    const { agent, started } = await runnerWithoutController(sock, script('v2long', 'sleep 9; exit 3'));
+    const { agent, started, hello } = await runnerWithoutController(sock, script('v2long', 'sleep 9; exit 3'));
     await sleep(1500);
     const second = await controllerAt(sock);
     second.send({ type: 'resume' });
     const resumed = await second.next('resumed');
     assert.equal(resumed.state, 'running');
     assert.equal(resumed.pid, started.pid);
+    // Its identity as its hello gave it, for the new controller's clone check.
+    assert.match(resumed.nonce, /^[0-9a-f]{32}$/);
+    assert.equal(resumed.nonce, hello.nonce);
+    assert.equal(resumed.machine_id, hello.machine_id);
     await second.next('heartbeat', 15000);
     second.send({ type: 'shutdown', reason: 'test over' });
     const exited = await second.next('exited', 30000);
