@@ -8,6 +8,16 @@ import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, HATCHERY_CLI, examples, request, tempDir } from './lib/daemon.mjs';
 
+// One request to the admin socket as a script would send it, without the CLI: its answer.
+const askAdmin = (socket, req) => new Promise((resolve, reject) => {
+  const c = net.connect(socket);
+  let text = '';
+  c.on('data', (b) => { text += b; });
+  c.on('end', () => resolve(JSON.parse(text)));
+  c.on('error', reject);
+  c.end(`${JSON.stringify(req)}\n`);
+});
+
 describe('hatchery CLI', () => {
   const d = new Daemon();
   before(async () => {
@@ -206,14 +216,7 @@ _hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`;
     assert.equal(await exited, 0);
     assert.equal(out, 'booted\nfirst line\nsecond line\n');
     // The admin API's part: bytes after an offset of the whole log, and where it ends.
-    const ask = (req) => new Promise((resolve, reject) => {
-      const c = net.connect(d.socket);
-      let text = '';
-      c.on('data', (b) => { text += b; });
-      c.on('end', () => resolve(JSON.parse(text)));
-      c.on('error', reject);
-      c.end(`${JSON.stringify(req)}\n`);
-    });
+    const ask = (req) => askAdmin(d.socket, req);
     const tail = await ask({ cmd: 'logs', runner: name, since: 17 });
     assert.equal(tail.log, 'e\nsecond line\n');
     assert.equal(tail.end, 31);
@@ -477,14 +480,7 @@ test('the admin API refuses a key its command does not take, instead of answerin
   const d = new Daemon();
   await d.start();
   try {
-    const ask = (req) => new Promise((resolve, reject) => {
-      const c = net.connect(d.socket);
-      let text = '';
-      c.on('data', (b) => { text += b; });
-      c.on('end', () => resolve(JSON.parse(text)));
-      c.on('error', reject);
-      c.end(`${JSON.stringify(req)}\n`);
-    });
+    const ask = (req) => askAdmin(d.socket, req);
     assert.deepEqual(await ask({ cmd: 'runners', pol: 'linux.ppc64le' }), { ok: false, error: 'runners takes no key "pol"' });
     assert.deepEqual(await ask({ cmd: 'health', host: 'x' }), { ok: false, error: 'health takes no key "host"' });
     // Every key a form of the command sends is taken.
