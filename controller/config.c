@@ -312,8 +312,10 @@ static void each_key(const struct key *table, const char *path,
         if (!k->sub)
             continue;
         char sub_path[256];
-        snprintf(sub_path, sizeof(sub_path), "%s%s%s%s", path, *path ? "." : "", k->name,
-                 k->type == KEY_SEQUENCE ? "[]" : "");
+        /* Key paths are a few dozen bytes; one that would not fit is left out, not cut. */
+        if ((size_t)snprintf(sub_path, sizeof(sub_path), "%s%s%s%s", path, *path ? "." : "",
+                             k->name, k->type == KEY_SEQUENCE ? "[]" : "") >= sizeof(sub_path))
+            continue;
         each_key(k->sub, sub_path, fn, data);
     }
 }
