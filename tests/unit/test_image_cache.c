@@ -124,7 +124,10 @@ static void test_follows_what_is_on_disk(void **state)
     assert_int_equal(e->image_errno, ENOENT);
     assert_int_equal(e->manifest_rc, -ENOENT);
     assert_non_null(strstr(e->err, "missing"));
-    wait_changes(0);
+    /* That get started a look: let it come back before the files change, or it may see
+     * them half written (a slow machine did) and count a read of its own. */
+    age();
+    assert_int_equal(changes, 0);
 
     /* The image is built: the next look finds it and says so. */
     write_file(image, "qcow2");
