@@ -306,6 +306,12 @@ test('hatchery(1) names every command and option of --help; hatcheryd(8) every o
   for (const option of doptions) assert.ok(daemon.includes(option), `hatcheryd(8) lacks ${option}`);
   // The README sections it is made of, and no raw markdown left in it.
   for (const heading of ['HTTP endpoints', 'Logs', 'Metrics']) assert.match(daemon, new RegExp(`^ *${heading}$`, 'm'));
+  // Each section once: a README section listed beside the one it is part of came twice.
+  for (const page of [cli, daemon, manPage('hatchery.yaml.5')]) {
+    const headings = [...page.matchAll(/^( {0,3})([A-Z][^\n]*)$/gm)].map((m) => m[1] + m[2]);
+    const twice = headings.filter((h, i) => headings.indexOf(h) !== i);
+    assert.deepEqual(twice, [], `headings twice: ${twice}`);
+  }
   assert.doesNotMatch(daemon, /\]\(|^#+ /m);
   // The check can fail: a command the page does not have is found missing.
   assert.doesNotMatch(cli, /(^|[^a-z-])frobnicate([^a-z-]|$)/m);
