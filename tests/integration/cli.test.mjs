@@ -306,6 +306,18 @@ test('hatchery(1) names every command and option of --help; hatcheryd(8) every o
   for (const option of doptions) assert.ok(daemon.includes(option), `hatcheryd(8) lacks ${option}`);
   // The README sections it is made of, and no raw markdown left in it.
   for (const heading of ['HTTP endpoints', 'Logs', 'Metrics']) assert.match(daemon, new RegExp(`^ *${heading}$`, 'm'));
+  // Each cross-reference resolves: `see "X"` names a section or paragraph of the same
+  // page, or says which of our pages has it (`see "X" in hatchery-build-image(8)`).
+  const pages = { 'hatchery(1)': cli, 'hatcheryd(8)': daemon, 'hatchery.yaml(5)': manPage('hatchery.yaml.5'), 'hatchery-build-image(8)': manPage('hatchery-build-image.8') };
+  for (const [name, page] of Object.entries(pages)) {
+    const flat = page.replace(/\s+/g, ' ');
+    for (const [, title, other] of flat.matchAll(/[sS]ee "([^"]+)"(?: in ([a-z.-]+\([1-8]\)))?/g)) {
+      const home = other ? pages[other] : page;
+      assert.ok(home, `${name}: see "${title}" in ${other}: no such page`);
+      const found = home.replace(/\s+/g, ' ').split(title).length - 1 - (other ? 0 : 1);
+      assert.ok(found >= 1, `${name}: see "${title}"${other ? ` in ${other}` : ''}: not there`);
+    }
+  }
   // Each section once: a README section listed beside the one it is part of came twice.
   for (const page of [cli, daemon, manPage('hatchery.yaml.5')]) {
     const headings = [...page.matchAll(/^( {0,3})([A-Z][^\n]*)$/gm)].map((m) => m[1] + m[2]);
