@@ -72,6 +72,14 @@ bool config_pool_has_local_host(const struct config *c, const struct config_pool
     return false;
 }
 
+int config_pool_index(const struct config *c, const char *name)
+{
+    for (size_t i = 0; name && i < c->n_pools; i++)
+        if (strcmp(c->pools[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
 bool config_pool_remote_only(const struct config *c, const struct config_pool *pool)
 {
     for (size_t h = 0; h < c->n_hosts; h++) {
@@ -391,8 +399,6 @@ static int parse_string(struct loader *l, const yaml_node_t *node, const char *p
 static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key *table, void *base,
                           const char *prefix);
 
-static bool valid_name(const char *s, size_t max);
-
 /* A path or a name as its key's form wants it; else the error, at the value's line. */
 static void check_form(struct loader *l, const yaml_node_t *value, const struct key *k,
                        const char *path, const char *s)
@@ -407,7 +413,7 @@ static void check_form(struct loader *l, const yaml_node_t *value, const struct 
             fail(l, value, path, "a path with a control character in it");
         else if (strlen(s) >= PATH_MAX)
             fail(l, value, path, "a path longer than %d bytes", PATH_MAX - 1);
-    } else if (k->form == FORM_NAME && !valid_name(s, CONFIG_MAX_NAME_BYTES)) {
+    } else if (k->form == FORM_NAME && !config_name_valid(s, CONFIG_MAX_NAME_BYTES)) {
         fail(l, value, path, "'%s' must be 1-%d letters, digits, '-', '_' or '.'", s,
              CONFIG_MAX_NAME_BYTES);
     }
@@ -668,7 +674,7 @@ int config_listen_parse(const char *listen, struct sockaddr_storage *ret_addr)
     return 0;
 }
 
-static bool valid_name(const char *s, size_t max)
+bool config_name_valid(const char *s, size_t max)
 {
     size_t n = strlen(s);
     if (n == 0 || n > max)
@@ -855,7 +861,7 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
 
     for (size_t i = 0; i < c->n_hosts; i++) {
         struct config_host *h = &c->hosts[i];
-        if (h->name && !valid_name(h->name, CONFIG_MAX_NAME_BYTES))
+        if (h->name && !config_name_valid(h->name, CONFIG_MAX_NAME_BYTES))
             fail(l, line_node(h->line, &at), "hosts[].name",
                  "'%s' must be letters, digits, '-', '_' or '.'", h->name);
         for (size_t j = 0; j < i; j++)
@@ -879,7 +885,7 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
     }
     for (size_t i = 0; i < c->n_pools; i++) {
         struct config_pool *p = &c->pools[i];
-        if (p->name && !valid_name(p->name, CONFIG_MAX_NAME_BYTES))
+        if (p->name && !config_name_valid(p->name, CONFIG_MAX_NAME_BYTES))
             fail(l, line_node(p->line, &at), "pools[].name",
                  "'%s' must be letters, digits, '-', '_' or '.'", p->name);
         for (size_t j = 0; j < i; j++)

@@ -186,6 +186,12 @@ bool config_host_streams(const struct config_host *host);
 bool config_host_is_local(const char *uri);
 /* Whether `pool` may place guests on the host named `host` (its hosts, or all of them). */
 bool config_pool_uses_host(const struct config_pool *pool, const char *host);
+/* Pools are known by name: a reload may move, add or remove them. The index of the pool
+ * named `name` in `c`, or -1. */
+int config_pool_index(const struct config *c, const char *name);
+/* Letters, digits, '-', '_' and '.', 1 to `max` of them: a name that is safe in a path,
+ * libvirt's XML and a log line. */
+bool config_name_valid(const char *s, size_t max);
 /* Whether one of the pool's hosts is local: the scheduler then reads its image here. */
 bool config_pool_has_local_host(const struct config *c, const struct config_pool *pool);
 /* Whether every host of the pool is remote (neither local nor libvirt's test driver): its

@@ -1103,6 +1103,13 @@ static int report(const char *cmd, bool as_json, int rc, json_t *answer, void (*
  * come from admin_protocol.h's table and runner, host and pool names from the daemon's
  * JSON answers. A first line ":files" asks the shell for file names as well. */
 
+/* `candidate`, one a line, when it begins with what is typed. */
+static void print_if(const char *candidate, const char *prefix)
+{
+    if (strncmp(candidate, prefix, strlen(prefix)) == 0)
+        puts(candidate);
+}
+
 /* The names the daemon knows of a kind, from its answer's "name" fields; none when it is
  * away (nothing is said on the terminal while someone types). */
 static void print_daemon_names(const char *socket_path, enum admin_names kind, const char *prefix)
@@ -1117,8 +1124,7 @@ static void print_daemon_names(const char *socket_path, enum admin_names kind, c
     };
     if (kind == ADMIN_NAMES_JOB_STATUS) {
         for (size_t i = 0; admin_job_statuses[i]; i++)
-            if (strncmp(admin_job_statuses[i], prefix, strlen(prefix)) == 0)
-                puts(admin_job_statuses[i]);
+            print_if(admin_job_statuses[i], prefix);
         return;
     }
     if (kind != ADMIN_NAMES_RUNNERS && kind != ADMIN_NAMES_HOSTS && kind != ADMIN_NAMES_POOLS)
@@ -1138,17 +1144,11 @@ static void print_daemon_names(const char *socket_path, enum admin_names kind, c
         json_array_foreach(json_object_get(answer, lists[kind].list), i, row)
         {
             const char *name = json_string_value(json_object_get(row, "name"));
-            if (name && strncmp(name, prefix, strlen(prefix)) == 0)
-                puts(name);
+            if (name)
+                print_if(name, prefix);
         }
     if (saved >= 0)
         dup2(saved, STDERR_FILENO);
-}
-
-static void print_if(const char *candidate, const char *prefix)
-{
-    if (strncmp(candidate, prefix, strlen(prefix)) == 0)
-        puts(candidate);
 }
 
 static void print_options(unsigned options, bool global, bool listing, const char *prefix)

@@ -491,21 +491,6 @@ static void scheduler_metrics(struct textbuf *b, struct daemon *d)
     }
 }
 
-/* When each pool's oldest queued job was queued, by the config's pool index (0: none). */
-struct oldest_queued {
-    const struct config *c;
-    int64_t *at_ms;
-};
-
-static void oldest_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
-{
-    struct oldest_queued *q = data;
-    (void)verified;
-    for (size_t i = 0; pool && i < q->c->n_pools; i++)
-        if (strcmp(q->c->pools[i].name, pool) == 0)
-            q->at_ms[i] = oldest_ms;
-}
-
 /* Pools' limits and their oldest queued job. */
 static void queue_metrics(struct textbuf *b, struct daemon *d)
 {
@@ -514,17 +499,18 @@ static void queue_metrics(struct textbuf *b, struct daemon *d)
         textbuf_printf(b, "hatchery_pool_max_runners{pool=\"%s\"} %lld\n", d->config->pools[i].name,
                        (long long)d->config->pools[i].max_runners);
     /* Every pool gets a value (0 with nothing queued), so an alert can compare it. */
-    struct oldest_queued q = {d->config, calloc(d->config->n_pools + 1, sizeof(int64_t))};
-    if (q.at_ms)
-        store_jobs_queue_each(d->store, oldest_row, &q);
+    struct store_pool_queue *queue = calloc(d->config->n_pools + 1, sizeof(*queue));
+    if (queue) /* a failed read leaves every pool at 0, as one with nothing queued */
+        store_jobs_queue_by_pool(d->store, d->config, queue);
     header(b, "hatchery_pool_oldest_queued_job_seconds", "gauge",
            "Age of each pool's oldest queued job (0 when none is queued).");
-    for (size_t i = 0; q.at_ms && i < d->config->n_pools; i++) {
-        double age = q.at_ms[i] ? (double)(wall_clock_ms() - q.at_ms[i]) / 1000.0 : 0;
+    for (size_t i = 0; queue && i < d->config->n_pools; i++) {
+        int64_t at = queue[i].oldest_ms;
+        double age = at ? (double)(wall_clock_ms() - at) / 1000.0 : 0;
         textbuf_printf(b, "hatchery_pool_oldest_queued_job_seconds{pool=\"%s\"} %.3f\n",
                        d->config->pools[i].name, age > 0 ? age : 0);
     }
-    free(q.at_ms);
+    free(queue);
 }
 
 /* VM pools' images: found on remote hosts, their manifests, runners below the floor. */

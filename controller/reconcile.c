@@ -580,7 +580,7 @@ void reconcile_recover(struct scheduler *s)
             continue; /* again when the host is back */
         const char *state = json_string_value(json_object_get(row, "state"));
         int st = runner_state_from_name(state);
-        int slot = pool_index(c, json_string_value(json_object_get(row, "pool")));
+        int slot = config_pool_index(c, json_string_value(json_object_get(row, "pool")));
         const struct config_pool *pool = slot >= 0 ? &c->pools[slot] : NULL;
         if (st >= 0 && pool && host_index(c, host) >= 0 &&
             runner_lifecycle_next((enum runner_state)st, RUNNER_EV_ADOPTED) >= 0) {

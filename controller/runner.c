@@ -91,7 +91,7 @@ bool runner_move(struct runner *r, enum runner_event ev)
  * reload removed the pool. Runners keep the pool settings they were made with. */
 int pool_slot(const struct scheduler *s, const struct config_pool *pool)
 {
-    return pool_index(cfg(s), pool->name);
+    return config_pool_index(cfg(s), pool->name);
 }
 
 /* A pool whose runners keep failing (a broken image, a bad host) backs off exponentially,

@@ -215,21 +215,6 @@ static void keep_templates(struct scheduler *s)
         provider_templates_sweep(prov(s), c->hosts[i].name);
 }
 
-/* Verified queued jobs per pool, by the config's pool index. */
-struct queued_by_pool {
-    const struct config *c;
-    int64_t *queued;
-};
-
-static void queued_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
-{
-    struct queued_by_pool *q = data;
-    (void)oldest_ms;
-    int p = pool_index(q->c, pool);
-    if (p >= 0)
-        q->queued[p] = verified;
-}
-
 static void tick(struct scheduler *s)
 {
     const struct config *c = cfg(s);
@@ -248,9 +233,9 @@ static void tick(struct scheduler *s)
             snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
         return;
     }
-    struct queued_by_pool q = {c, calloc(c->n_pools + 1, sizeof(int64_t))};
-    if (!q.queued || store_jobs_queue_each(s->deps.store, queued_row, &q) < 0) {
-        free(q.queued);
+    struct store_pool_queue *queue = calloc(c->n_pools + 1, sizeof(*queue));
+    if (!queue || store_jobs_queue_by_pool(s->deps.store, c, queue) < 0) {
+        free(queue);
         return; /* the next tick counts again */
     }
     verify_late_jobs(s);
@@ -260,7 +245,7 @@ static void tick(struct scheduler *s)
     struct host_view *views = NULL; /* taken when the tick first places a runner */
     for (size_t p = 0; p < c->n_pools; p++) {
         const struct config_pool *pool = &c->pools[p];
-        int64_t queued = q.queued[p];
+        int64_t queued = queue[p].verified;
         int64_t unbusy = 0, live = 0;
         for (struct runner *r = s->runners; r; r = r->next) {
             if (strcmp(r->pool->name, pool->name) != 0 || !runner_state_live(r->state))
@@ -334,7 +319,7 @@ static void tick(struct scheduler *s)
         }
     }
     free(views);
-    free(q.queued);
+    free(queue);
     keep_templates(s);
 }
 
@@ -499,7 +484,7 @@ int scheduler_config_replace(struct scheduler *s, const struct config *next)
     }
     /* Per-pool and per-host state follows the name. */
     for (size_t i = 0; i < c->n_pools; i++) {
-        int j = pool_index(old, c->pools[i].name);
+        int j = config_pool_index(old, c->pools[i].name);
         if (j >= 0) {
             failures[i] = s->failures[j];
             retry_at_ms[i] = s->retry_at_ms[j];
@@ -559,7 +544,7 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
         live++;
     }
     const char *why = scheduler_pool_waiting(s, pool);
-    int p = pool_index(cfg(s), pool);
+    int p = config_pool_index(cfg(s), pool);
     int64_t backoff_ms = p >= 0 ? s->retry_at_ms[p] - wall_clock_ms() : 0;
     return json_pack("{s:I, s:o, s:o, s:i, s:f}", "live", (json_int_t)live, "by_state", states,
                      "waiting", why ? json_string(why) : json_null(), "failures_in_a_row",
@@ -569,7 +554,7 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
 
 const char *scheduler_pool_waiting(struct scheduler *s, const char *pool)
 {
-    int p = pool_index(cfg(s), pool);
+    int p = config_pool_index(cfg(s), pool);
     return p >= 0 && s->why[p][0] ? s->why[p] : NULL;
 }
 
@@ -603,15 +588,7 @@ int scheduler_runner_delete(struct scheduler *s, const char *name)
 /* A name this controller gives its runners, and nothing a path could be built from. */
 static bool runner_name_ours(const struct scheduler *s, const char *name)
 {
-    size_t n = strlen(name);
-    if (strncmp(name, s->prefix, strlen(s->prefix)) != 0 || n >= 200)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
-              (name[i] >= '0' && name[i] <= '9') || name[i] == '-' || name[i] == '_' ||
-              name[i] == '.'))
-            return false;
-    return true;
+    return strncmp(name, s->prefix, strlen(s->prefix)) == 0 && config_name_valid(name, 199);
 }
 
 int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts)
@@ -647,7 +624,7 @@ bool scheduler_runner_live(struct scheduler *s, const char *name)
 
 const char *scheduler_runner_log(struct scheduler *s, const char *name, char *buf, size_t size)
 {
-    if (strncmp(name, s->prefix, strlen(s->prefix)) != 0 || strchr(name, '/'))
+    if (!runner_name_ours(s, name))
         return NULL;
     snprintf(buf, size, "%s/logs/%s.console.log", cfg(s)->state_dir, name);
     return access(buf, R_OK) == 0 ? buf : NULL;

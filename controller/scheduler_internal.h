@@ -108,16 +108,8 @@ static inline struct provider *prov(const struct scheduler *s)
     return *s->deps.provider;
 }
 
-/* Pools and hosts are known by name: a reload may move, add or remove them. The index in
- * `c`, or -1. */
-static inline int pool_index(const struct config *c, const char *name)
-{
-    for (size_t i = 0; name && i < c->n_pools; i++)
-        if (strcmp(c->pools[i].name, name) == 0)
-            return (int)i;
-    return -1;
-}
-
+/* Hosts are known by name, as pools are (config_pool_index): a reload may move, add or
+ * remove them. The index in `c`, or -1. */
 static inline int host_index(const struct config *c, const char *name)
 {
     for (size_t i = 0; name && i < c->n_hosts; i++)

@@ -19,6 +19,7 @@
 
 #define STORE_SCHEMA_VERSION 6
 
+struct config;
 struct store;
 
 enum store_result {
@@ -115,6 +116,14 @@ int store_jobs_queue_each(struct store *store,
                           void (*cb)(void *data, const char *pool, int64_t verified,
                                      int64_t oldest_ms),
                           void *data);
+/* The same, by the index of `c`'s pools (the scheduler's tick, /metrics): `ret` has an
+ * entry for each of them, zero for a pool without a queued job. */
+struct store_pool_queue {
+    int64_t verified;
+    int64_t oldest_ms;
+};
+int store_jobs_queue_by_pool(struct store *store, const struct config *c,
+                             struct store_pool_queue *ret);
 /* A pool's jobs in progress and not heard of since `before_ms`, oldest first: rows of (id,
  * repository). */
 json_t *store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit);

@@ -2,7 +2,30 @@
  * hatcheryd and /metrics make, beside the webhook's own writes in store.c. */
 #include <jansson.h>
 
+#include "config.h"
 #include "store.h"
+
+struct queue_by_pool {
+    const struct config *c;
+    struct store_pool_queue *out;
+};
+
+static void queue_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
+{
+    struct queue_by_pool *q = data;
+    int p = config_pool_index(q->c, pool);
+    if (p >= 0)
+        q->out[p] = (struct store_pool_queue){verified, oldest_ms};
+}
+
+int store_jobs_queue_by_pool(struct store *store, const struct config *c,
+                             struct store_pool_queue *ret)
+{
+    struct queue_by_pool q = {c, ret};
+    for (size_t i = 0; i < c->n_pools; i++)
+        ret[i] = (struct store_pool_queue){0, 0};
+    return store_jobs_queue_each(store, queue_row, &q);
+}
 
 json_t *store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit)
 {
