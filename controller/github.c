@@ -324,6 +324,10 @@ static void call_finish(struct call *call, int err, long status, json_t *body, c
         log_info("github.already_gone", "method=%s url=%s", call->method, call->url);
     if (err < 0 && !already_gone) {
         c->stats.failures++;
+        /* 401 after a token refresh, or a 403 that is not a rate limit: the credentials
+         * or the App's permissions, which no retry mends. */
+        if (err == -EACCES || err == -EPERM)
+            c->stats.auth_failures++;
         set_last_error(c, "%s %s: %s", call->method, call->url, message ? message : "failed");
         log_warn("github.request_failed", "method=%s url=%s status=%ld error=\"%s\"", call->method,
                  call->url, status, message ? message : strerror(-err));

@@ -110,6 +110,7 @@ struct github_stats {
     uint64_t requests;
     uint64_t retries;
     uint64_t failures;
+    uint64_t auth_failures; /* of them, refused credentials (401) or permissions (403) */
     uint64_t rate_limited;
     int64_t ratelimit_remaining; /* -1: not seen yet */
     int64_t ratelimit_reset;     /* Unix time; 0: not seen */

@@ -51,9 +51,9 @@ static void pool_histogram(struct textbuf *b, const struct scheduler_stats *st, 
     header(b, name, "histogram", help);
     int n_bounds;
     const double *bounds = pool_histogram_bounds(kind, &n_bounds);
-    for (size_t p = 0; p < st->n_histograms; p++) {
-        const char *pool = st->histograms[p].pool;
-        const struct seconds_histogram *h = &st->histograms[p].of[kind];
+    for (size_t p = 0; p < st->n_pools; p++) {
+        const char *pool = st->pools[p].pool;
+        const struct seconds_histogram *h = &st->pools[p].of[kind];
         uint64_t cumulative = 0;
         for (int i = 0; i < n_bounds; i++) {
             cumulative += h->buckets[i];
@@ -65,6 +65,35 @@ static void pool_histogram(struct textbuf *b, const struct scheduler_stats *st, 
         textbuf_printf(b, "%s_sum{pool=\"%s\"} %.6f\n%s_count{pool=\"%s\"} %llu\n", name, pool,
                        h->sum, name, pool, (unsigned long long)h->count);
     }
+}
+
+/* A counter per pool and reason (runner_failure_names), every reason of every pool present
+ * (0 until it happens): runners failed, or the jobs they lost. */
+static void pool_failures(struct textbuf *b, const struct scheduler_stats *st, const char *name,
+                          const char *help, bool jobs_lost)
+{
+    header(b, name, "counter", help);
+    for (size_t p = 0; p < st->n_pools; p++) {
+        const uint64_t *n = jobs_lost ? st->pools[p].jobs_lost : st->pools[p].failed;
+        for (int why = 0; why < FAILURE_MAX; why++)
+            textbuf_printf(b, "%s{pool=\"%s\",reason=\"%s\"} %llu\n", name, st->pools[p].pool,
+                           runner_failure_names[why], (unsigned long long)n[why]);
+    }
+}
+
+/* Runners created, failed and jobs lost, per pool. */
+static void pool_counters(struct textbuf *b, const struct scheduler_stats *st)
+{
+    header(b, "hatchery_runners_created_total", "counter", "Runners created, per pool.");
+    for (size_t p = 0; p < st->n_pools; p++)
+        textbuf_printf(b, "hatchery_runners_created_total{pool=\"%s\"} %llu\n", st->pools[p].pool,
+                       (unsigned long long)st->pools[p].created);
+    pool_failures(b, st, "hatchery_runners_failed_total",
+                  "Runners that failed, per pool and reason.", false);
+    pool_failures(b, st, "hatchery_jobs_lost_total",
+                  "Jobs whose runner failed while busy (GitHub fails such a job), per pool and "
+                  "the runner's reason.",
+                  true);
 }
 
 /* The store's job counts, laid out so that every configured pool and every status has a
@@ -316,6 +345,10 @@ static void github_metrics(struct textbuf *b, struct daemon *d)
         counter(b, "hatchery_github_retries_total",
                 "GitHub requests retried after a 5xx, timeout or connection error.", gs.retries);
         counter(b, "hatchery_github_errors_total", "GitHub operations that failed.", gs.failures);
+        counter(b, "hatchery_github_auth_failures_total",
+                "GitHub operations refused for the credentials (401) or the App's permissions "
+                "(403, not a rate limit).",
+                gs.auth_failures);
         counter(b, "hatchery_github_rate_limited_total",
                 "Answers that made the client wait for a rate limit.", gs.rate_limited);
         if (gs.ratelimit_remaining >= 0)
@@ -441,12 +474,7 @@ static void scheduler_metrics(struct textbuf *b, struct daemon *d)
                        HISTOGRAM_START);
         pool_histogram(b, sch, "hatchery_guest_boot_seconds",
                        "From a runner's creation to its agent's hello, per pool.", HISTOGRAM_BOOT);
-        counter(b, "hatchery_runners_created_total", "Runners created.", sch->created);
-        counter(b, "hatchery_runners_failed_total", "Runners that failed.", sch->failed);
-        counter(b, "hatchery_jobs_lost_total",
-                "Jobs whose runner failed while busy (GitHub fails such a job): a host lost, a "
-                "hung guest, a runner not adopted after a restart, an operator's delete.",
-                sch->jobs_lost);
+        pool_counters(b, sch);
         counter(b, "hatchery_runners_surplus_retired_total",
                 "Idle runners beyond demand retired after the pool's surplus_idle_s.",
                 sch->surplus_retired);

@@ -553,7 +553,7 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
     int e = provider_guest_adopt(prov(s), r->host, &spec, &runner_guest_events, r, &r->guest);
     if (e < 0) {
         r->guest = NULL;
-        runner_fail(r, "not adopted after a restart: %s",
+        runner_fail(r, FAILURE_NOT_ADOPTED, "not adopted after a restart: %s",
                     e == -ENODEV ? "host down" : strerror(-e));
     }
 }
@@ -595,8 +595,8 @@ void reconcile_recover(struct scheduler *s)
             log_warn("reconcile.stale_record", "runner=%s state=%s job_lost=%d action=fail", name,
                      state ? state : "?", lost);
             s->stats.reconcile_records_failed++;
-            if (lost)
-                s->stats.jobs_lost++;
+            const char *pool_name = json_string_value(json_object_get(row, "pool"));
+            scheduler_count_failure(s, pool_name ? pool_name : "", FAILURE_RESTART, lost);
         }
         if (host)
             provider_remove(prov(s), host, name, NULL, NULL);

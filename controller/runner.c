@@ -208,7 +208,8 @@ static void guest_goes(struct runner *r, const char *reason)
 /* Fails the runner (ev is fail or timeout) with a reason, and tears its guest down. A
  * runner already failing or deleted is left alone. A busy runner's job is lost: GitHub
  * fails a job whose runner vanishes. */
-void runner_end(struct runner *r, enum runner_event ev, const char *fmt, ...)
+void runner_end(struct runner *r, enum runner_event ev, enum runner_failure why, const char *fmt,
+                ...)
 {
     if (runner_lifecycle_next(r->state, ev) != RUNNER_FAILED)
         return;
@@ -220,11 +221,10 @@ void runner_end(struct runner *r, enum runner_event ev, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(r->reason + at, sizeof(r->reason) - at, fmt, ap);
     va_end(ap);
-    log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s job_lost=%d reason=\"%s\"",
-             r->name, r->pool->name, r->host, runner_state_names[r->state], lost, r->reason);
-    r->s->stats.failed++;
-    if (lost)
-        r->s->stats.jobs_lost++;
+    log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s job_lost=%d why=%s reason=\"%s\"",
+             r->name, r->pool->name, r->host, runner_state_names[r->state], lost,
+             runner_failure_names[why], r->reason);
+    scheduler_count_failure(r->s, r->pool->name, why, lost);
     if (r->adopting)
         r->s->stats.adopt_failed++;
     r->adopting = false;
@@ -276,28 +276,28 @@ static void on_runner_timer(uv_timer_t *t)
     const struct config_pool *p = r->pool;
     switch (r->state) {
     case RUNNER_PENDING:
-        runner_end(r, RUNNER_EV_TIMEOUT, "the store did not record the runner within %d s",
-                   LIFECYCLE_STORE_S);
+        runner_end(r, RUNNER_EV_TIMEOUT, FAILURE_STORE,
+                   "the store did not record the runner within %d s", LIFECYCLE_STORE_S);
         break;
     case RUNNER_CREATING:
-        runner_end(r, RUNNER_EV_TIMEOUT, "no guest and JIT config within %lld s",
-                   (long long)p->boot_timeout_s);
+        runner_end(r, RUNNER_EV_TIMEOUT, FAILURE_BOOT_TIMEOUT,
+                   "no guest and JIT config within %lld s", (long long)p->boot_timeout_s);
         break;
     case RUNNER_BOOTING:
-        runner_end(r, RUNNER_EV_TIMEOUT, "no hello from the agent within %lld s",
-                   (long long)p->boot_timeout_s);
+        runner_end(r, RUNNER_EV_TIMEOUT, FAILURE_BOOT_TIMEOUT,
+                   "no hello from the agent within %lld s", (long long)p->boot_timeout_s);
         break;
     case RUNNER_CONFIGURED:
-        runner_end(r, RUNNER_EV_TIMEOUT,
+        runner_end(r, RUNNER_EV_TIMEOUT, FAILURE_BOOT_TIMEOUT,
                    "the runner did not report started within %lld s of its config",
                    (long long)p->boot_timeout_s);
         break;
     case RUNNER_IDLE:
-        runner_end(r, RUNNER_EV_TIMEOUT, "idle longer than idle_max_age_s (%lld s)",
-                   (long long)p->idle_max_age_s);
+        runner_end(r, RUNNER_EV_TIMEOUT, FAILURE_IDLE_MAX_AGE,
+                   "idle longer than idle_max_age_s (%lld s)", (long long)p->idle_max_age_s);
         break;
     case RUNNER_BUSY:
-        runner_end(r, RUNNER_EV_TIMEOUT,
+        runner_end(r, RUNNER_EV_TIMEOUT, FAILURE_JOB_TIMEOUT,
                    "job ran past job_timeout_s (%lld s) and the agent did not stop it",
                    (long long)p->job_timeout_s);
         break;
@@ -329,7 +329,7 @@ static void maybe_configure(struct runner *r)
     secret_free(r->jit); /* the JIT config travels once */
     r->jit = NULL;
     if (e < 0) {
-        runner_fail(r, "cannot send the config to the agent: %s", strerror(-e));
+        runner_fail(r, FAILURE_AGENT, "cannot send the config to the agent: %s", strerror(-e));
         return;
     }
     r->heartbeat_ms = wall_clock_ms();
@@ -470,9 +470,9 @@ static void ev_failed(void *data, struct guest *g, const char *reason)
     if (r->state == RUNNER_FINISHING)
         return; /* the guest went away after its runner exited: expected */
     if (r->adopting)
-        runner_fail(r, "not adopted after a restart: %s", reason);
+        runner_fail(r, FAILURE_NOT_ADOPTED, "not adopted after a restart: %s", reason);
     else
-        runner_fail(r, "%s", reason);
+        runner_fail(r, FAILURE_GUEST, "%s", reason);
 }
 
 /* An adopted runner's agent answered resume: the runner goes on where it was. */
@@ -491,7 +491,7 @@ static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *
              seconds);
     runner_move(r, RUNNER_EV_ADOPTED);
     if (resumed->state == AGENT_RESUMED_WAITING)
-        runner_fail(r, "adopted, but its agent never got its config");
+        runner_fail(r, FAILURE_AGENT, "adopted, but its agent never got its config");
     else if (resumed->state == AGENT_RESUMED_RUNNING && r->state == RUNNER_CONFIGURED)
         ev_started(r, g, resumed->pid);
     /* AGENT_RESUMED_EXITED: the kept exit follows, and ends the runner as usual. */
@@ -503,7 +503,7 @@ static void ev_gone(void *data, struct guest *g)
     struct runner *r = data;
     r->guest = NULL;
     if (r->state != RUNNER_FINISHING && r->state != RUNNER_FAILED)
-        runner_fail(r, "the guest went away"); /* and, having no guest, ends here */
+        runner_fail(r, FAILURE_GUEST, "the guest went away"); /* and, having no guest, ends here */
     else
         runner_after_guest(r);
 }
@@ -542,7 +542,7 @@ static void on_jit(void *data, int err, const char *message, int64_t runner_id, 
         return;
     }
     if (err < 0) {
-        runner_fail(r, "GitHub JIT config: %s", message ? message : strerror(-err));
+        runner_fail(r, FAILURE_GITHUB, "GitHub JIT config: %s", message ? message : strerror(-err));
         return;
     }
     r->github_runner_id = runner_id;
@@ -564,7 +564,7 @@ static void runner_start(struct runner *r)
     int e = github_jitconfig_generate(gh(r->s), r->scope, r->name, labels, n, "_work", on_jit, r);
     if (e < 0) {
         r->holds--;
-        runner_fail(r, "cannot ask GitHub for a JIT config: %s", strerror(-e));
+        runner_fail(r, FAILURE_GITHUB, "cannot ask GitHub for a JIT config: %s", strerror(-e));
         return;
     }
     /* A request that failed at once has already called back and failed the runner (whose
@@ -575,7 +575,7 @@ static void runner_start(struct runner *r)
     e = provider_guest_create(prov(r->s), r->host, &spec, &runner_guest_events, r, &r->guest);
     if (e < 0) {
         r->guest = NULL;
-        runner_fail(r, "cannot create the guest on %s: %s", r->host,
+        runner_fail(r, FAILURE_GUEST, "cannot create the guest on %s: %s", r->host,
                     e == -ENOSPC   ? "no capacity"
                     : e == -ENODEV ? "host down"
                                    : strerror(-e));
@@ -586,7 +586,7 @@ static void on_runner_inserted(void *data, int result)
 {
     struct runner *r = data;
     if (result < 0) {
-        runner_fail(r, "cannot record the runner: %s", strerror(-result));
+        runner_fail(r, FAILURE_STORE, "cannot record the runner: %s", strerror(-result));
         return;
     }
     runner_start(r);
@@ -626,6 +626,9 @@ void runner_create(struct scheduler *s, const struct config_pool *pool, const ch
     runner_index(r);
     arm_timeout(r, r->created_ms);
     s->stats.created++;
+    struct pool_stats *ps = scheduler_pool_stats(s, pool->name);
+    if (ps)
+        ps->created++;
     log_info("runner.created", "runner=%s pool=%s host=%s", r->name, pool->name, host);
     const struct store_runner_new row = {.id = r->id,
                                          .name = r->name,
@@ -637,29 +640,56 @@ void runner_create(struct scheduler *s, const struct config_pool *pool, const ch
                                          .created_ms = r->created_ms};
     /* Written before anything is done: a crash from here on leaves a record to repair. */
     if (store_runner_insert(s->deps.store, &row, on_runner_inserted, r) < 0)
-        runner_fail(r, "the store is busy");
+        runner_fail(r, FAILURE_STORE, "the store is busy");
 }
 
-/* The pool's histograms, made on its first observation. */
-static struct pool_histograms *histograms_of(struct scheduler *s, const char *pool)
+const char *const runner_failure_names[FAILURE_MAX] = {
+    [FAILURE_BOOT_TIMEOUT] = "boot_timeout",
+    [FAILURE_GUEST] = "guest",
+    [FAILURE_AGENT] = "agent",
+    [FAILURE_GITHUB] = "github",
+    [FAILURE_STORE] = "store",
+    [FAILURE_HUNG] = "hung",
+    [FAILURE_IDLE_MAX_AGE] = "idle_max_age",
+    [FAILURE_JOB_TIMEOUT] = "job_timeout",
+    [FAILURE_NOT_ADOPTED] = "not_adopted",
+    [FAILURE_RESTART] = "restart",
+    [FAILURE_OPERATOR] = "operator",
+};
+
+struct pool_stats *scheduler_pool_stats(struct scheduler *s, const char *pool)
 {
     struct scheduler_stats *st = &s->stats;
-    for (size_t i = 0; i < st->n_histograms; i++)
-        if (strcmp(st->histograms[i].pool, pool) == 0)
-            return &st->histograms[i];
-    if (st->n_histograms == CONFIG_MAX_POOLS)
+    for (size_t i = 0; i < st->n_pools; i++)
+        if (strcmp(st->pools[i].pool, pool) == 0)
+            return &st->pools[i];
+    if (st->n_pools == CONFIG_MAX_POOLS)
         return NULL;
-    if (!st->histograms && !(st->histograms = calloc(CONFIG_MAX_POOLS, sizeof(*st->histograms))))
+    if (!st->pools && !(st->pools = calloc(CONFIG_MAX_POOLS, sizeof(*st->pools))))
         return NULL;
-    struct pool_histograms *h = &st->histograms[st->n_histograms++];
-    snprintf(h->pool, sizeof(h->pool), "%s", pool);
-    return h;
+    struct pool_stats *ps = &st->pools[st->n_pools++];
+    snprintf(ps->pool, sizeof(ps->pool), "%s", pool);
+    return ps;
+}
+
+void scheduler_count_failure(struct scheduler *s, const char *pool, enum runner_failure why,
+                             bool job_lost)
+{
+    s->stats.failed++;
+    if (job_lost)
+        s->stats.jobs_lost++;
+    struct pool_stats *ps = scheduler_pool_stats(s, pool);
+    if (ps) {
+        ps->failed[why]++;
+        if (job_lost)
+            ps->jobs_lost[why]++;
+    }
 }
 
 void scheduler_observe(struct scheduler *s, const char *pool, enum pool_histogram_kind kind,
                        double seconds)
 {
-    struct pool_histograms *ph = histograms_of(s, pool);
+    struct pool_stats *ph = scheduler_pool_stats(s, pool);
     if (!ph)
         return;
     struct seconds_histogram *h = &ph->of[kind];

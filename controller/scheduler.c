@@ -146,7 +146,7 @@ static void check_heartbeats(struct scheduler *s)
         next = r->next;
         if (runner_state_heartbeats(r->state) && !r->adopting && r->guest &&
             now - r->heartbeat_ms > limit_ms)
-            runner_fail(r, "hung: no heartbeat from the agent for %lld s",
+            runner_fail(r, FAILURE_HUNG, "hung: no heartbeat from the agent for %lld s",
                         (long long)((now - r->heartbeat_ms) / 1000));
     }
 }
@@ -183,7 +183,8 @@ static void retire_removed(struct scheduler *s)
         if (runner_lifecycle_next(r->state, RUNNER_EV_RETIRE) >= 0)
             runner_retire(r, "its pool %s was removed from the config", r->pool->name);
         else
-            runner_fail(r, "its pool %s was removed from the config", r->pool->name);
+            runner_fail(r, FAILURE_OPERATOR, "its pool %s was removed from the config",
+                        r->pool->name);
     }
 }
 
@@ -415,6 +416,8 @@ int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
             s->drained[h] = true;
     }
     json_decref(rows);
+    for (size_t p = 0; p < cfg(s)->n_pools; p++)
+        scheduler_pool_stats(s, cfg(s)->pools[p].name); /* each series from 0 */
     uv_timer_init(s->deps.loop, &s->tick);
     s->on_tick = on_tick;
     uv_timer_init(s->deps.loop, &s->reconcile);
@@ -461,9 +464,9 @@ void scheduler_free(struct scheduler *s)
     }
     free(s->org_repos);
     s->org_repos = NULL;
-    free(s->stats.histograms);
-    s->stats.histograms = NULL;
-    s->stats.n_histograms = 0;
+    free(s->stats.pools);
+    s->stats.pools = NULL;
+    s->stats.n_pools = 0;
     /* The tick and reconcile handles close in this loop iteration; s outlives them by
      * being freed from the daemon after uv_run returns. */
 }
@@ -504,6 +507,8 @@ int scheduler_config_replace(struct scheduler *s, const struct config *next)
     s->why = why;
     s->failures = failures;
     s->retry_at_ms = retry_at_ms;
+    for (size_t p = 0; p < c->n_pools; p++)
+        scheduler_pool_stats(s, c->pools[p].name);
     if (c->reconcile_interval_s != old->reconcile_interval_s)
         uv_timer_start(&s->reconcile, on_reconcile, (uint64_t)c->reconcile_interval_s * 1000,
                        (uint64_t)c->reconcile_interval_s * 1000);
@@ -581,7 +586,7 @@ int scheduler_runner_delete(struct scheduler *s, const char *name)
     struct runner *r = runner_find(s, name);
     if (!r || !runner_state_live(r->state))
         return -ENOENT;
-    runner_fail(r, "deleted by an operator");
+    runner_fail(r, FAILURE_OPERATOR, "deleted by an operator");
     return 0;
 }
 
@@ -598,7 +603,7 @@ int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts
         return -EINVAL;
     struct runner *r = runner_find(s, name);
     if (r && runner_state_live(r->state)) {
-        runner_fail(r, "deleted by an operator");
+        runner_fail(r, FAILURE_OPERATOR, "deleted by an operator");
         return 0;
     }
     /* Ended or never known here: its domain and disk wherever they are left, now; its

@@ -100,11 +100,30 @@ struct scheduler_stats {
         reconcile_volumes_removed, reconcile_phantoms_retired, reconcile_stuck_retired;
     uint64_t late_jobs_verified, late_jobs_retired; /* late or replayed queued deliveries */
     double reconcile_last_ms;
-    /* Per pool, by name (a pool renamed or removed by a reload keeps its series until a
-     * restart; past CONFIG_MAX_POOLS names, new ones are not observed). */
-    struct pool_histograms *histograms;
-    size_t n_histograms;
+    /* Per pool, by name: every configured pool from the start (so that each series is
+     * there at 0; a pool renamed or removed by a reload keeps its series until a
+     * restart; past CONFIG_MAX_POOLS names, new ones are not counted). */
+    struct pool_stats *pools;
+    size_t n_pools;
 };
+
+/* Why a runner failed: a bounded set, the `reason` label of hatchery_runners_failed_total
+ * and hatchery_jobs_lost_total (README, "Metrics"). */
+enum runner_failure {
+    FAILURE_BOOT_TIMEOUT, /* no guest, hello or runner start within boot_timeout_s */
+    FAILURE_GUEST,        /* the guest could not be made, failed or went away */
+    FAILURE_AGENT,        /* the agent could not be given its config */
+    FAILURE_GITHUB,       /* no JIT config from GitHub */
+    FAILURE_STORE,        /* the store did not record the runner */
+    FAILURE_HUNG,         /* no heartbeat from the agent */
+    FAILURE_IDLE_MAX_AGE, /* idle past idle_max_age_s */
+    FAILURE_JOB_TIMEOUT,  /* busy past job_timeout_s */
+    FAILURE_NOT_ADOPTED,  /* an earlier hatcheryd's runner whose guest did not answer */
+    FAILURE_RESTART,      /* an earlier hatcheryd's record in flight, not adoptable */
+    FAILURE_OPERATOR,     /* deleted by an operator, or its pool removed */
+    FAILURE_MAX,
+};
+extern const char *const runner_failure_names[FAILURE_MAX];
 
 /* Seconds, in buckets counted one by one (cumulative on output). How long a guest takes
  * (boot, online) is bucketed by scheduler_boot_bounds, 0.5 s to 2 min; how long a job
@@ -124,9 +143,12 @@ enum pool_histogram_kind {
     HISTOGRAM_START,    /* a job's queued to its in_progress */
     HISTOGRAM_KIND_MAX,
 };
-struct pool_histograms {
+struct pool_stats {
     char pool[CONFIG_MAX_NAME_BYTES];
     struct seconds_histogram of[HISTOGRAM_KIND_MAX];
+    uint64_t created;
+    uint64_t failed[FAILURE_MAX];
+    uint64_t jobs_lost[FAILURE_MAX];
 };
 /* The kind's bucket bounds and their number: a job's wait (supplied, start) by
  * scheduler_wait_bounds, a guest's start (boot, online) by scheduler_boot_bounds. */
@@ -137,5 +159,8 @@ static inline const double *pool_histogram_bounds(enum pool_histogram_kind kind,
     return wait ? scheduler_wait_bounds : scheduler_boot_bounds;
 }
 const struct scheduler_stats *scheduler_stats_get(const struct scheduler *s);
+/* The pool's counters and histograms (made at 0 if it has none yet), or NULL past
+ * CONFIG_MAX_POOLS pools. */
+struct pool_stats *scheduler_pool_stats(struct scheduler *s, const char *pool);
 
 #endif

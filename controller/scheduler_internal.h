@@ -126,10 +126,14 @@ void arm_timeout(struct runner *r, int64_t since_ms);
 bool runner_move(struct runner *r, enum runner_event ev);
 int pool_slot(const struct scheduler *s, const struct config_pool *pool);
 void on_runner_timer_closed(uv_handle_t *h);
-/* Fails the runner (ev is fail or timeout) with a reason, and tears its guest down. */
-void runner_end(struct runner *r, enum runner_event ev, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-#define runner_fail(r, ...) runner_end((r), RUNNER_EV_FAIL, __VA_ARGS__)
+/* Fails the runner (ev is fail or timeout) for `why` with a reason, and tears its guest
+ * down. */
+void runner_end(struct runner *r, enum runner_event ev, enum runner_failure why, const char *fmt,
+                ...) __attribute__((format(printf, 4, 5)));
+#define runner_fail(r, why, ...) runner_end((r), RUNNER_EV_FAIL, (why), __VA_ARGS__)
+/* Counts a runner of `pool` that failed for `why` (and its job, if it was busy). */
+void scheduler_count_failure(struct scheduler *s, const char *pool, enum runner_failure why,
+                             bool job_lost);
 /* A runner no longer wanted, which has no job: it goes the way a finished one does. */
 void runner_retire(struct runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void on_github_deleted_quiet(void *data, int err, const char *message);

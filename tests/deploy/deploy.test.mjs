@@ -1,15 +1,17 @@
 // The deployment files, checked by tools Hatchery did not write: the workflows by GitHub's
 // own workflow parser (@actions/workflow-parser), the Dockerfiles by dockerfile-utils, the
-// systemd unit by systemd-analyze verify, the App manifest and probot snippet for the
-// fields GitHub reads.
+// systemd unit by systemd-analyze verify, the Grafana dashboard by Grafana's own dashboard
+// types (@grafana/schema, through the TypeScript compiler), the App manifest and probot
+// snippet for the fields GitHub reads.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { readFileSync, readdirSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync, mkdtempSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseWorkflow, convertWorkflowTemplate, NoOperationTraceWriter } from '@actions/workflow-parser';
+import ts from 'typescript';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = (name) => join(root, 'tests/node_modules/.bin', name);
@@ -136,17 +138,66 @@ test('the alert rules pass promtool check rules and their own unit tests; a brok
   const dir = join(root, 'deploy/monitoring');
   const check = spawnSync('promtool', ['check', 'rules', join(dir, 'hatchery-alerts.yml')], { encoding: 'utf8' });
   assert.equal(check.status, 0, check.stdout + check.stderr);
-  assert.match(check.stdout, /SUCCESS: 13 rules found/);
+  assert.match(check.stdout, /SUCCESS: 15 rules found/);
   const unit = spawnSync('promtool', ['test', 'rules', 'hatchery-alerts.test.yml'], { cwd: dir, encoding: 'utf8' });
   assert.equal(unit.status, 0, unit.stdout + unit.stderr);
   const tmp = mkdtempSync(join(tmpdir(), 'hatchery-rules-'));
   writeFileSync(join(tmp, 'broken.yml'), readFileSync(join(dir, 'hatchery-alerts.yml'), 'utf8').replace('> 1800', '> > 1800'));
   assert.notEqual(spawnSync('promtool', ['check', 'rules', join(tmp, 'broken.yml')]).status, 0);
-  // The dashboard is Grafana JSON with a query in every panel.
-  const dash = JSON.parse(readFileSync(join(dir, 'hatchery-dashboard.json'), 'utf8'));
+});
+
+// The dashboard as a TypeScript object literal that must satisfy @grafana/schema's
+// Dashboard: a misspelt key, a wrong type or a field Grafana does not have is an error.
+function dashboardTypeErrors(dashboard) {
+  const dir = join(root, 'tests/node_modules/.cache/hatchery-dashboard');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, 'dashboard-check.ts');
+  writeFileSync(file, `import type { Dashboard } from '@grafana/schema';\n` +
+    `export const dashboard = ${JSON.stringify(dashboard, null, 2)} satisfies Dashboard;\n`);
+  const program = ts.createProgram([file], {
+    noEmit: true, strict: true, module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext,
+    target: ts.ScriptTarget.ES2022, skipLibCheck: true, types: [],
+  });
+  return ts.getPreEmitDiagnostics(program).map((d) => ts.flattenDiagnosticMessageText(d.messageText, '\n'));
+}
+
+test('the dashboard is a Grafana dashboard by Grafana\'s own types, filtered by instance and pool', () => {
+  const dash = JSON.parse(readFileSync(join(root, 'deploy/monitoring/hatchery-dashboard.json'), 'utf8'));
   assert.equal(dash.uid, 'hatchery');
-  assert.ok(dash.panels.length >= 10);
-  for (const p of dash.panels) assert.ok(p.targets.length > 0 && p.targets.every((t) => t.expr), p.title);
+  assert.deepEqual(dashboardTypeErrors(dash), []);
+  // Bad on purpose: each of these is refused.
+  const broken = [
+    (d) => { d.panels[0].gridPos.w = 'twelve'; },
+    (d) => { d.schemaVersion = undefined; delete d.schemaVersion; },
+    (d) => { d.templating.list[2].hide = 'yes'; },
+    (d) => { d.panels[0].targets = 'up'; },
+  ];
+  for (const mutate of broken) {
+    const d = structuredClone(dash);
+    mutate(d);
+    assert.notDeepEqual(dashboardTypeErrors(d), [], mutate.toString());
+  }
+  // Every panel queries; every variable a query uses is defined.
+  const vars = new Set(dash.templating.list.map((v) => v.name));
+  assert.deepEqual([...vars], ['datasource', 'instance', 'pool']);
+  assert.ok(dash.panels.length >= 20);
+  for (const p of dash.panels) {
+    assert.ok(p.targets.length > 0 && p.targets.every((t) => t.expr), p.title);
+    for (const t of p.targets)
+      for (const [, name] of t.expr.matchAll(/\$(\w+)/g)) assert.ok(vars.has(name), `${p.title}: $${name}`);
+  }
+  // Series with a pool label are filtered by the pool variable, and quantiles are per pool
+  // (a quantile summed over pools says nothing of any pool).
+  const pooled = /^hatchery_(jobs|runners|pool_\w+|job_start_seconds_bucket|runner_online_seconds_bucket|runners_\w+_total|jobs_lost_total|templates|template_\w+_total)$/;
+  for (const p of dash.panels)
+    for (const t of p.targets) {
+      for (const [, name, sel] of t.expr.matchAll(/\b(hatchery_\w+)\{([^}]*)\}/g))
+        if (pooled.test(name)) assert.match(sel, /pool=~"\$pool"/, `${p.title}: ${name}`);
+      if (/histogram_quantile/.test(t.expr) && /pool/.test(t.expr)) assert.match(t.expr, /sum by \(le, pool\)/, p.title);
+    }
+  const titles = dash.panels.map((p) => p.title).join('\n');
+  for (const want of [/failures by pool and reason/, /Jobs lost/, /no pool matches/, /templates/i])
+    assert.match(titles, want);
 });
 
 test('the GitHub App manifest asks for exactly what Hatchery needs', () => {

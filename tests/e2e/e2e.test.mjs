@@ -318,7 +318,8 @@ describe('end to end on real guests', () => {
     assert.ok(!domains().includes(runner.name));
     const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
     assert.match(text, /^hatchery_runners_adopted_total [1-9]/m);
-    assert.match(text, /^hatchery_jobs_lost_total 0$/m);
+    assert.doesNotMatch(text, /^hatchery_jobs_lost_total\{[^}]*\} [1-9]/m);
+    assert.match(text, /^hatchery_jobs_lost_total\{pool="[^"]+",reason="not_adopted"\} 0$/m);
     assert.match(text, /^hatchery_runner_transitions_refused_total 0$/m);
     assert.doesNotMatch(text, /^hatchery_guest_transitions_refused_total\{[^}]*\} [1-9]/m);
     assert.match(text, /^hatchery_guest_transitions_refused_total\{host="[^"]+"\} 0$/m);

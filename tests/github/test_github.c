@@ -480,6 +480,9 @@ static void test_401_refreshes_once_then_fails_loudly(void **state)
     r = jit(c, &repo_scope, "hatchery-t-401b");
     assert_int_equal(r.err, 0);
     assert_int_equal(count_requests("POST", "/access_tokens"), 2);
+    struct github_stats st;
+    github_client_stats(c, &st);
+    assert_int_equal(st.auth_failures, 0); /* mended by the refresh: not a failure */
     client_done(c);
 
     /* A configured token GitHub refuses: no refresh possible, a clear error at once. */
@@ -491,6 +494,9 @@ static void test_401_refreshes_once_then_fails_loudly(void **state)
     r = jit(c, &repo_scope, "hatchery-t-401c");
     assert_int_equal(r.err, -EACCES);
     assert_non_null(strstr(r.message, "github.token_file"));
+    github_client_stats(c, &st);
+    assert_int_equal(st.auth_failures, 1);
+    assert_int_equal(st.failures, 1);
     client_done(c);
     unlink(path);
 }
@@ -537,6 +543,7 @@ static void test_404_on_delete_is_success(void **state)
     /* Not a failure anywhere: not counted, and not the last error `hatchery github` shows. */
     github_client_stats(c, &after);
     assert_int_equal(after.failures, before.failures);
+    assert_int_equal(after.auth_failures, before.auth_failures);
     json_t *status = github_client_status(c);
     assert_true(json_is_null(json_object_get(status, "last_error")) ||
                 !strstr(json_string_value(json_object_get(status, "last_error")), "/runners/77"));

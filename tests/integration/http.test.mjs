@@ -154,6 +154,16 @@ describe('http listener', () => {
     assert.match(res.body, /hatchery_http_connections_rejected_total [1-9]/);
     assert.match(res.body, /hatchery_pool_max_runners\{pool="linux.ppc64le"\} 2/);
     assert.match(res.body, /hatchery_jobs\{pool="linux.ppc64le",status="queued"\} 1/);
+    // Every configured pool has every reason's series, at 0 until it happens.
+    const pools = [...res.body.matchAll(/^hatchery_pool_max_runners\{pool="([^"]+)"\}/gm)].map((m) => m[1]);
+    assert.ok(pools.length >= 2, pools.join());
+    for (const pool of pools) {
+      assert.match(res.body, new RegExp(`^hatchery_runners_created_total\\{pool="${pool}"\\} \\d+$`, 'm'));
+      for (const name of ['hatchery_runners_failed_total', 'hatchery_jobs_lost_total'])
+        for (const reason of ['boot_timeout', 'guest', 'agent', 'github', 'store', 'hung', 'idle_max_age',
+          'job_timeout', 'not_adopted', 'restart', 'operator'])
+          assert.match(res.body, new RegExp(`^${name}\\{pool="${pool}",reason="${reason}"\\} \\d+$`, 'm'), `${name} ${pool} ${reason}`);
+    }
     // Answers by status code, the conventional label.
     assert.match(res.body, /^hatchery_http_responses_total\{code="200"\} [1-9]\d*$/m);
     assert.match(res.body, /^hatchery_http_responses_total\{code="404"\} [1-9]\d*$/m);

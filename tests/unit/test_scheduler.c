@@ -677,6 +677,16 @@ static void timeouts_and_lost_jobs(void **state)
     assert_string_equal(state_of(s, b->name), "failed");
     assert_non_null(strstr(reason_of(s, b->name), "job lost: "));
     assert_int_equal(scheduler_stats_get(s)->jobs_lost, 1);
+    /* Counted by pool and reason: the first failed on its boot, the second lost its job
+     * to its guest; no other reason has a count. */
+    const struct pool_stats *ps = scheduler_pool_stats(s, "p");
+    assert_non_null(ps);
+    assert_int_equal(ps->created, scheduler_stats_get(s)->created); /* one pool: all of them */
+    assert_true(ps->created >= 2);
+    for (int why = 0; why < FAILURE_MAX; why++) {
+        assert_int_equal(ps->failed[why], why == FAILURE_BOOT_TIMEOUT || why == FAILURE_GUEST);
+        assert_int_equal(ps->jobs_lost[why], why == FAILURE_GUEST);
+    }
     stop(s);
 }
 
@@ -746,6 +756,7 @@ static void a_silent_agent_is_hung(void **state)
     spin(16500); /* then silent past 15 s */
     assert_string_equal(state_of(s, g->name), "failed");
     assert_non_null(strstr(reason_of(s, g->name), "hung: no heartbeat"));
+    assert_int_equal(scheduler_pool_stats(s, "p")->failed[FAILURE_HUNG], 1);
     stop(s);
 }
 
@@ -791,6 +802,8 @@ static void adoption_after_a_restart(void **state)
     assert_int_equal(st->adopt_failed, 1);
     assert_int_equal(st->jobs_lost, 1);
     assert_int_equal(st->reconcile_records_failed, 1); /* the creating one */
+    assert_int_equal(scheduler_pool_stats(s, "p")->jobs_lost[FAILURE_NOT_ADOPTED], 1);
+    assert_int_equal(scheduler_pool_stats(s, "p")->failed[FAILURE_RESTART], 1);
     assert_int_equal(refused(s), 0);
     stop(s);
 }
