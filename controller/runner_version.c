@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "runner_version.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,42 +73,27 @@ static long days_until(time_t then, time_t now)
     return d < 0 && (double)whole != d ? whole - 1 : whole;
 }
 
-enum runner_compliance runner_version_check(const char *version, const json_t *releases, time_t now,
-                                            int warn_days, char *msg, size_t msg_size)
+int runner_version_judge(const char *version, const json_t *releases, struct runner_judgement *ret,
+                         char *msg, size_t msg_size)
 {
-    long mine[3], floor[3];
-    if (!parse_loose(version, mine)) {
+    struct runner_judgement j = {.refused_at = -1, .newest = {-1, -1, -1}};
+    if (!parse_loose(version, j.mine)) {
         snprintf(msg, msg_size, "not a runner version: %s", version ? version : "(none)");
-        return RUNNER_BAD_INPUT;
+        return -EINVAL;
     }
-    if (!json_is_array(releases)) {
+    if (releases && !json_is_array(releases)) {
         snprintf(msg, msg_size, "the releases are not GitHub's list of releases (an array)");
-        return RUNNER_BAD_INPUT;
+        return -EINVAL;
     }
+    long floor[3];
     runner_version_parse(RUNNER_VERSION_FLOOR, floor);
-    time_t enforced = runner_version_time(RUNNER_VERSION_FLOOR_ENFORCED);
-    char day[11];
-    day_of(enforced, day);
-    if (runner_version_cmp(mine, floor) < 0) {
-        long days = days_until(enforced, now);
-        if (days < 0) {
-            snprintf(msg, msg_size,
-                     "runner %ld.%ld.%ld: OUT OF COMPLIANCE: GitHub registers no runner older "
-                     "than %s since %s: rebuild the image",
-                     mine[0], mine[1], mine[2], RUNNER_VERSION_FLOOR, day);
-            return RUNNER_REFUSED;
-        }
-        if (days <= warn_days) {
-            snprintf(msg, msg_size,
-                     "runner %ld.%ld.%ld: WARNING: GitHub registers no runner older than %s "
-                     "from %s (%ld days): rebuild the image",
-                     mine[0], mine[1], mine[2], RUNNER_VERSION_FLOOR, day, days);
-            return RUNNER_WARNING;
-        }
+    if (runner_version_cmp(j.mine, floor) < 0) {
+        j.below_floor = true;
+        j.refused_at = runner_version_time(RUNNER_VERSION_FLOOR_ENFORCED);
     }
     /* The newest release, and the oldest one newer than this runner: its publication
      * starts the grace period. */
-    long newest[3] = {-1, -1, -1}, first[3] = {-1, -1, -1};
+    long first[3] = {-1, -1, -1};
     time_t first_published = -1;
     size_t i;
     json_t *r;
@@ -123,22 +109,57 @@ enum runner_compliance runner_version_check(const char *version, const json_t *r
         if (!parse_loose(tag, v) || published < 0) {
             snprintf(msg, msg_size, "release %zu: no runner version in tag_name or no published_at",
                      i);
-            return RUNNER_BAD_INPUT;
+            return -EINVAL;
         }
-        if (runner_version_cmp(v, newest) > 0)
-            memcpy(newest, v, sizeof(newest));
-        if (runner_version_cmp(v, mine) > 0 && (first[0] < 0 || runner_version_cmp(v, first) < 0)) {
+        if (runner_version_cmp(v, j.newest) > 0)
+            memcpy(j.newest, v, sizeof(j.newest));
+        if (runner_version_cmp(v, j.mine) > 0 &&
+            (first[0] < 0 || runner_version_cmp(v, first) < 0)) {
             memcpy(first, v, sizeof(first));
             first_published = published;
         }
     }
-    if (first[0] < 0) {
+    if (first[0] >= 0) {
+        time_t deadline = first_published + (time_t)RUNNER_RELEASE_GRACE_DAYS * 86400;
+        if (j.refused_at < 0 || deadline < j.refused_at)
+            j.refused_at = deadline;
+    }
+    j.floor_first =
+        j.below_floor && j.refused_at == runner_version_time(RUNNER_VERSION_FLOOR_ENFORCED);
+    *ret = j;
+    return 0;
+}
+
+enum runner_compliance runner_version_check(const char *version, const json_t *releases, time_t now,
+                                            int warn_days, char *msg, size_t msg_size)
+{
+    struct runner_judgement j;
+    if (runner_version_judge(version, releases, &j, msg, msg_size) < 0)
+        return RUNNER_BAD_INPUT;
+    const long *mine = j.mine, *newest = j.newest;
+    char day[11];
+    if (j.refused_at < 0) {
         snprintf(msg, msg_size, "runner %ld.%ld.%ld: current", mine[0], mine[1], mine[2]);
         return RUNNER_CURRENT;
     }
-    time_t deadline = first_published + (time_t)RUNNER_RELEASE_GRACE_DAYS * 86400;
-    long left = days_until(deadline, now);
-    day_of(deadline, day);
+    long left = days_until(j.refused_at, now);
+    day_of(j.refused_at, day);
+    if (j.floor_first) {
+        if (left < 0) {
+            snprintf(msg, msg_size,
+                     "runner %ld.%ld.%ld: OUT OF COMPLIANCE: GitHub registers no runner older "
+                     "than %s since %s: rebuild the image",
+                     mine[0], mine[1], mine[2], RUNNER_VERSION_FLOOR, day);
+            return RUNNER_REFUSED;
+        }
+        if (left <= warn_days) {
+            snprintf(msg, msg_size,
+                     "runner %ld.%ld.%ld: WARNING: GitHub registers no runner older than %s "
+                     "from %s (%ld days): rebuild the image",
+                     mine[0], mine[1], mine[2], RUNNER_VERSION_FLOOR, day, left);
+            return RUNNER_WARNING;
+        }
+    }
     if (left < 0) {
         snprintf(msg, msg_size,
                  "runner %ld.%ld.%ld: OUT OF COMPLIANCE since %s (newest %ld.%ld.%ld): rebuild the "
@@ -153,7 +174,13 @@ enum runner_compliance runner_version_check(const char *version, const json_t *r
                  mine[0], mine[1], mine[2], day, left, newest[0], newest[1], newest[2]);
         return RUNNER_WARNING;
     }
-    snprintf(msg, msg_size, "runner %ld.%ld.%ld: behind %ld.%ld.%ld, accepted until %s (%ld days)",
-             mine[0], mine[1], mine[2], newest[0], newest[1], newest[2], day, left);
+    if (j.floor_first)
+        snprintf(msg, msg_size,
+                 "runner %ld.%ld.%ld: below %s, which GitHub enforces from %s (%ld days)", mine[0],
+                 mine[1], mine[2], RUNNER_VERSION_FLOOR, day, left);
+    else
+        snprintf(msg, msg_size,
+                 "runner %ld.%ld.%ld: behind %ld.%ld.%ld, accepted until %s (%ld days)", mine[0],
+                 mine[1], mine[2], newest[0], newest[1], newest[2], day, left);
     return RUNNER_CURRENT;
 }

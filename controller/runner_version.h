@@ -33,6 +33,20 @@ bool runner_version_parse(const char *text, long ret[3]);
 /* <0, 0, >0 as a is older than, the same as, newer than b. */
 int runner_version_cmp(const long a[3], const long b[3]);
 
+/* What GitHub's two rules make of a runner version. */
+struct runner_judgement {
+    long mine[3];
+    long newest[3];    /* the newest release; -1s when none was given */
+    bool below_floor;  /* older than RUNNER_VERSION_FLOOR */
+    bool floor_first;  /* refused_at is the floor's enforcement, not a release's grace */
+    time_t refused_at; /* when GitHub stops taking it (maybe past); -1: no rule refuses it */
+};
+/* Judges `version` (as runner_version_check takes it) by the floor, and by GitHub's
+ * releases (the answer to GET /repos/actions/runner/releases) unless `releases` is NULL.
+ * -EINVAL and a reason in `msg` for a version or releases it cannot read. */
+int runner_version_judge(const char *version, const json_t *releases, struct runner_judgement *ret,
+                         char *msg, size_t msg_size);
+
 /* Judges `version` (a leading 'v' and trailing whitespace, as in a RUNNER_VERSION file, are
  * allowed) against GitHub's answer to GET /repos/actions/runner/releases (an
  * array; drafts and prereleases are ignored) at `now`, warning `warn_days` ahead. Writes

@@ -214,8 +214,10 @@ test('the GitHub App manifest asks for exactly what Hatchery needs', () => {
 });
 
 test('the runner-version check (hatchery image-check, no daemon, no Node), on a fixture of GitHub\'s releases', () => {
-  const check = (now, image = 'image') => spawnSync(process.env.HATCHERY_CLI, ['image-check',
-    join(root, 'tests/deploy/fixtures', image), join(root, 'tests/deploy/fixtures/runner-releases.json'), '--now', now], { encoding: 'utf8' });
+  const noReleases = join(mkdtempSync(join(tmpdir(), 'releases-')), 'none.json');
+  writeFileSync(noReleases, '[]');
+  const check = (now, image = 'image', releases = join(root, 'tests/deploy/fixtures/runner-releases.json')) =>
+    spawnSync(process.env.HATCHERY_CLI, ['image-check', join(root, 'tests/deploy/fixtures', image), releases, '--now', now], { encoding: 'utf8' });
   // 2.321.0 vs 2.322.0 published 2025-01-27: accepted until 2025-02-26.
   let r = check('2025-02-01T00:00:00Z');
   assert.equal(r.status, 0, r.stdout);
@@ -229,13 +231,20 @@ test('the runner-version check (hatchery image-check, no daemon, no Node), on a 
   r = check('2025-03-01T00:00:00Z', 'no-such-image');
   assert.equal(r.status, 3);
   // GitHub's absolute floor (2.329.0, enforced from 2026-09-25): 2.321.0 is refused
-  // whatever the releases say, with a week's warning.
-  r = check('2026-09-20T00:00:00Z');
+  // whatever the releases say (none newer, here), with a week's warning; the earlier of the
+  // two rules counts.
+  r = check('2026-09-01T00:00:00Z', 'image', noReleases);
+  assert.equal(r.status, 0, r.stdout);
+  assert.match(r.stdout, /below 2\.329\.0, which GitHub enforces from 2026-09-25 \(24 days\)/);
+  r = check('2026-09-20T00:00:00Z', 'image', noReleases);
   assert.equal(r.status, 1, r.stdout);
   assert.match(r.stdout, /registers no runner older than 2\.329\.0 from 2026-09-25 \(5 days/);
-  r = check('2026-10-01T00:00:00Z');
+  r = check('2026-10-01T00:00:00Z', 'image', noReleases);
   assert.equal(r.status, 2, r.stdout);
   assert.match(r.stdout, /OUT OF COMPLIANCE: GitHub registers no runner older than 2\.329\.0/);
+  r = check('2026-09-20T00:00:00Z'); // refused by the 30 days after 2.322.0 long before
+  assert.equal(r.status, 2, r.stdout);
+  assert.match(r.stdout, /OUT OF COMPLIANCE since 2025-02-26/);
   // An image's manifest is read as well as a mounted root.
   const dir = mkdtempSync(join(tmpdir(), 'manifest-'));
   writeFileSync(join(dir, 'runner.qcow2.json'), JSON.stringify({ arch: 'ppc64le', runner_version: '2.321.0' }));
