@@ -13,6 +13,7 @@
 #include "github.h"
 #include "image_cache.h"
 #include "provider.h"
+#include "runner_releases.h"
 #include "scheduler.h"
 #include "secret.h"
 #include "store.h"
@@ -42,7 +43,8 @@ struct daemon {
     struct config *config;
     struct secret *webhook_secret;
     struct store *store;
-    struct github_client *github; /* NULL without a `github` section */
+    struct github_client *github;            /* NULL without a `github` section */
+    struct runner_releases *runner_releases; /* GitHub's runner releases; NULL without github */
     struct provider *provider;
     struct image_cache *images; /* each pool's image on this machine, as last seen */
     struct scheduler *scheduler;

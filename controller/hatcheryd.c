@@ -25,6 +25,7 @@
 #include "hatchery/limits.h"
 #include "image_cache.h"
 #include "image_manifest.h"
+#include "pool_image.h"
 #include "log.h"
 #include "sd_notify.h"
 #include "textbuf.h"
@@ -313,6 +314,46 @@ static void check_pool_images(struct daemon *d, const struct config *c)
     }
 }
 
+/* Warns of each VM pool whose image's runner GitHub stops taking within
+ * RUNNER_EXPIRY_WARN_DAYS (or already has): at start, at a reload, and after each fetch of
+ * GitHub's runner releases (runner_releases.h), so at most every few hours. */
+static void check_pool_runners(struct daemon *d, const struct config *c)
+{
+    time_t now = time(NULL);
+    for (size_t i = 0; i < c->n_pools; i++) {
+        const struct config_pool *p = &c->pools[i];
+        struct image_manifest m;
+        struct runner_judgement j;
+        char why[256];
+        if (!pool_image_find_manifest(d, p, &m) ||
+            runner_releases_judge(d->runner_releases, m.runner_version, &j, why, sizeof(why)) < 0 ||
+            j.refused_at < 0)
+            continue;
+        double days = difftime(j.refused_at, now) / 86400.0;
+        char day[32];
+        struct tm tm;
+        gmtime_r(&j.refused_at, &tm);
+        strftime(day, sizeof(day), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        const char *rule = j.floor_first ? "the runner floor" : "30 days after a newer release";
+        if (days < 0)
+            log_error("image.runner_refused",
+                      "pool=%s runner=%s refused_at=%s rule=\"%s\" action=\"rebuild the image "
+                      "with a current runner: GitHub gives its runners no job\"",
+                      p->name, m.runner_version, day, rule);
+        else if (days <= RUNNER_EXPIRY_WARN_DAYS)
+            log_warn("image.runner_expiring",
+                     "pool=%s runner=%s refused_at=%s days=%.1f rule=\"%s\" action=\"rebuild "
+                     "the image with a current runner\"",
+                     p->name, m.runner_version, day, days, rule);
+    }
+}
+
+static void on_runner_releases(void *data)
+{
+    struct daemon *d = data;
+    check_pool_runners(d, d->config);
+}
+
 /* ---- admin API ---------------------------------------------------------------------- */
 
 /* A VM pool's image: as each remote host's probe found it (provider_host_image), and
@@ -359,6 +400,13 @@ static void pool_image_json(struct daemon *d, const struct config_pool *p, json_
         json_object_set(out, "image_error", remote_error);
     json_decref(remote_manifest);
     json_decref(remote_error);
+    /* When GitHub stops giving its runners jobs, by the floor and the releases fetched. */
+    struct image_manifest m;
+    struct runner_judgement j;
+    if (pool_image_find_manifest(d, p, &m) &&
+        runner_releases_judge(d->runner_releases, m.runner_version, &j, err, sizeof(err)) == 0 &&
+        j.refused_at >= 0)
+        json_object_set_new(out, "runner_refused_at", json_integer((json_int_t)j.refused_at));
 }
 
 static json_t *pool_json(struct daemon *d, const struct config_pool *p)
@@ -876,6 +924,8 @@ static void daemon_stop(struct daemon *d)
     sd_notify_send("STOPPING=1");
     front_close(d->front);
     admin_server_stop(&d->admin);
+    runner_releases_free(d->runner_releases);
+    d->runner_releases = NULL;
     github_client_free(d->github);
     d->github = NULL;
     scheduler_free(d->scheduler);
@@ -1048,6 +1098,7 @@ static json_t *daemon_reload(struct daemon *d, const char *how)
     if (log_level_parse(next->log_level, &level) == 0)
         log_level_set(level);
     check_pool_images(d, next);
+    check_pool_runners(d, next);
     char *text = json_dumps(diff, JSON_COMPACT);
     log_info("config.reloaded", "via=%s pools=%zu hosts=%zu changes=%s", how, next->n_pools,
              next->n_hosts, text ? text : "?");
@@ -1205,6 +1256,11 @@ static int start(struct daemon *d)
             log_error("daemon.github_failed", "error=\"%s\"", err);
             return 1;
         }
+        r = runner_releases_new(d->loop, d->github, on_runner_releases, d, &d->runner_releases);
+        if (r < 0) {
+            log_error("daemon.github_failed", "error=\"%s\"", strerror(-r));
+            return 1;
+        }
     }
     static const struct front_callbacks front_callbacks = {
         .on_request = on_front_request,
@@ -1315,6 +1371,7 @@ int main(int argc, char **argv)
     start_timers(&d);
 
     check_pool_images(&d, d.config);
+    check_pool_runners(&d, d.config);
     log_ready(&d, args.root_reason);
     sd_notify_send("READY=1");
     if (d.github)

@@ -12,6 +12,8 @@
 #include "guest_isolation.h"
 #include "job.h"
 #include "image_cache.h"
+#include "pool_image.h"
+#include "runner_releases.h"
 #include "textbuf.h"
 #include "wall_clock.h"
 
@@ -541,51 +543,36 @@ static void queue_metrics(struct textbuf *b, struct daemon *d)
     free(queue);
 }
 
-/* VM pools' images: found on remote hosts, their manifests, runners below the floor. */
+/* VM pools' images: found on remote hosts, their manifests, and when GitHub stops taking
+ * their runners. */
 static void image_metrics(struct textbuf *b, struct daemon *d)
 {
-    /* Each VM pool's image manifest, read once for the two families: this machine's for
-     * a pool with a host whose files are here, else the first a remote host's probe found. */
-    struct image_manifest *manifests = calloc(d->config->n_pools + 1, sizeof(*manifests));
-    bool *readable = calloc(d->config->n_pools + 1, sizeof(bool));
     header(b, "hatchery_host_image_ready", "gauge",
            "1 when a VM pool's image, its manifest and boot files were found on a remote host "
            "(through libvirt's storage API), 0 when not (yet).");
-    for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++) {
+    for (size_t i = 0; i < d->config->n_pools; i++) {
         const struct config_pool *p = &d->config->pools[i];
-        if (p->backend != BACKEND_VM)
-            continue;
-        bool here = false, remote = false;
         struct image_status st;
-        for (size_t k = 0; k < d->config->n_hosts; k++) {
+        for (size_t k = 0; p->backend == BACKEND_VM && k < d->config->n_hosts; k++) {
             const char *host = d->config->hosts[k].name;
-            if (!config_pool_uses_host(p, host) ||
-                provider_host_image(d->provider, host, p, &st) < 0)
-                continue;
-            if (st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED) {
-                here = true;
-                continue;
-            }
-            textbuf_printf(b, "hatchery_host_image_ready{host=\"%s\",pool=\"%s\"} %d\n", host,
-                           p->name, st.state == IMAGE_READY);
-            if (st.state == IMAGE_READY && !remote) {
-                manifests[i] = st.manifest;
-                remote = true;
-            }
+            if (config_pool_uses_host(p, host) &&
+                provider_host_image(d->provider, host, p, &st) == 0 && st.state != IMAGE_LOCAL &&
+                st.state != IMAGE_UNCHECKED)
+                textbuf_printf(b, "hatchery_host_image_ready{host=\"%s\",pool=\"%s\"} %d\n", host,
+                               p->name, st.state == IMAGE_READY);
         }
-        /* This machine's manifest counts first, as in `hatchery pools`; as last seen on
-         * disk (image_cache.h), so that a scrape reads no file. */
-        const struct image_cache_entry *e = here ? image_cache_get(d->images, p->image) : NULL;
-        if (e && e->manifest_rc == 0)
-            manifests[i] = e->manifest;
-        readable[i] = remote || (here && manifests[i].arch[0]);
     }
+    /* Each VM pool's manifest, read once for the families below (pool_image.h). */
+    struct image_manifest *manifests = calloc(d->config->n_pools + 1, sizeof(*manifests));
+    bool *known = calloc(d->config->n_pools + 1, sizeof(bool));
+    for (size_t i = 0; manifests && known && i < d->config->n_pools; i++)
+        known[i] = pool_image_find_manifest(d, &d->config->pools[i], &manifests[i]);
     header(b, "hatchery_pool_image_info", "gauge",
            "The manifest of each VM pool's image (1 for each readable manifest).");
-    for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++) {
+    for (size_t i = 0; manifests && known && i < d->config->n_pools; i++) {
         const struct image_manifest *m = &manifests[i];
         /* Manifest fields hold no quote, backslash or control character: safe as labels. */
-        if (readable[i])
+        if (known[i])
             textbuf_printf(b,
                            "hatchery_pool_image_info{pool=\"%s\",arch=\"%s\",debian=\"%s\","
                            "kernel=\"%s\",runner=\"%s\",agent=\"%s\",sha256=\"%s\"} 1\n",
@@ -594,13 +581,33 @@ static void image_metrics(struct textbuf *b, struct daemon *d)
     }
     header(b, "hatchery_pool_image_runner_below_floor", "gauge",
            "1 when a VM pool's image carries a runner below the oldest GitHub still registers.");
-    for (size_t i = 0; manifests && readable && i < d->config->n_pools; i++)
-        if (readable[i])
+    for (size_t i = 0; manifests && known && i < d->config->n_pools; i++)
+        if (known[i])
             textbuf_printf(b, "hatchery_pool_image_runner_below_floor{pool=\"%s\"} %d\n",
                            d->config->pools[i].name,
                            image_manifest_runner_below_floor(&manifests[i]) == 1);
+    header(b, "hatchery_pool_image_runner_refused_timestamp_seconds", "gauge",
+           "When GitHub stops giving jobs to the runner of a VM pool's image (Unix time; maybe "
+           "past): the floor's enforcement, or 30 days after the first newer runner release. "
+           "Absent while no rule refuses it.");
+    for (size_t i = 0; manifests && known && i < d->config->n_pools; i++) {
+        struct runner_judgement j;
+        char why[256];
+        if (known[i] &&
+            runner_releases_judge(d->runner_releases, manifests[i].runner_version, &j, why,
+                                  sizeof(why)) == 0 &&
+            j.refused_at >= 0)
+            textbuf_printf(b,
+                           "hatchery_pool_image_runner_refused_timestamp_seconds{pool=\"%s\"} "
+                           "%lld\n",
+                           d->config->pools[i].name, (long long)j.refused_at);
+    }
+    if (runner_releases_fetched_ms(d->runner_releases))
+        gauge(b, "hatchery_runner_releases_fetched_timestamp_seconds",
+              "When GitHub's runner releases were last fetched (Unix time).",
+              (double)runner_releases_fetched_ms(d->runner_releases) / 1000.0);
     free(manifests);
-    free(readable);
+    free(known);
 }
 
 char *metrics_render(struct daemon *d, size_t *ret_len)

@@ -1,10 +1,12 @@
 // hatcheryd with a `github` section, against Prism behind the GitHub double (run through
 // with-prism.sh): the start-up probe proves the App's credentials, `hatchery github` shows
 // the auth mode, installation and rate-limit budget, /metrics carries them, and neither
-// the installation token nor the key reaches the log.
+// the installation token nor the key reaches the log; GitHub's runner releases judge each
+// pool's image by the 30-day rule.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, readFileSync } from 'node:fs';
+import { chmodSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { createPrivateKey } from 'node:crypto';
 import { DEFAULT_POOLS, Daemon, HATCHERYD, frontPid, memoryHolds, tempDir, writeConfig } from '../integration/lib/daemon.mjs';
@@ -136,5 +138,94 @@ describe('GitHub config checks', () => {
     spawnSync('rm', ['-rf', dir]);
     assert.equal(r.status, 1);
     assert.match(r.stderr, /:\d+: pools\[\]\.github_scope: pool 'linux\.ppc64le' names no github_scope, and github\.runner_scopes has 2/);
+  });
+});
+
+// GitHub's runner releases, fetched by hatcheryd itself (GET /repos/actions/runner/releases
+// through Prism, GitHub's example release with the test's versions and dates laid over it),
+// judge each pool's image: the first release newer than the image's runner starts GitHub's
+// 30 days, and a week before they end hatcheryd warns, in the log, /metrics and `pools`.
+describe('the runner of a pool\'s image, judged by GitHub\'s releases', () => {
+  const day = 86400 * 1000;
+  const iso = (ms) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
+  const dir = tempDir('hatchery-releases-');
+  const image = join(dir, 'runner.qcow2');
+  writeFileSync(image, '');
+  writeFileSync(`${image}.json`, JSON.stringify({ arch: 'ppc64le', runner_version: '2.330.0', agent_version: '0.2.0' }));
+  const poolOf = `pools:
+  - name: p
+    labels: [p]
+    arch: ppc64le
+    image: ${image}
+    max_runners: 1
+    github_scope: pytorch/pytorch
+`;
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('a newer release 25 days old: warned of, refused in 5 days', async () => {
+    const now = Date.now();
+    const newer = Math.floor((now - 25 * day) / 1000) * 1000;
+    await fetch(`${api}/__double/log`, { method: 'DELETE' });
+    await fetch(`${api}/__double/releases`, {
+      method: 'POST',
+      body: JSON.stringify([
+        { tag_name: 'v2.332.0-beta', published_at: iso(now - day), prerelease: true }, // ignored
+        { tag_name: 'v2.331.0', published_at: iso(newer) },
+        { tag_name: 'v2.330.0', published_at: iso(now - 60 * day) },
+      ]),
+    });
+    const d = new Daemon({ extra: github, pools: poolOf });
+    try {
+      await d.start();
+      await d.until('the releases fetched', () => /event=runner_releases\.fetched releases=3 newest=2\.331\.0/.test(d.logs), { ms: 15000 });
+      await d.until('runner_expiring', () => /level=warn event=image\.runner_expiring pool=p runner=2\.330\.0 /.test(d.logs), { ms: 5000 });
+      const refusedAt = newer / 1000 + 30 * 86400;
+      assert.match(d.logs, new RegExp(`event=image\\.runner_expiring pool=p runner=2\\.330\\.0 refused_at=${iso(refusedAt * 1000)} days=5\\.0 rule="30 days after a newer release"`));
+      const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+      assert.match(text, new RegExp(`^hatchery_pool_image_runner_refused_timestamp_seconds\\{pool="p"\\} ${refusedAt}$`, 'm'));
+      assert.match(text, /^hatchery_runner_releases_fetched_timestamp_seconds \d/m);
+      assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
+      assert.equal(d.cliJson('pools').pools[0].runner_refused_at, refusedAt);
+      const { log, violations } = await doubleLog();
+      assert.deepEqual(violations, []);
+      assert.ok(log.some((e) => e.method === 'GET' && e.url === '/repos/actions/runner/releases?per_page=100'));
+    } finally {
+      await fetch(`${api}/__double/releases`, { method: 'POST', body: 'null' });
+      await d.stop();
+      d.cleanup();
+    }
+  });
+
+  test('a list that is not GitHub\'s, or none (an Enterprise Server): the floor alone judges', async () => {
+    await fetch(`${api}/__double/log`, { method: 'DELETE' });
+    await fetch(`${api}/__double/faults`, {
+      method: 'POST',
+      body: JSON.stringify([{ method: 'GET', path: '/repos/actions/runner/releases', status: 200, body: { tag_name: 'v9.9.9' } }]),
+    });
+    let d = new Daemon({ extra: github, pools: poolOf });
+    try {
+      await d.start();
+      await d.until('fetch_failed', () => /level=warn event=runner_releases\.fetch_failed reason="the releases are not GitHub's list of releases \(an array\)" retry_s=600/.test(d.logs), { ms: 15000 });
+      const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+      assert.doesNotMatch(text, /hatchery_pool_image_runner_refused_timestamp_seconds\{/); // 2.330.0: above the floor
+      assert.doesNotMatch(text, /^hatchery_runner_releases_fetched_timestamp_seconds /m);
+      assert.doesNotMatch(d.logs, /event=image\.runner_expiring/);
+    } finally {
+      await d.stop();
+      d.cleanup();
+    }
+    await fetch(`${api}/__double/faults`, {
+      method: 'POST',
+      body: JSON.stringify([{ method: 'GET', path: '/repos/actions/runner/releases', status: 404, body: { message: 'Not Found' } }]),
+    });
+    d = new Daemon({ extra: github, pools: poolOf });
+    try {
+      await d.start();
+      await d.until('unavailable', () => /level=info event=runner_releases\.unavailable .*action="judging images by the runner floor alone"/.test(d.logs), { ms: 15000 });
+      assert.doesNotMatch(d.logs, /event=runner_releases\.fetch_failed/);
+    } finally {
+      await d.stop();
+      d.cleanup();
+    }
   });
 });

@@ -34,6 +34,9 @@ let registrations = 0;
 // Jobs GitHub holds as queued (for the reconciler's lost-webhook search): id -> job.
 const queuedJobs = new Map();
 let installationRepos = null; // what /installation/repositories lists, once a test sets it
+// What /repos/actions/runner/releases lists, once a test sets it: [{tag_name, published_at,
+// prerelease?, draft?}], each laid over Prism's example release.
+let runnerReleases = null;
 
 function b64urlJson(part) {
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
@@ -100,6 +103,10 @@ createServer(async (req, res) => {
     }
     if (url === '/__double/repos' && req.method === 'POST') {
       installationRepos = JSON.parse(body.toString());
+      return send(res, 200, {}, '{}');
+    }
+    if (url === '/__double/releases' && req.method === 'POST') {
+      runnerReleases = JSON.parse(body.toString());
       return send(res, 200, {}, '{}');
     }
     if (url === '/__double/dequeue' && req.method === 'POST') {
@@ -219,6 +226,10 @@ createServer(async (req, res) => {
     parsed.repositories = installationRepos.map((fullName) => ({ ...example, full_name: fullName, name: fullName.split('/')[1], owner: { ...example.owner, login: fullName.split('/')[0] } }));
     parsed.total_count = parsed.repositories.length;
     text = JSON.stringify(parsed);
+  }
+  if (runnerReleases && upstream.status === 200 && path === '/repos/actions/runner/releases') {
+    const example = JSON.parse(text)[0];
+    text = JSON.stringify(runnerReleases.map((r) => ({ ...example, draft: false, prerelease: false, name: r.tag_name, ...r })));
   }
   // One job: GitHub's example, with this job's id, and queued (or the status the test
   // gives it) while the test says so.

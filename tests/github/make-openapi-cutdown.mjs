@@ -32,6 +32,7 @@ const OPERATIONS = {
   '/repos/{owner}/{repo}/actions/runs/{run_id}/jobs': ['get'],
   '/repos/{owner}/{repo}/actions/jobs/{job_id}': ['get'],
   '/installation/repositories': ['get'],
+  '/repos/{owner}/{repo}/releases': ['get'],
 };
 
 let source = process.argv[2];
