@@ -283,6 +283,7 @@ static const struct key top_keys[] = {
     INT_KEY(struct config, reconcile_interval_s, 1, 3600, 30),
     INT_KEY(struct config, heartbeat_timeout_s, 15, 3600, 60),
     INT_KEY(struct config, adopt_grace_s, 5, 3600, 60),
+    ENUM_KEY(struct config, rotate_outdated, bool_names, false, 1),
     INT_KEY(struct config, log_retention_s, 60, INT64_C(365) * 24 * 3600, 7 * 24 * 3600),
     INT_KEY(struct config, history_retention_s, 60, INT64_C(3650) * 24 * 3600, 30 * 24 * 3600),
     {.name = "http",

@@ -166,6 +166,7 @@ struct config {
     int64_t reconcile_interval_s;
     int64_t heartbeat_timeout_s; /* an agent silent this long in idle or busy is hung */
     int64_t adopt_grace_s;       /* after a restart, how long a guest has to answer resume */
+    int64_t rotate_outdated;     /* 1: idle runners of a replaced image go at once */
     int64_t log_retention_s;
     int64_t history_retention_s; /* ended runner and job records */
     struct config_http http;

@@ -1044,6 +1044,14 @@ static json_t *build_request(const struct cli_args *a, const struct admin_form *
     return request;
 }
 
+static void print_rotate(json_t *answer)
+{
+    json_t *retired = json_object_get(answer, "retired");
+    if (!json_array_size(retired))
+        printf("no idle runner of a replaced image\n");
+    print_names("outdated runners", "retiring", retired);
+}
+
 /* How each command's answer is printed for people. */
 static void (*const printers[ADMIN_COMMAND_MAX])(json_t *) = {
     [ADMIN_JOBS] = print_jobs,         [ADMIN_POOLS] = print_pools,
@@ -1052,6 +1060,7 @@ static void (*const printers[ADMIN_COMMAND_MAX])(json_t *) = {
     [ADMIN_UNDRAIN] = print_done,      [ADMIN_DELETE] = print_done,
     [ADMIN_LOGS] = print_logs,         [ADMIN_GITHUB] = print_github,
     [ADMIN_RELOAD] = print_reload,     [ADMIN_HEALTH] = print_health,
+    [ADMIN_ROTATE] = print_rotate,
 };
 
 static void (*printer_of(const struct admin_form *form))(json_t *)

@@ -661,6 +661,19 @@ static json_t *admin_delete(struct daemon *d, enum admin_command command, json_t
     return json_pack("{s:b, s:s}", "ok", 1, "runner", name);
 }
 
+/* rotate: idle runners of a replaced image, now. */
+static json_t *admin_rotate(struct daemon *d, enum admin_command command, json_t *request)
+{
+    (void)command;
+    const char *pool = json_string_value(json_object_get(request, ADMIN_KEY_POOL));
+    if (pool && config_pool_index(d->config, pool) < 0)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "no such pool");
+    json_t *names = json_array();
+    if (d->scheduler)
+        scheduler_rotate(d->scheduler, pool, names);
+    return json_pack("{s:b, s:o}", "ok", 1, "retired", names);
+}
+
 /* logs: a runner's console log. */
 static json_t *admin_logs(struct daemon *d, enum admin_command command, json_t *request)
 {
@@ -774,6 +787,7 @@ static json_t *(*const admin_handlers[ADMIN_COMMAND_MAX])(struct daemon *, enum 
     [ADMIN_UNDRAIN] = admin_drain,     [ADMIN_DELETE] = admin_delete,
     [ADMIN_LOGS] = admin_logs,         [ADMIN_GITHUB] = admin_github,
     [ADMIN_RELOAD] = admin_reload,     [ADMIN_HEALTH] = admin_health,
+    [ADMIN_ROTATE] = admin_rotate,
 };
 
 static json_t *on_admin_request(struct admin_server *server, json_t *request)

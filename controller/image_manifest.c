@@ -174,6 +174,11 @@ int image_manifest_runner_below_floor(const struct image_manifest *m)
     return runner_version_cmp(mine, floor) < 0;
 }
 
+const char *image_manifest_id(const struct image_manifest *m)
+{
+    return m->sha256[0] ? m->sha256 : m->built_at;
+}
+
 json_t *image_manifest_json(const struct image_manifest *m)
 {
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "arch", m->arch,

@@ -53,6 +53,10 @@ int image_manifest_load(const char *image, enum pool_arch arch, struct image_man
 /* 1 when the manifest's runner is older than RUNNER_VERSION_FLOOR, 0 when it is not, -1
  * when its version is not a runner version (a stand-in, say). */
 int image_manifest_runner_below_floor(const struct image_manifest *m);
+/* What tells one build of an image from another: its sha256, else its built_at ("" when
+ * it has neither, as a stand-in's may not). A runner keeps the one it booted, so that
+ * idle runners of an image since replaced are rotated out (scheduler.h). */
+const char *image_manifest_id(const struct image_manifest *m);
 /* The manifest as a JSON object for the admin API (a new reference). */
 json_t *image_manifest_json(const struct image_manifest *m);
 

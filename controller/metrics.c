@@ -480,6 +480,10 @@ static void scheduler_metrics(struct textbuf *b, struct daemon *d)
         counter(b, "hatchery_runners_surplus_retired_total",
                 "Idle runners beyond demand retired after the pool's surplus_idle_s.",
                 sch->surplus_retired);
+        counter(b, "hatchery_runners_outdated_retired_total",
+                "Idle runners retired because their pool's image was replaced since they booted "
+                "(rotate_outdated, hatchery rotate).",
+                sch->outdated_retired);
         counter(b, "hatchery_runners_adopted_total",
                 "Runners of an earlier hatcheryd whose guests were re-attached after a restart.",
                 sch->adopted);

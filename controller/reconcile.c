@@ -532,6 +532,8 @@ static void runner_adopt(struct scheduler *s, json_t *row, const struct config_p
              json_is_string(json_object_get(row, "reason"))
                  ? json_string_value(json_object_get(row, "reason"))
                  : "");
+    const char *image = json_string_value(json_object_get(row, "image"));
+    snprintf(r->image, sizeof(r->image), "%s", image ? image : ""); /* NULL: before schema 7 */
     r->finished_ms = row_ms(row, "finished_at");
     r->created_ms = row_ms(row, "created_at");
     r->online_ms = row_ms(row, "online_at");

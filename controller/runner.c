@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "image_cache.h"
 #include "log.h"
 #include "wall_clock.h"
 
@@ -619,6 +620,7 @@ void runner_create(struct scheduler *s, const struct config_pool *pool, const ch
     r->state = RUNNER_PENDING;
     r->exit_code = -1;
     r->created_ms = wall_clock_ms();
+    runner_image_now(s, pool, host, r->image);
     uv_timer_init(s->deps.loop, &r->timer);
     r->timer.data = r;
     r->next = s->runners;
@@ -637,10 +639,31 @@ void runner_create(struct scheduler *s, const struct config_pool *pool, const ch
                                          .state = runner_state_names[RUNNER_PENDING],
                                          .vcpus = pool->vcpus,
                                          .memory_mib = pool->memory_mib,
+                                         .image = r->image,
                                          .created_ms = r->created_ms};
     /* Written before anything is done: a crash from here on leaves a record to repair. */
     if (store_runner_insert(s->deps.store, &row, on_runner_inserted, r) < 0)
         runner_fail(r, FAILURE_STORE, "the store is busy");
+}
+
+bool runner_image_now(struct scheduler *s, const struct config_pool *pool, const char *host,
+                      char out[72])
+{
+    out[0] = 0;
+    struct image_status st;
+    if (pool->backend != BACKEND_VM || provider_host_image(prov(s), host, pool, &st) < 0)
+        return false;
+    const struct image_manifest *m = NULL;
+    if (st.state == IMAGE_READY)
+        m = &st.manifest; /* a remote host's, found through its libvirt */
+    else if (st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED) {
+        const struct image_cache_entry *e =
+            s->deps.images ? image_cache_get(s->deps.images, pool->image) : NULL;
+        m = e && e->manifest_rc == 0 ? &e->manifest : NULL;
+    }
+    if (m)
+        snprintf(out, 72, "%s", image_manifest_id(m));
+    return out[0] != 0;
 }
 
 const char *const runner_failure_names[FAILURE_MAX] = {

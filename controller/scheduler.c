@@ -188,6 +188,43 @@ static void retire_removed(struct scheduler *s)
     }
 }
 
+int scheduler_rotate(struct scheduler *s, const char *pool, json_t *names)
+{
+    /* The current build per pool and host, asked once each: thousands of idle runners
+     * share a few of them. 0: not asked yet, 1: known, -1: unknown. */
+    const struct config *c = cfg(s);
+    size_t n = c->n_pools * c->n_hosts;
+    struct current {
+        int known;
+        char image[72];
+    } *current = calloc(n + 1, sizeof(*current));
+    if (!current)
+        return -ENOMEM;
+    int retired = 0;
+    for (struct runner *r = s->runners, *next; r; r = next) {
+        next = r->next;
+        int p = pool_slot(s, r->pool), h = host_index(c, r->host);
+        if (r->state != RUNNER_IDLE || r->adopting || !r->image[0] || p < 0 || h < 0 ||
+            (pool && strcmp(r->pool->name, pool) != 0))
+            continue;
+        struct current *now = &current[(size_t)p * c->n_hosts + (size_t)h];
+        if (!now->known)
+            now->known = runner_image_now(s, r->pool, r->host, now->image) ? 1 : -1;
+        if (now->known < 0 || strcmp(now->image, r->image) == 0)
+            continue;
+        log_info("runner.outdated", "runner=%s pool=%s host=%s image=%s current=%s", r->name,
+                 r->pool->name, r->host, r->image, now->image);
+        if (names)
+            json_array_append_new(names, json_string(r->name));
+        s->stats.outdated_retired++;
+        retired++;
+        runner_retire(r, "outdated: its image was replaced (%.12s, now %.12s)", r->image,
+                      now->image);
+    }
+    free(current);
+    return retired;
+}
+
 /* Warm templates (start: template): one per runner a pool may run at once on each of its
  * hosts that is not drained. The provisioner builds what is missing, one at a time. */
 static void keep_templates(struct scheduler *s)
@@ -221,6 +258,10 @@ static void tick(struct scheduler *s)
     const struct config *c = cfg(s);
     check_heartbeats(s);
     retire_removed(s);
+    if (c->rotate_outdated && wall_clock_ms() - s->rotated_ms >= ROTATE_EVERY_MS) {
+        s->rotated_ms = wall_clock_ms();
+        scheduler_rotate(s, NULL, NULL); /* their replacements are made below, this tick */
+    }
     if (!s->recovered && hosts_settled(s))
         reconcile_recover(s); /* as soon as every host's first connection has been tried */
     if (!gh(s)) {

@@ -82,6 +82,14 @@ int scheduler_runner_delete(struct scheduler *s, const char *name);
  * (`*ret_hosts` of them asked) and a reconciler pass starts now, deleting its GitHub runner.
  * Idempotent. -EINVAL for a name that is not this controller's. */
 int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts);
+/* Retires idle runners whose guest booted a build of their pool's image other than the one
+ * a new runner on their host would boot now (image_manifest_id; `pool` NULL: every pool),
+ * as surplus ones go; demand makes their replacements from the current image. Runners of
+ * an unknown build (adopted from before schema 7) are left alone. Returns how many went
+ * (-ENOMEM when it cannot look); their names are appended to `names` when it is given.
+ * With rotate_outdated (the default), the tick does this every ROTATE_EVERY_MS. */
+#define ROTATE_EVERY_MS 5000
+int scheduler_rotate(struct scheduler *s, const char *pool, json_t *names);
 /* Whether the runner is live (not ended). */
 bool scheduler_runner_live(struct scheduler *s, const char *name);
 /* The console log path of a runner (live or ended), or NULL. */
@@ -91,6 +99,7 @@ struct scheduler_stats {
     uint64_t created, deleted, failed;
     uint64_t jobs_lost;           /* busy runners that failed: GitHub fails their jobs */
     uint64_t surplus_retired;     /* idle runners beyond demand, retired */
+    uint64_t outdated_retired;    /* idle runners of a replaced image, retired */
     uint64_t transitions_refused; /* moves the lifecycle table does not allow */
     uint64_t job_mismatches;      /* job news for a runner that runs another job: ignored */
     uint64_t adopted, adopt_failed;

@@ -29,6 +29,7 @@ struct runner {
     const struct github_scope *scope;
     char host[CONFIG_MAX_NAME_BYTES + 1];
     enum runner_state state;
+    char image[72]; /* the build of the pool's image it booted (image_manifest_id), or "" */
     struct guest *guest;
     struct secret *jit;
     int64_t github_runner_id;
@@ -82,6 +83,7 @@ struct scheduler {
     int *failures;           /* per pool: runners that failed in a row */
     int64_t *retry_at_ms;    /* per pool: no new runner before this, after failures */
     bool recovered;          /* reconcile_recover() ran: earlier records are adopted or failed */
+    int64_t rotated_ms;      /* when the tick last looked for outdated idle runners */
     int lists_pending;       /* GitHub lists of reconciler passes not answered yet */
     int late_checks_pending; /* late queued jobs asked about, not settled yet */
     struct org_repos *org_repos; /* per scope (used by org scopes) */
@@ -131,6 +133,10 @@ void on_runner_timer_closed(uv_handle_t *h);
 void runner_end(struct runner *r, enum runner_event ev, enum runner_failure why, const char *fmt,
                 ...) __attribute__((format(printf, 4, 5)));
 #define runner_fail(r, why, ...) runner_end((r), RUNNER_EV_FAIL, (why), __VA_ARGS__)
+/* Into `out`, the build of `pool`'s image a new runner on `host` boots now
+ * (image_manifest_id); false when it is not known (no manifest yet, a container pool). */
+bool runner_image_now(struct scheduler *s, const struct config_pool *pool, const char *host,
+                      char out[72]);
 /* Counts a runner of `pool` that failed for `why` (and its job, if it was busy). */
 void scheduler_count_failure(struct scheduler *s, const char *pool, enum runner_failure why,
                              bool job_lost);

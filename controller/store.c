@@ -141,6 +141,9 @@ static const char *const migrations[] = {
     /* 6: jobs in progress past their pool's time limit (the reconciler asks about them),
      * read without the finished ones. */
     "CREATE INDEX jobs_in_progress ON jobs(pool, updated_at) WHERE status = 'in_progress';",
+    /* 7: the build of the image each runner booted, so that idle runners of a replaced
+     * image are rotated out, after a restart too. */
+    "ALTER TABLE runners ADD COLUMN image TEXT;",
 };
 
 static int exec_sql(sqlite3 *db, const char *sql, char *err, size_t err_size)

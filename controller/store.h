@@ -17,7 +17,7 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 
 struct config;
 struct store;
@@ -80,6 +80,7 @@ struct store_runner_new {
     int64_t id;
     const char *name, *pool, *host, *state;
     int64_t vcpus, memory_mib, created_ms;
+    const char *image; /* the build of the image it boots (image_manifest_id), or "" */
 };
 int store_runner_insert(struct store *store, const struct store_runner_new *runner,
                         store_write_cb cb, void *data);

@@ -12,12 +12,14 @@ static json_t *ms_or_null(int64_t ms)
 int store_runner_insert(struct store *store, const struct store_runner_new *r, store_write_cb cb,
                         void *data)
 {
-    json_t *params = json_pack("[I, s, s, s, s, I, I, I]", (json_int_t)r->id, r->name, r->pool,
-                               r->host, r->state, (json_int_t)r->vcpus, (json_int_t)r->memory_mib,
-                               (json_int_t)r->created_ms);
+    json_t *params =
+        json_pack("[I, s, s, s, s, I, I, I, s?]", (json_int_t)r->id, r->name, r->pool, r->host,
+                  r->state, (json_int_t)r->vcpus, (json_int_t)r->memory_mib,
+                  (json_int_t)r->created_ms, r->image && r->image[0] ? r->image : NULL);
     return store_sql_submit(store,
                             "INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, "
-                            "created_at, updated_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)",
+                            "created_at, updated_at, image) "
+                            "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9)",
                             params, cb, data);
 }
 
@@ -51,7 +53,7 @@ json_t *store_runners_live_before(struct store *store, int64_t first_id)
 {
     return store_query(store,
                        "SELECT id, name, pool, host, state, github_runner_id, job_id, "
-                       "exit_code, reason, created_at, online_at, busy_at, finished_at "
+                       "exit_code, reason, created_at, online_at, busy_at, finished_at, image "
                        "FROM runners WHERE id < ?1 AND state NOT IN ('deleted')",
                        json_pack("[I]", (json_int_t)first_id));
 }
@@ -62,9 +64,10 @@ json_t *store_runners_list(struct store *store, bool include_ended)
         store,
         include_ended
             ? "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
-              "created_at, online_at, busy_at, finished_at FROM runners ORDER BY id DESC LIMIT 1000"
+              "created_at, online_at, busy_at, finished_at, image FROM runners ORDER BY id DESC "
+              "LIMIT 1000"
             : "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
-              "created_at, online_at, busy_at, finished_at FROM runners WHERE state NOT IN "
+              "created_at, online_at, busy_at, finished_at, image FROM runners WHERE state NOT IN "
               "('deleted') ORDER BY id DESC LIMIT 1000",
         json_array());
 }

@@ -19,6 +19,7 @@ enum admin_command {
     ADMIN_UNDRAIN, /* key: host */
     ADMIN_DELETE,  /* key: runner */
     ADMIN_LOGS,    /* key: runner */
+    ADMIN_ROTATE,  /* key: pool */
     ADMIN_GITHUB,
     ADMIN_RELOAD,
     ADMIN_HEALTH,
@@ -30,6 +31,7 @@ static const char *const admin_command_names[ADMIN_COMMAND_MAX] = {
     [ADMIN_HOSTS] = "hosts",     [ADMIN_RUNNERS] = "runners", [ADMIN_DRAIN] = "drain",
     [ADMIN_UNDRAIN] = "undrain", [ADMIN_DELETE] = "delete",   [ADMIN_LOGS] = "logs",
     [ADMIN_GITHUB] = "github",   [ADMIN_RELOAD] = "reload",   [ADMIN_HEALTH] = "health",
+    [ADMIN_ROTATE] = "rotate",
 };
 
 /* Request keys. */
@@ -152,6 +154,10 @@ static const struct admin_form admin_forms[] = {
      .options = ADMIN_OPT(ADMIN_OPT_FOLLOW),
      .help = "the runner's console log, kept after teardown; -f: follow it until the runner "
              "ends"},
+    {.command = ADMIN_ROTATE,
+     .options = ADMIN_OPT(ADMIN_OPT_POOL),
+     .help = "retire now the idle runners whose image was replaced since they booted (of one "
+             "pool), as rotate_outdated does every 5 s; demand replaces them"},
     {.command = ADMIN_GITHUB, .help = "auth mode, installation, rate-limit budget, last error"},
     {.command = ADMIN_RELOAD,
      .help = "re-read the config: pools and hosts added, removed and changed; a bad config "

@@ -244,6 +244,21 @@ _hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`;
     }
   });
 
+  test('rotate: idle runners of a replaced image; a pool that is not configured is refused', () => {
+    // This daemon makes no runner (no GitHub): nothing to retire, said so.
+    let r = d.cli('rotate');
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout, 'no idle runner of a replaced image\n');
+    assert.deepEqual(JSON.parse(d.cli('--json', 'rotate', '--pool', 'linux.ppc64le').stdout), { ok: true, retired: [] });
+    r = d.cli('rotate', '--pool=nosuch');
+    assert.equal(r.code, 1);
+    assert.match(r.stderr, /no such pool/);
+    r = d.cli('rotate', 'linux.ppc64le');
+    assert.equal(r.code, 2);
+    assert.match(r.stderr, /^hatchery: rotate: unexpected argument linux.ppc64le \(hatchery --help\)\n$/);
+    assert.equal(d.cli('rotate', '--all').code, 2);
+  });
+
   test('usage errors exit 2', () => {
     assert.equal(d.cli('frobnicate').code, 2);
     assert.equal(d.cli('jobs', '--limit', 'lots').code, 2);
@@ -269,6 +284,9 @@ test('--help names every command the README documents', () => {
   const documented = [...block.matchAll(/^ {2}([a-z-]+)/gm)].map((m) => m[1]);
   assert.ok(documented.length >= 10, `README commands: ${documented}`);
   for (const cmd of [...documented, 'undrain']) assert.match(r.stdout, new RegExp(`\\b${cmd}\\b`), `--help lacks ${cmd}`);
+  // ...and the README documents every command --help offers.
+  const offered = [...r.stdout.matchAll(/^ {2}([a-z][a-z-]*)/gm)].map((m) => m[1]);
+  for (const cmd of offered) assert.ok(documented.includes(cmd) || cmd === 'undrain', `the README lacks ${cmd}`);
   // And each is a command the CLI accepts: without a daemon it fails to connect (3), not on
   // usage (2); image-check needs no daemon, and says what it lacks (its own 3, bad input).
   const offline = spawnSync(HATCHERY_CLI, ['--socket', '/nonexistent/admin.sock', 'image-check'], { encoding: 'utf8' });

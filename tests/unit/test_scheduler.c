@@ -45,6 +45,7 @@ static bool host_up = true;
 /* What the fake's host_image reports for every host: the test driver's, unless a test
  * says the image is missing there. */
 static enum image_state host_image_state = IMAGE_UNCHECKED;
+static char host_image_sha[72]; /* the sha256 of the image a READY host has */
 
 static struct guest *guest_named(const char *name)
 {
@@ -140,6 +141,8 @@ static int fake_host_image(struct provider *p, const char *host, const struct co
     (void)pool;
     memset(ret, 0, sizeof(*ret));
     ret->state = host_image_state;
+    if (host_image_state == IMAGE_READY)
+        snprintf(ret->manifest.sha256, sizeof(ret->manifest.sha256), "%s", host_image_sha);
     if (host_image_state == IMAGE_MISSING)
         snprintf(ret->reason, sizeof(ret->reason), "image /srv/%s.qcow2 missing on the host", host);
     return 0;
@@ -446,6 +449,7 @@ static int setup(void **state)
     jit_requests = deletes = 0;
     host_up = true;
     host_image_state = IMAGE_UNCHECKED;
+    host_image_sha[0] = 0;
     return 0;
 }
 
@@ -864,6 +868,77 @@ static void a_host_without_the_image_gets_no_guest(void **state)
     stop(s);
 }
 
+/* An idle runner whose pool's image was replaced since it booted is retired (rotate_outdated,
+ * the default) and demand makes its replacement from the new image; a busy one keeps its
+ * job. `hatchery rotate` does the same at once; without rotate_outdated only it does. */
+static void idle_runners_of_a_replaced_image_are_rotated(void **state)
+{
+    (void)state;
+    config_free(config);
+    write_config("    min_idle: 1\n");
+    host_image_state = IMAGE_READY;
+    snprintf(host_image_sha, sizeof(host_image_sha), "1111");
+    struct scheduler *s = start();
+    spin(3500);
+    assert_int_equal(n_guests, 1); /* min_idle's */
+    bring_online(&guests[0], 501);
+    queue_job(1020);
+    spin(1500);
+    assert_int_equal(n_guests, 2); /* the queued job's */
+    bring_online(&guests[1], 502);
+    scheduler_job_event(s, 1020, JOB_IN_PROGRESS, guests[1].name);
+    spin(300);
+    json_t *row = runner_row(s, guests[0].name);
+    assert_string_equal(json_string_value(json_object_get(row, "image")), "1111");
+    json_decref(row);
+
+    snprintf(host_image_sha, sizeof(host_image_sha), "2222"); /* the image is rebuilt */
+    spin(ROTATE_EVERY_MS + 1500);
+    assert_true(guests[0].torn_down);
+    assert_false(guests[1].torn_down); /* busy: its job goes on */
+    const char *why = reason_of(s, guests[0].name);
+    if (!strstr(why, "outdated: its image was replaced"))
+        fail_msg("reason: %s", why);
+    assert_int_equal(scheduler_stats_get(s)->outdated_retired, 1);
+    guests[0].events->on_gone(guests[0].data, &guests[0]);
+    answer_delete(0, NULL); /* GitHub deletes its registration */
+    spin(2500);
+    assert_int_equal(n_guests, 3); /* min_idle's replacement, from the new image */
+    row = runner_row(s, guests[2].name);
+    assert_string_equal(json_string_value(json_object_get(row, "image")), "2222");
+    json_decref(row);
+    bring_online(&guests[2], 503);
+    spin(ROTATE_EVERY_MS + 500);
+    assert_false(guests[2].torn_down); /* current: stays */
+    stop(s);
+}
+
+/* Without rotate_outdated, only `hatchery rotate` (scheduler_rotate) retires them. */
+static void without_rotate_outdated_only_the_command_rotates(void **state)
+{
+    (void)state;
+    config_free(config);
+    write_config("    min_idle: 1\nrotate_outdated: false\n");
+    host_image_state = IMAGE_READY;
+    snprintf(host_image_sha, sizeof(host_image_sha), "1111");
+    struct scheduler *s = start();
+    spin(3500);
+    assert_int_equal(n_guests, 1);
+    bring_online(&guests[0], 601);
+    snprintf(host_image_sha, sizeof(host_image_sha), "2222");
+    spin(ROTATE_EVERY_MS + 1500);
+    assert_false(guests[0].torn_down);
+    json_t *names = json_array();
+    assert_int_equal(scheduler_rotate(s, "other-pool", names), 0);
+    assert_false(guests[0].torn_down);
+    assert_int_equal(scheduler_rotate(s, "p", names), 1);
+    assert_true(guests[0].torn_down);
+    assert_int_equal(json_array_size(names), 1);
+    assert_string_equal(json_string_value(json_array_get(names, 0)), guests[0].name);
+    json_decref(names);
+    stop(s);
+}
+
 /* ---- the same scheduler on libvirt's provider ------------------------------------------ */
 
 static size_t tagged_on(struct provisioner *libvirt, const char *name)
@@ -944,6 +1019,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(adoption_after_a_restart, setup, teardown),
         cmocka_unit_test_setup_teardown(a_host_without_the_image_gets_no_guest, setup, teardown),
+        cmocka_unit_test_setup_teardown(idle_runners_of_a_replaced_image_are_rotated, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(without_rotate_outdated_only_the_command_rotates, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(exit_127_backs_off_only_before_a_job, setup, teardown),
         /* Last: libvirt's event loop is registered once in a process. */
         cmocka_unit_test_setup_teardown(the_libvirt_provider_on_the_test_driver, setup, teardown),

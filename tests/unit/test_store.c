@@ -246,6 +246,7 @@ static void test_job_counts_follow_jobs(void **state)
                                   "DROP INDEX jobs_queued; DROP INDEX jobs_in_progress;"
                                   "ALTER TABLE jobs DROP COLUMN unverified;"
                                   "ALTER TABLE deliveries DROP COLUMN body_sha256;"
+                                  "ALTER TABLE runners DROP COLUMN image;"
                                   "DROP TRIGGER job_counts_insert; DROP TRIGGER job_counts_delete;"
                                   "DROP TRIGGER job_counts_update; DROP TABLE job_counts;"
                                   "PRAGMA user_version=3;"
