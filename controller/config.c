@@ -51,7 +51,7 @@ bool config_host_streams(const struct config_host *h)
 
 bool config_host_is_local(const char *uri)
 {
-    return strstr(uri, ":///") != NULL && !strchr(uri, '+') && strncmp(uri, "test:", 5) != 0;
+    return uri && strstr(uri, ":///") != NULL && !strchr(uri, '+') && strncmp(uri, "test:", 5) != 0;
 }
 
 bool config_pool_uses_host(const struct config_pool *pool, const char *host)
@@ -59,7 +59,7 @@ bool config_pool_uses_host(const struct config_pool *pool, const char *host)
     if (pool->n_hosts == 0)
         return true;
     for (size_t k = 0; k < pool->n_hosts; k++)
-        if (strcmp(pool->hosts[k], host) == 0)
+        if (host && pool->hosts[k] && strcmp(pool->hosts[k], host) == 0)
             return true;
     return false;
 }
@@ -75,7 +75,7 @@ bool config_pool_has_local_host(const struct config *c, const struct config_pool
 int config_pool_index(const struct config *c, const char *name)
 {
     for (size_t i = 0; name && i < c->n_pools; i++)
-        if (strcmp(c->pools[i].name, name) == 0)
+        if (c->pools[i].name && strcmp(c->pools[i].name, name) == 0)
             return (int)i;
     return -1;
 }
@@ -85,7 +85,7 @@ bool config_pool_remote_only(const struct config *c, const struct config_pool *p
     for (size_t h = 0; h < c->n_hosts; h++) {
         const char *uri = c->hosts[h].uri;
         if (config_pool_uses_host(pool, c->hosts[h].name) &&
-            (config_host_is_local(uri) || strncmp(uri, "test:", 5) == 0))
+            (config_host_is_local(uri) || (uri && strncmp(uri, "test:", 5) == 0)))
             return false;
     }
     return true;
@@ -336,6 +336,7 @@ void config_each_key(void (*fn)(const char *path, const char *key, void *data), 
 
 struct loader {
     const char *path;
+    struct config *config; /* being loaded: key lines are noted in it */
     yaml_document_t *doc;
     char *errors;
     size_t errors_len;
@@ -576,6 +577,39 @@ static const char *nearest_key(const struct key *table, size_t n_keys, const cha
     return found;
 }
 
+/* A key of a mapping or sequence below `table` near `name` (a pool's key written at the top
+ * level, say), as its place: "pools[].max_runners" into `out`; false when none is near. */
+static bool nearest_nested_key(const struct key *table, const char *name, char *out, size_t size)
+{
+    for (const struct key *k = table; k->name; k++) {
+        if (k->type != KEY_MAPPING && k->type != KEY_SEQUENCE)
+            continue;
+        size_t n = 0;
+        while (k->sub[n].name)
+            n++;
+        const char *near = nearest_key(k->sub, n, name);
+        if (near) {
+            snprintf(out, size, "%s%s.%s", k->name, k->type == KEY_SEQUENCE ? "[]" : "", near);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Where a key outside the sequences was given, for errors found after the parse
+ * (config_line_of). */
+static void note_line(struct loader *l, const char *path, const yaml_node_t *key_node)
+{
+    struct config_lines *lines = &l->config->lines;
+    if (lines->n == CONFIG_MAX_KEY_LINES)
+        return;
+    char *copy = strdup(path);
+    if (!copy)
+        return;
+    lines->paths[lines->n] = copy;
+    lines->numbers[lines->n++] = (int)key_node->start_mark.line + 1;
+}
+
 static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key *table, void *base,
                           const char *prefix)
 {
@@ -608,8 +642,11 @@ static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key 
             i++;
         if (i == n_keys) {
             const char *near = nearest_key(table, n_keys, name);
+            char nested[128];
             if (near)
                 fail(l, key_node, path, "unknown key (did you mean '%s'?)", near);
+            else if (nearest_nested_key(table, name, nested, sizeof(nested)))
+                fail(l, key_node, path, "unknown key here (did you mean %s?)", nested);
             else
                 fail(l, key_node, path, "unknown key");
             continue;
@@ -620,6 +657,8 @@ static void parse_mapping(struct loader *l, yaml_node_t *node, const struct key 
         }
         seen[i] = true;
         parse_value(l, value, &table[i], base, path);
+        if (!strchr(path, '[')) /* a sequence's elements have their own `line` */
+            note_line(l, path, key_node);
     }
 
     for (size_t i = 0; i < n_keys; i++) {
@@ -726,6 +765,21 @@ static void pool_image_manifest(struct loader *l, const struct config *c, yaml_n
     }
 }
 
+int config_line_of(const struct config *c, const char *path)
+{
+    for (size_t i = 0; i < c->lines.n; i++)
+        if (strcmp(c->lines.paths[i], path) == 0)
+            return c->lines.numbers[i];
+    return 0;
+}
+
+/* The key `path` (a.b) was given at, for an error found after the parse: its line, or the
+ * top level's when it was not given (a default, or missing). */
+static yaml_node_t *key_at(struct loader *l, const char *path, yaml_node_t *storage)
+{
+    return line_node(config_line_of(l->config, path), storage);
+}
+
 bool config_github_enabled(const struct config *c)
 {
     return c->github.app_id > 0 || c->github.token_file || c->github.n_runner_scopes > 0;
@@ -746,25 +800,29 @@ static bool valid_scope_name(const char *s, bool repo)
 
 static void check_github(struct loader *l, struct config *c, yaml_node_t *root)
 {
+    (void)root;
     if (!config_github_enabled(c))
         return;
     struct config_github *g = &c->github;
-    yaml_node_t at;
+    yaml_node_t at, section_at;
+    yaml_node_t *section = key_at(l, "github", &section_at);
     bool app = g->app_id > 0 || g->app_private_key_file;
     if (app && g->token_file)
-        fail(l, root, "github",
+        fail(l, section, "github",
              "give either app_id with app_private_key_file (a GitHub App) or token_file, not "
              "both");
     else if (app && (!g->app_id || !g->app_private_key_file))
-        fail(l, root, "github", "a GitHub App needs both app_id and app_private_key_file");
+        fail(l, section, "github", "a GitHub App needs both app_id and app_private_key_file");
     else if (!app && !g->token_file)
-        fail(l, root, "github", "needs app_id with app_private_key_file, or token_file");
+        fail(l, section, "github", "needs app_id with app_private_key_file, or token_file");
     if (g->n_runner_scopes == 0)
-        fail(l, root, "github.runner_scopes", "needs at least one repo or org");
-    if (strncmp(g->api_url, "https://", 8) != 0 && strncmp(g->api_url, "http://127.", 11) != 0 &&
+        fail(l, key_at(l, "github.runner_scopes", &at), "github.runner_scopes",
+             "needs at least one repo or org");
+    if (g->api_url && strncmp(g->api_url, "https://", 8) != 0 &&
+        strncmp(g->api_url, "http://127.", 11) != 0 &&
         strncmp(g->api_url, "http://localhost", 16) != 0 &&
         strncmp(g->api_url, "http://[::1]", 12) != 0)
-        fail(l, root, "github.api_url",
+        fail(l, key_at(l, "github.api_url", &at), "github.api_url",
              "'%s' must be https:// (plain http only on loopback, for tests)", g->api_url);
     for (size_t i = 0; i < g->n_runner_scopes; i++) {
         struct config_scope *s = &g->runner_scopes[i];
@@ -832,6 +890,13 @@ static void check_pool_scope(struct loader *l, const struct config *c, const str
              name, p->github_scope, CONFIG_DEFAULT_RUNNER_GROUP);
 }
 
+/* Whether a guest of `p` fits on `h`; a host whose size is missing (an error already)
+ * is not taken for one it does not fit on. */
+static bool host_fits(const struct config_host *h, const struct config_pool *p)
+{
+    return !h->vcpus || !h->memory_mib || (h->vcpus >= p->vcpus && h->memory_mib >= p->memory_mib);
+}
+
 static void check_semantics(struct loader *l, struct config *c, yaml_node_t *root)
 {
     yaml_node_t at;
@@ -843,20 +908,23 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
             ok = islower(ch) || isdigit(ch) || ch == '-';
         }
         if (!ok)
-            fail(l, root, "controller_id",
+            fail(l, key_at(l, "controller_id", &at), "controller_id",
                  "'%s' must be 1-32 characters of a-z, 0-9 and '-' (it prefixes runner names)",
                  c->controller_id);
     }
     struct sockaddr_storage addr;
     if (c->listen && config_listen_parse(c->listen, &addr) < 0)
-        fail(l, root, "listen", "'%s' is not IPV4:PORT or [IPV6]:PORT", c->listen);
+        fail(l, key_at(l, "listen", &at), "listen", "'%s' is not IPV4:PORT or [IPV6]:PORT",
+             c->listen);
     if (c->metrics_listen && config_listen_parse(c->metrics_listen, &addr) < 0)
-        fail(l, root, "metrics_listen", "'%s' is not IPV4:PORT or [IPV6]:PORT", c->metrics_listen);
+        fail(l, key_at(l, "metrics_listen", &at), "metrics_listen",
+             "'%s' is not IPV4:PORT or [IPV6]:PORT", c->metrics_listen);
     else if (c->metrics_listen && c->listen && strcmp(c->metrics_listen, c->listen) == 0)
-        fail(l, root, "metrics_listen", "'%s' is the webhook listener's address; give another port",
-             c->metrics_listen);
+        fail(l, key_at(l, "metrics_listen", &at), "metrics_listen",
+             "'%s' is the webhook listener's address; give another port", c->metrics_listen);
     if (!c->http.tls_cert_file != !c->http.tls_key_file)
-        fail(l, root, "http", "tls_cert_file and tls_key_file must be given together");
+        fail(l, key_at(l, "http", &at), "http",
+             "tls_cert_file and tls_key_file must be given together");
 
     check_github(l, c, root);
 
@@ -910,7 +978,7 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
             if (j == c->n_hosts)
                 fail(l, line_node(p->line, &at), "pools[].hosts", "unknown host '%s'",
                      p->hosts[k] ? p->hosts[k] : "?");
-            else if (c->hosts[j].vcpus >= p->vcpus && c->hosts[j].memory_mib >= p->memory_mib)
+            else if (host_fits(&c->hosts[j], p))
                 fits = true;
             if (j < c->n_hosts && p->backend == BACKEND_CONTAINER &&
                 config_host_streams(&c->hosts[j]))
@@ -920,7 +988,7 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
                      p->name ? p->name : "?", c->hosts[j].name);
         }
         for (size_t j = 0; p->n_hosts == 0 && j < c->n_hosts; j++) {
-            if (c->hosts[j].vcpus >= p->vcpus && c->hosts[j].memory_mib >= p->memory_mib)
+            if (host_fits(&c->hosts[j], p))
                 fits = true;
             if (p->backend == BACKEND_CONTAINER && config_host_streams(&c->hosts[j]))
                 fail(l, line_node(p->line, &at), "pools[].hosts",
@@ -993,17 +1061,20 @@ void config_free(struct config *c)
 {
     if (!c)
         return;
-    free(c->path); /* the one field that is not a key */
+    free(c->path); /* the fields that are not keys */
+    for (size_t i = 0; i < c->lines.n; i++)
+        free(c->lines.paths[i]);
     keys_free(top_keys, c);
     free(c);
 }
 
-int config_load(const char *path, struct config **ret_config, char **ret_errors)
+int config_parse(const char *path, struct config **ret_config, char **ret_errors)
 {
     struct loader l = {.path = path};
+    *ret_config = NULL;
     yaml_parser_t parser;
     yaml_document_t doc;
-    bool have_doc = false;
+    bool have_doc = false, parsed = false;
     int r = 0;
     struct config *c = calloc(1, sizeof(*c));
     char *text = NULL;
@@ -1036,6 +1107,7 @@ int config_load(const char *path, struct config **ret_config, char **ret_errors)
         goto out;
     }
     c->path = strdup(path);
+    l.config = c;
     yaml_parser_initialize(&parser);
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, text_len);
     if (!yaml_parser_load(&parser, &doc)) {
@@ -1058,10 +1130,12 @@ int config_load(const char *path, struct config **ret_config, char **ret_errors)
         goto out;
     }
     parse_mapping(&l, root, top_keys, c, "");
-    if (l.n_errors == 0)
-        check_semantics(&l, c, root);
+    /* Every check, whatever the parse found: all the errors at once, each at its line. The
+     * checks take what parsed, and skip what did not. */
+    check_semantics(&l, c, root);
     if (l.n_errors)
         r = -EINVAL;
+    parsed = true;
 out:
     if (have_doc)
         yaml_document_delete(&doc);
@@ -1069,11 +1143,84 @@ out:
         fclose(f);
     free(text);
     if (r < 0) {
-        config_free(c);
+        if (parsed)
+            *ret_config = c; /* the caller checks what else it can, and frees it */
+        else
+            config_free(c);
         *ret_errors = l.errors ? l.errors : strdup("config: out of memory\n");
         return r;
     }
     free(l.errors);
+    *ret_config = c;
+    return 0;
+}
+
+struct error_line {
+    const char *text;
+    size_t len;
+    unsigned long line;
+    size_t order;
+};
+
+static int error_line_cmp(const void *a, const void *b)
+{
+    const struct error_line *x = a, *y = b;
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+void config_errors_sort(char *errors)
+{
+    size_t n = 0, total = strlen(errors);
+    for (const char *p = errors; *p; p++)
+        n += *p == '\n';
+    struct error_line *lines = calloc(n + 1, sizeof(*lines));
+    char *sorted = malloc(total + 1);
+    if (!lines || !sorted) {
+        free(lines);
+        free(sorted);
+        return; /* left as it came */
+    }
+    n = 0;
+    for (const char *p = errors; *p;) {
+        const char *end = strchr(p, '\n');
+        size_t len = end ? (size_t)(end - p) + 1 : strlen(p);
+        /* FILE:LINE: …: the line number follows the file's name and a colon. A file name
+         * may hold colons itself: the first ":DIGITS: " counts. */
+        unsigned long number = 0;
+        for (const char *c = p; c < p + len; c++)
+            if (*c == ':' && isdigit((unsigned char)c[1])) {
+                char *after;
+                number = strtoul(c + 1, &after, 10);
+                if (*after == ':')
+                    break;
+                number = 0;
+            }
+        lines[n] = (struct error_line){p, len, number, n};
+        n++;
+        p += len;
+    }
+    qsort(lines, n, sizeof(*lines), error_line_cmp);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(sorted + at, lines[i].text, lines[i].len);
+        at += lines[i].len;
+    }
+    sorted[at] = 0;
+    memcpy(errors, sorted, at + 1);
+    free(sorted);
+    free(lines);
+}
+
+int config_load(const char *path, struct config **ret_config, char **ret_errors)
+{
+    struct config *c = NULL;
+    int r = config_parse(path, &c, ret_errors);
+    if (r < 0) {
+        config_free(c);
+        return r;
+    }
     *ret_config = c;
     return 0;
 }

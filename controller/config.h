@@ -152,8 +152,18 @@ struct config_github {
     size_t n_runner_scopes;
 };
 
+/* Where each key outside the sequences was given ("listen", "github.app_private_key_file"):
+ * errors found after the parse name their line (config_line_of). */
+#define CONFIG_MAX_KEY_LINES 128
+struct config_lines {
+    char *paths[CONFIG_MAX_KEY_LINES];
+    int numbers[CONFIG_MAX_KEY_LINES];
+    size_t n;
+};
+
 struct config {
     char *path;
+    struct config_lines lines;
     char *controller_id;
     char *listen;
     char *metrics_listen; /* NULL: /metrics is served on `listen` */
@@ -199,6 +209,17 @@ bool config_pool_has_local_host(const struct config *c, const struct config_pool
  * image is then looked for on each host through libvirt (host_image.h), never here. */
 bool config_pool_remote_only(const struct config *c, const struct config_pool *pool);
 int config_load(const char *path, struct config **ret_config, char **ret_errors);
+/* As config_load, but on errors in a file that parsed as YAML it also returns what parsed
+ * (its bad keys unset, missing ones NULL or 0) in `*ret_config`, for the checks made
+ * outside config.c (files' modes, the GitHub credentials) to add theirs; the caller frees
+ * it. `*ret_config` is NULL when the file could not be read or is not YAML. */
+int config_parse(const char *path, struct config **ret_config, char **ret_errors);
+/* Orders `errors` (FILE:LINE: KEY: message lines, as config_parse writes them) by line,
+ * in place; lines of one line number keep their order. */
+void config_errors_sort(char *errors);
+/* The line `path` (a top-level key, or one of a mapping: "http.tls_key_file") was given
+ * at, or 0 when it was not given. */
+int config_line_of(const struct config *c, const char *path);
 void config_free(struct config *config);
 
 /* What a reload from `old` to `new` changes: {pools: {added, removed, changed: {NAME:

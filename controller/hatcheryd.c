@@ -1012,53 +1012,71 @@ static void usage(FILE *out)
 static int load(const char *path, bool check_github, struct config **ret_config,
                 struct secret **ret_secret, char **ret_errors)
 {
-    char *errors = NULL;
+    char *parse_errors = NULL;
+    struct config *c = NULL;
+    *ret_config = NULL;
+    *ret_secret = NULL;
     *ret_errors = NULL;
-    if (config_load(path, ret_config, &errors) < 0) {
-        *ret_errors = errors;
+    int r = config_parse(path, &c, &parse_errors);
+    if (!c) {
+        *ret_errors = parse_errors; /* unreadable, or not YAML: nothing more to check */
         return -EINVAL;
     }
-    char err[512], line[1024];
-    if (secret_load_file((*ret_config)->webhook_secret_file, ret_secret, err, sizeof(err)) < 0) {
-        snprintf(line, sizeof(line), "%s: webhook_secret_file: %s\n", path, err);
-        goto fail;
-    }
+    /* The checks config.c cannot make, each at its key's line, whatever else is wrong:
+     * every error of the file in one pass. */
+    struct textbuf errors;
+    textbuf_init(&errors, 1024 * 1024);
+    if (parse_errors)
+        textbuf_printf(&errors, "%s", parse_errors);
+    free(parse_errors);
+    char err[512];
+    if (c->webhook_secret_file &&
+        secret_load_file(c->webhook_secret_file, ret_secret, err, sizeof(err)) < 0)
+        textbuf_printf(&errors, "%s:%d: webhook_secret_file: %s\n", path,
+                       config_line_of(c, "webhook_secret_file"), err);
     /* The TLS key as the start checks it (its mode, that it is a regular file), so that
      * --check-config does not pass what the start refuses. */
-    const char *tls_key = (*ret_config)->http.tls_key_file;
+    const char *tls_key = c->http.tls_key_file;
     int key_fd = tls_key ? secret_file_open(tls_key, SECRET_MAX_BYTES, err, sizeof(err)) : 0;
-    if (key_fd < 0) {
-        snprintf(line, sizeof(line), "%s: http.tls_key_file: %s\n", path, err);
-        goto fail;
-    }
-    if (tls_key)
+    if (key_fd < 0)
+        textbuf_printf(&errors, "%s:%d: http.tls_key_file: %s\n", path,
+                       config_line_of(c, "http.tls_key_file"), err);
+    else if (tls_key)
         close(key_fd);
-    if (check_github && config_github_enabled(*ret_config)) {
+    bool github_parsed = c->github.api_url &&
+                         (c->github.app_private_key_file || c->github.token_file) &&
+                         !strstr(errors.data ? errors.data : "", ": github");
+    if (check_github && config_github_enabled(c) && github_parsed) {
         /* Open the App key or token now, so a bad file fails the check, not the first job. */
         uv_loop_t loop;
         uv_loop_init(&loop);
         size_t n = 0;
-        struct github_scope *scopes = scopes_from_config(*ret_config, &n);
+        struct github_scope *scopes = scopes_from_config(c, &n);
         struct github_client *client = NULL;
-        int r =
-            scopes ? github_open(&loop, *ret_config, scopes, &client, err, sizeof(err)) : -ENOMEM;
-        if (r == 0)
+        int g = scopes ? github_open(&loop, c, scopes, &client, err, sizeof(err)) : -ENOMEM;
+        if (g == 0)
             github_client_free(client);
         uv_run(&loop, UV_RUN_DEFAULT);
         uv_loop_close(&loop);
         free(scopes);
-        if (r < 0) {
-            snprintf(line, sizeof(line), "%s: github: %s\n", path, err);
-            goto fail;
+        if (g < 0) {
+            const char *key =
+                c->github.token_file ? "github.token_file" : "github.app_private_key_file";
+            textbuf_printf(&errors, "%s:%d: %s: %s\n", path, config_line_of(c, key), key, err);
         }
     }
-    return 0;
-fail:
-    *ret_errors = strdup(line);
+    if (r == 0 && !errors.len) {
+        textbuf_free(&errors);
+        *ret_config = c;
+        return 0;
+    }
+    *ret_errors = errors.error ? strdup("config: out of memory\n") : textbuf_steal(&errors, NULL);
+    textbuf_free(&errors);
+    if (*ret_errors)
+        config_errors_sort(*ret_errors);
     secret_free(*ret_secret);
     *ret_secret = NULL;
-    config_free(*ret_config);
-    *ret_config = NULL;
+    config_free(c);
     return -EINVAL;
 }
 

@@ -52,6 +52,38 @@ describe('config', () => {
     assert.match(r.stderr, new RegExp(`line\\.yaml:${at + 1}: pools\\[0\\]\\.arch`));
   });
 
+  // Every error in one pass, whatever phase finds it (the parse, the checks between keys,
+  // the files' modes, the GitHub credentials), each at its key's line, in line order.
+  test('every error of a file at once, each at its line, in order', () => {
+    const secret = `${dir}/open-secret`;
+    writeFileSync(secret, 'test-webhook-secret\n');
+    chmodSync(secret, 0o644);
+    const key = `${dir}/open-app.pem`;
+    writeFileSync(key, '-----BEGIN RSA PRIVATE KEY-----\n');
+    chmodSync(key, 0o644);
+    let t = text.replace(/^controller_id: .*\n/m, '')
+      .replace(/^listen: .*$/m, 'listen: everywhere')
+      .replace(/^webhook_secret_file: .*$/m, `webhook_secret_file: ${secret}`)
+      .replace('max_runners: 2', 'max_runners: two');
+    t += `max_runner: 3\ngithub:\n  app_id: 1\n  app_private_key_file: ${key}\n  runner_scopes:\n    - repo: pytorch/pytorch\n`;
+    const file = `${dir}/all.yaml`;
+    writeFileSync(file, t);
+    const lineOf = (needle) => t.split('\n').findIndex((l) => l.includes(needle)) + 1;
+    const r = check(file);
+    assert.equal(r.status, 1, r.stdout + r.stderr);
+    const want = [
+      /^all\.yaml:1: controller_id: missing required key$/,
+      new RegExp(`^all\\.yaml:${lineOf('listen: everywhere')}: listen: 'everywhere' is not IPV4:PORT or \\[IPV6\\]:PORT$`),
+      new RegExp(`^all\\.yaml:${lineOf('webhook_secret_file:')}: webhook_secret_file: secret file .*open-secret has mode 644`),
+      new RegExp(`^all\\.yaml:${lineOf('max_runners: two')}: pools\\[0\\]\\.max_runners: expected an integer`),
+      new RegExp(`^all\\.yaml:${lineOf('max_runner: 3')}: max_runner: unknown key here \\(did you mean pools\\[\\]\\.max_runners\\?\\)$`),
+      new RegExp(`^all\\.yaml:${lineOf('app_private_key_file:')}: github\\.app_private_key_file: secret file .*open-app\\.pem has mode 644`),
+    ];
+    const lines = r.stderr.trim().split('\n').map((l) => l.replace(`${dir}/`, ''));
+    assert.equal(lines.length, want.length, r.stderr);
+    want.forEach((re, i) => assert.match(lines[i], re));
+  });
+
   test('a secret file readable by group or others is refused', () => {
     const secret = `${dir}/webhook-secret`;
     chmodSync(secret, 0o644);
@@ -70,7 +102,8 @@ describe('config', () => {
     writeFileSync(file, text.replace(/^http:\n/m, '') + `http:\n  tls_cert_file: ${dir}/tls.crt\n  tls_key_file: ${key}\n`);
     let r = check(file);
     assert.equal(r.status, 1, r.stdout + r.stderr);
-    assert.match(r.stderr, /tls\.yaml: http\.tls_key_file: secret file .*tls\.key has mode 640: it must not be accessible to group or others/);
+    const keyLine = readFileSync(file, 'utf8').split('\n').findIndex((l) => l.includes('tls_key_file:')) + 1;
+    assert.match(r.stderr, new RegExp(`tls\\.yaml:${keyLine}: http\\.tls_key_file: secret file .*tls\\.key has mode 640: it must not be accessible to group or others`));
     chmodSync(key, 0o600);
     r = check(file);
     assert.equal(r.status, 0, r.stderr);

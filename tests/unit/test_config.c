@@ -86,6 +86,45 @@ static void expect_error(const char *text, const char *needle)
     free(errors);
 }
 
+/* The checks between keys run whatever the parse found, so that every error shows at once;
+ * they must take a host or pool whose required keys are missing (the fuzzer found a host
+ * without its uri dereferenced). Each error still comes, and nothing crashes (ASan). */
+static void test_every_check_runs_on_a_partial_config(void **state)
+{
+    (void)state;
+    char *errors = load_errors("controller_id: p10\n"
+                               "state_dir: /var/lib/hatchery\n"
+                               "admin_socket: /run/hatchery/admin.sock\n"
+                               "webhook_secret_file: /etc/hatchery/webhook-secret\n"
+                               "listen: nowhere\n"
+                               "hosts:\n"
+                               "  - name: a\n"
+                               "  - uri: qemu:///system\n"
+                               "pools:\n"
+                               "  - labels: [x]\n"
+                               "    hosts: [a, b]\n"
+                               "    backend: container\n"
+                               "  - name: y\n"
+                               "    arch: ppc64le\n"
+                               "    labels: [y]\n"
+                               "    image: /nonexistent/y.qcow2\n"
+                               "    max_runners: 1\n"
+                               "github:\n"
+                               "  api_url: [not, a, string]\n"
+                               "  token_file: /nonexistent/token\n"
+                               "  runner_scopes:\n"
+                               "    - repo: a/b\n");
+    const char *wanted[] = {
+        ":5: listen: 'nowhere' is not IPV4:PORT",  ":7: hosts[0].uri: missing required key",
+        ":8: hosts[1].name: missing required key", ":10: pools[0].name: missing required key",
+        "pools[].hosts: unknown host 'b'",         ":19: github.api_url: expected a string",
+    };
+    for (size_t i = 0; i < sizeof(wanted) / sizeof(wanted[0]); i++)
+        if (!strstr(errors, wanted[i]))
+            fail_msg("expected '%s' in errors:\n%s", wanted[i], errors);
+    free(errors);
+}
+
 static void test_good_config_and_defaults(void **state)
 {
     (void)state;
@@ -539,6 +578,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_config_and_defaults),
+        cmocka_unit_test(test_every_check_runs_on_a_partial_config),
         cmocka_unit_test(test_unknown_key),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_paths_and_names),
