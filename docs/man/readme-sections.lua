@@ -60,6 +60,39 @@ local function table_to_list(t)
   return pandoc.DefinitionList(items)
 end
 
+-- Paths of the source tree as an installed system has them: a man page is read where the
+-- package put its files, not in a checkout. The first prefix that matches a code span is
+-- replaced; a path only the source tree has is said to be the source tree's.
+local installed = {
+  { 'deploy/guest-firewall.sh', '/usr/lib/hatchery/guest-firewall.sh' },
+  { 'deploy/hatchery.example.yaml', '/usr/share/doc/hatchery/examples/hatchery.example.yaml' },
+  { 'deploy/github-app-manifest.json', '/usr/share/doc/hatchery/examples/github-app-manifest.json' },
+  { 'deploy/monitoring/', '/usr/share/doc/hatchery/examples/' },
+  { 'docs/OPERATIONS.md', '/usr/share/doc/hatchery/OPERATIONS.md.gz' },
+  { 'deploy/hatcheryd.service', 'hatcheryd.service' },
+  { 'images/enable-binfmt.sh', '/usr/lib/hatchery/image/enable-binfmt.sh' },
+  { 'images/runner/build-image.sh', 'hatchery-build-image' },
+  { 'images/runner/initramfs/', '/usr/lib/hatchery/image/runner/initramfs/' },
+}
+local source_only = { 'deploy/', 'docs/', 'images/', 'tests/', 'controller/', 'agent/', 'debian/', 'docker/' }
+
+local function starts(s, prefix) return s:sub(1, #prefix) == prefix end
+
+local function installed_path(c)
+  for _, pair in ipairs(installed) do
+    if starts(c.text, pair[1]) then
+      c.text = pair[2] .. c.text:sub(#pair[1] + 1)
+      return c
+    end
+  end
+  for _, prefix in ipairs(source_only) do
+    if starts(c.text, prefix) then
+      return { pandoc.Str('the'), pandoc.Space(), pandoc.Str('source'), pandoc.Space(),
+               pandoc.Str("tree's"), pandoc.Space(), c }
+    end
+  end
+end
+
 function Pandoc(doc)
   local wanted = doc.meta['readme-sections']
   if not wanted then return doc end
@@ -82,5 +115,6 @@ function Pandoc(doc)
   })
   assert(placed, 'readme-sections.lua: the page has no ::: readme-sections div')
   doc.meta['header-includes'] = pandoc.MetaBlocks({ pandoc.RawBlock('man', '.nh\n.ad l') })
-  return doc:walk({ Link = function(l) return l.content end, Table = table_to_list })
+  doc = doc:walk({ Link = function(l) return l.content end, Table = table_to_list })
+  return doc:walk({ Code = installed_path })
 end

@@ -336,6 +336,19 @@ test('hatchery(1) names every command and option of --help; hatcheryd(8) every o
       assert.ok(found >= 1, `${name}: see "${title}"${other ? ` in ${other}` : ''}: not there`);
     }
   }
+  // Paths as an installed system has them: a checkout's path that the package installs
+  // elsewhere is given where it is installed (the package test checks that each such path
+  // exists), and one only a checkout has says so.
+  // (man breaks a line after a hyphen inside a path: joined again here)
+  const unwrapped = (page) => page.replace(/-\n\s+/g, '-').replace(/\s+/g, ' ');
+  for (const [name, page] of Object.entries(pages)) {
+    const flat = unwrapped(page);
+    for (const path of ['deploy/guest-firewall.sh', 'deploy/hatchery.example.yaml', 'deploy/monitoring/', 'docs/OPERATIONS.md', 'images/enable-binfmt.sh'])
+      assert.ok(!flat.includes(path), `${name} names ${path}, a checkout's path`);
+    for (const m of flat.matchAll(/(\S+ \S+ )?\b((?:deploy|docs|tests|controller|debian)\/[\w./-]+)/g))
+      assert.match(m[1] ?? '', /source tree's $/, `${name}: ${m[2]} is not said to be the source tree's`);
+  }
+  assert.ok(unwrapped(pages['hatchery.yaml(5)']).includes('/usr/lib/hatchery/guest-firewall.sh'), 'hatchery.yaml(5) names the installed guest-firewall.sh');
   // Each section once: a README section listed beside the one it is part of came twice.
   for (const page of [cli, daemon, manPage('hatchery.yaml.5')]) {
     const headings = [...page.matchAll(/^( {0,3})([A-Z][^\n]*)$/gm)].map((m) => m[1] + m[2]);

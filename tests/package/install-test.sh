@@ -148,6 +148,21 @@ if [ -n "$tools" ]; then
   log "hatchery-image-tools: hatchery-build-image and its man page installed, its first errors clear"
 fi
 
+# The man pages give installed paths (docs/man/readme-sections.lua maps the checkout's to
+# them): each path of the package's own that a page names is there.
+named=0
+for page in 8/hatcheryd 1/hatchery 5/hatchery.yaml ${tools:+8/hatchery-build-image}; do
+  text=$(in_root env MANWIDTH=2000 MANPAGER=cat man "${page%%/*}" "${page#*/}" 2>/dev/null) ||
+    fail "man ${page#*/} does not render"
+  for path in $(grep -oE '/usr/(lib|share/doc)/hatchery/[A-Za-z0-9_./-]*' <<<"$text" | sed -e 's/[.)]*$//' | sort -u); do
+    case "$path" in *ARCH*) continue ;; esac
+    [ -e "$r$path" ] || fail "man ${page#*/} names $path, which the package does not install"
+    named=$((named + 1))
+  done
+done
+[ "$named" -ge 4 ] || fail "the man pages name only $named installed paths"
+log "the man pages: $named installed paths named, each one there"
+
 # 3. The purge. An operator's image where the example config keeps them must outlive it.
 mkdir -p "$r/var/lib/hatchery/images"
 echo "an operator's image" >"$r/var/lib/hatchery/images/runner-ppc64le.qcow2"
