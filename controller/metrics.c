@@ -590,6 +590,14 @@ static void image_metrics(struct textbuf *b, struct daemon *d)
             textbuf_printf(b, "hatchery_pool_image_runner_below_floor{pool=\"%s\"} %d\n",
                            d->config->pools[i].name,
                            image_manifest_runner_below_floor(&manifests[i]) == 1);
+    header(b, "hatchery_pool_image_built_timestamp_seconds", "gauge",
+           "When each VM pool's image was built (its manifest's built_at, Unix time).");
+    for (size_t i = 0; manifests && known && i < d->config->n_pools; i++) {
+        time_t built = known[i] ? runner_version_time(manifests[i].built_at) : -1;
+        if (built >= 0)
+            textbuf_printf(b, "hatchery_pool_image_built_timestamp_seconds{pool=\"%s\"} %lld\n",
+                           d->config->pools[i].name, (long long)built);
+    }
     header(b, "hatchery_pool_image_runner_refused_timestamp_seconds", "gauge",
            "When GitHub stops giving jobs to the runner of a VM pool's image (Unix time; maybe "
            "past): the floor's enforcement, or 30 days after the first newer runner release. "

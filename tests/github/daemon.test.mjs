@@ -116,7 +116,7 @@ describe('GitHub config checks', () => {
     chmodSync(process.env.APP_KEY_FILE, 0o600);
     spawnSync('rm', ['-rf', dir]);
     assert.equal(r.status, 1);
-    assert.match(r.stderr, /github: secret file .* must not be accessible to group or others/);
+    assert.match(r.stderr, /hatchery\.yaml:\d+: github\.app_private_key_file: secret file .* must not be accessible to group or others/);
   });
 
   test('App and token together, or a scope naming both repo and org, are errors', () => {
@@ -151,7 +151,7 @@ describe('the runner of a pool\'s image, judged by GitHub\'s releases', () => {
   const dir = tempDir('hatchery-releases-');
   const image = join(dir, 'runner.qcow2');
   writeFileSync(image, '');
-  writeFileSync(`${image}.json`, JSON.stringify({ arch: 'ppc64le', runner_version: '2.330.0', agent_version: '0.2.0' }));
+  writeFileSync(`${image}.json`, JSON.stringify({ arch: 'ppc64le', runner_version: '2.330.0', agent_version: '0.2.0', built_at: '2026-11-20T08:00:00Z' }));
   const poolOf = `pools:
   - name: p
     labels: [p]
@@ -184,6 +184,7 @@ describe('the runner of a pool\'s image, judged by GitHub\'s releases', () => {
       const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
       assert.match(text, new RegExp(`^hatchery_pool_image_runner_refused_timestamp_seconds\\{pool="p"\\} ${refusedAt}$`, 'm'));
       assert.match(text, /^hatchery_runner_releases_fetched_timestamp_seconds \d/m);
+      assert.match(text, /^hatchery_pool_image_built_timestamp_seconds\{pool="p"\} 1795161600$/m);
       assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
       assert.equal(d.cliJson('pools').pools[0].runner_refused_at, refusedAt);
       const { log, violations } = await doubleLog();
