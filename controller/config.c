@@ -184,6 +184,7 @@ static const struct key http_keys[] = {
     INT_KEY(struct config_http, idle_timeout_ms, 10, 3600000, HTTP_IDLE_TIMEOUT_MS_DEFAULT),
     INT_KEY(struct config_http, max_connections, 1, HTTP_MAX_CONNECTIONS_MAX,
             HTTP_MAX_CONNECTIONS_DEFAULT),
+    INT_KEY(struct config_http, max_bad_signatures_per_address, 0, 1000000, 60),
     INT_KEY(struct config_http, max_connections_per_address, 0, HTTP_MAX_CONNECTIONS_MAX,
             HTTP_MAX_CONNECTIONS_PER_ADDRESS_DEFAULT),
     PATH_KEY(struct config_http, tls_cert_file, false, NULL),

@@ -123,6 +123,9 @@ struct config_http {
     int64_t idle_timeout_ms;
     int64_t max_connections;
     int64_t max_connections_per_address; /* 0: no limit */
+    /* Deliveries with a bad signature one address may send in FRONT_BAD_SIGNATURE_WINDOW_MS
+     * before its deliveries are refused (429) unhashed until the window ends; 0: no limit */
+    int64_t max_bad_signatures_per_address;
     char *tls_cert_file;
     char *tls_key_file;
 };

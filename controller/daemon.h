@@ -31,6 +31,7 @@ enum delivery_result {
     DELIVERY_IGNORED,
     DELIVERY_UNAUTHORIZED,
     DELIVERY_REJECTED,
+    DELIVERY_THROTTLED, /* 429: its address sent too many bad signatures; not hashed */
     DELIVERY_ERROR,
     DELIVERY_RESULT_MAX,
 };

@@ -50,6 +50,13 @@ struct pending {
     struct pending *next;
 };
 
+/* One address's bad signatures in its current window. */
+struct bad_signatures {
+    char address[48];
+    int64_t window_start_ms;
+    int64_t count;
+};
+
 struct front_process {
     uv_loop_t *loop;
     const struct config *config;
@@ -61,7 +68,49 @@ struct front_process {
     struct pending *pending, *pending_tail;
     uint32_t next_id;
     bool stopping;
+    struct bad_signatures *bad; /* [FRONT_BAD_SIGNATURE_ADDRESSES] */
 };
+
+/* The address's entry: its own, else the one whose window is oldest (an ended window is
+ * as good as empty). NULL when the table cannot be made. */
+static struct bad_signatures *bad_signatures_of(struct front_process *fp, const char *address,
+                                                int64_t now_ms)
+{
+    if (!fp->bad)
+        return NULL;
+    struct bad_signatures *oldest = &fp->bad[0];
+    for (size_t i = 0; i < FRONT_BAD_SIGNATURE_ADDRESSES; i++) {
+        struct bad_signatures *b = &fp->bad[i];
+        if (strcmp(b->address, address) == 0) {
+            if (now_ms - b->window_start_ms >= FRONT_BAD_SIGNATURE_WINDOW_MS) {
+                b->window_start_ms = now_ms;
+                b->count = 0;
+            }
+            return b;
+        }
+        if (b->window_start_ms < oldest->window_start_ms)
+            oldest = b;
+    }
+    snprintf(oldest->address, sizeof(oldest->address), "%s", address);
+    oldest->window_start_ms = now_ms;
+    oldest->count = 0;
+    return oldest;
+}
+
+/* Whether the address sent more bad signatures than it may in this window: then its
+ * deliveries are refused before any HMAC work, until the window ends. */
+static bool bad_signatures_over(struct front_process *fp, const char *address, int64_t now_ms)
+{
+    int64_t max = fp->config->http.max_bad_signatures_per_address;
+    if (!max || !fp->bad)
+        return false;
+    for (size_t i = 0; i < FRONT_BAD_SIGNATURE_ADDRESSES; i++) {
+        const struct bad_signatures *b = &fp->bad[i];
+        if (strcmp(b->address, address) == 0)
+            return now_ms - b->window_start_ms < FRONT_BAD_SIGNATURE_WINDOW_MS && b->count >= max;
+    }
+    return false;
+}
 
 static void respond_error(struct http_conn *conn, int status, const char *reason)
 {
@@ -189,14 +238,24 @@ static void on_front_http(struct http_server *server, struct http_conn *conn,
             respond_error(conn, 405, "use POST");
             return;
         }
-        /* The signature comes first: nothing unsigned reaches the core. */
+        /* The signature comes first: nothing unsigned reaches the core. An address that
+         * sent too many bad ones gets no HMAC work until its window ends. */
         const char *signature = http_request_header(req, "X-Hub-Signature-256");
-        if (!signature)
-            reject_webhook(fp, conn, 401, "missing X-Hub-Signature-256", started_ns);
-        else if (webhook_signature_verify(fp->secret, signature, req->body, req->body_len) < 0)
-            reject_webhook(fp, conn, 401, "signature does not match", started_ns);
-        else
+        const char *address = http_conn_peer_address(conn);
+        int64_t now_ms = wall_clock_ms();
+        if (bad_signatures_over(fp, address, now_ms)) {
+            reject_webhook(fp, conn, 429, "too many bad signatures from this address", started_ns);
+        } else if (!signature ||
+                   webhook_signature_verify(fp->secret, signature, req->body, req->body_len) < 0) {
+            struct bad_signatures *b = bad_signatures_of(fp, address, now_ms);
+            if (b)
+                b->count++;
+            reject_webhook(fp, conn, 401,
+                           signature ? "signature does not match" : "missing X-Hub-Signature-256",
+                           started_ns);
+        } else {
             forward(fp, conn, FRONT_ROUTE_WEBHOOK, req);
+        }
     } else if (PATH_IS("/healthz")) {
         if (!is_get)
             respond_error(conn, 405, "use GET");
@@ -357,6 +416,8 @@ __attribute__((noreturn)) static void front_main(const struct config *config,
     }
     struct front_process fp = {.config = config, .secret = secret};
     fp.loop = uv_default_loop();
+    /* Made before the filter (without it, no address is limited). */
+    fp.bad = calloc(FRONT_BAD_SIGNATURE_ADDRESSES, sizeof(*fp.bad));
     fp.in.max_body = FRAME_MAX_ANSWER_BYTES;
     struct http_limits limits = limits_of(config);
     struct sockaddr_storage addr;

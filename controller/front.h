@@ -35,6 +35,12 @@ enum front_route {
     FRONT_ROUTE_MAX,
 };
 
+/* Bad signatures are counted per address in windows of this length
+ * (http.max_bad_signatures_per_address), in at most FRONT_BAD_SIGNATURE_ADDRESSES addresses
+ * at once (the oldest window makes room). */
+#define FRONT_BAD_SIGNATURE_WINDOW_MS 10000
+#define FRONT_BAD_SIGNATURE_ADDRESSES 1024
+
 /* A webhook the front refused (a missing or wrong signature): for the core's log and counts. */
 struct front_rejection {
     int status;

@@ -38,6 +38,7 @@ const char *const delivery_result_names[DELIVERY_RESULT_MAX] = {
     [DELIVERY_IGNORED] = "ignored",
     [DELIVERY_UNAUTHORIZED] = "unauthorized",
     [DELIVERY_REJECTED] = "rejected",
+    [DELIVERY_THROTTLED] = "throttled",
     [DELIVERY_ERROR] = "error",
 };
 
@@ -94,7 +95,9 @@ struct webhook_call {
 /* A refused delivery, counted always and logged within a bound: anyone can send them. */
 static void log_rejection(struct daemon *d, const char *peer, int status, const char *reason)
 {
-    d->webhooks.by_result[status == 401 ? DELIVERY_UNAUTHORIZED : DELIVERY_REJECTED]++;
+    d->webhooks.by_result[status == 401   ? DELIVERY_UNAUTHORIZED
+                          : status == 429 ? DELIVERY_THROTTLED
+                                          : DELIVERY_REJECTED]++;
     int64_t suppressed;
     bool pass = log_throttle_pass(&d->rejections_logged, wall_clock_ms(), &suppressed);
     if (suppressed)

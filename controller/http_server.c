@@ -341,6 +341,11 @@ const char *http_conn_peer(const struct http_conn *conn)
     return conn->peer;
 }
 
+const char *http_conn_peer_address(const struct http_conn *conn)
+{
+    return conn->peer_address;
+}
+
 bool http_conn_peer_is_loopback(const struct http_conn *conn)
 {
     return conn->peer_loopback;

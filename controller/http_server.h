@@ -120,6 +120,8 @@ void http_conn_respond(struct http_conn *conn, int status, const char *content_t
                        const char *body, size_t body_len);
 /* The connection's peer address as text, for logs. */
 const char *http_conn_peer(const struct http_conn *conn);
+/* The peer's address without its port: what per-address limits count by. */
+const char *http_conn_peer_address(const struct http_conn *conn);
 /* Whether the peer is on this machine's loopback. */
 bool http_conn_peer_is_loopback(const struct http_conn *conn);
 

@@ -102,6 +102,34 @@ printf '%-26s %10s %9s %9s %8s\n' "hatcheryd paced ~1000/s" "$(field "$h" ok_rps
 echo "p99 at ~$(field "$h" ok_rps | cut -d. -f1) deliveries/s: $(field "$h" p99_ms) ms (target < 5 ms)"
 total_2xx=$(( total_2xx + $(field "$h" requests) - $(field "$h" non2xx) ))
 
+# A flood of bad signatures (1 MiB bodies over 4 connections, from one address: what anyone
+# can send) while a monitor asks /healthz over one connection: its latency beside the same
+# flood and probe against nginx, and quiet. hatcheryd hashes an address's bad deliveries
+# until http.max_bad_signatures_per_address (60 in 10 s, the default), then refuses them
+# unhashed with 429.
+probe() { # port
+  wrk -t1 -c1 -d"${secs}s" --latency -s tests/bench/probe.lua "http://127.0.0.1:$1" 2>/dev/null | tail -n 1
+}
+flooded() { # port: the probe's figures while the flood runs
+  wrk -t1 -c4 -d"$((secs + 1))s" -s tests/bench/bad_signatures.lua "http://127.0.0.1:$1" >"$work/flood.json" 2>/dev/null &
+  local flood=$!
+  sleep 0.5
+  probe "$1"
+  wait "$flood"
+}
+printf '%-34s %10s %9s %9s %10s\n' "/healthz" "probes/s" "p50 ms" "p99 ms" "flood/s"
+for who in "nginx|$port_n" "hatcheryd|$port_h"; do
+  port=${who#*|}
+  q=$(probe "$port")
+  printf '%-34s %10s %9s %9s %10s\n' "${who%%|*} quiet" "$(field "$q" rps)" "$(field "$q" p50_ms)" "$(field "$q" p99_ms)" "-"
+  f=$(flooded "$port")
+  printf '%-34s %10s %9s %9s %10s\n' "${who%%|*} under a bad-signature flood" "$(field "$f" rps)" "$(field "$f" p50_ms)" "$(field "$f" p99_ms)" "$(field "$(tail -n 1 "$work/flood.json")" rps)"
+  eval "p99_${who%%|*}=$(field "$f" p99_ms)"
+done
+echo "/healthz p99 under the flood, hatcheryd/nginx: $(node -e "console.log((process.argv[1] / process.argv[2]).toFixed(2))" "$p99_hatcheryd" "$p99_nginx")"
+metrics=$(curl -s "http://127.0.0.1:$port_h/metrics")
+echo "flood deliveries hashed (401): $(awk -F' ' '/result="unauthorized"/ {print $2}' <<<"$metrics"); refused unhashed (429): $(awk -F' ' '/result="throttled"/ {print $2}' <<<"$metrics")"
+
 # Durability: every 2xx answer was a commit of a new delivery (no id is sent twice), so
 # the store must hold at least as many deliveries as 2xx answers wrk counted.
 metrics=$(curl -s "http://127.0.0.1:$port_h/metrics")

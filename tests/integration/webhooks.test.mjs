@@ -205,6 +205,35 @@ describe('refused deliveries in a flood', () => {
   });
 });
 
+// Each bad signature costs an HMAC over the whole body: an address that sends more than
+// http.max_bad_signatures_per_address of them in 10 s gets 429 before any HMAC, whatever it
+// sends, until its window ends; other addresses are not held up by it.
+describe('an address that keeps sending bad signatures', () => {
+  const d = new Daemon({ secret: 'throttle secret 77c1', http: '  max_bad_signatures_per_address: 5\n' });
+  before(() => d.start());
+  after(async () => { await d.stop(); d.cleanup(); });
+
+  test('is refused unhashed (429) past its limit, its good deliveries too, until its window ends', { timeout: 60000 }, async () => {
+    const payload = examples('workflow_job')[5];
+    const bad = async () => (await d.post('workflow_job', payload, { secret: 'not the secret' })).status;
+    const t0 = Date.now();
+    const statuses = [];
+    for (let i = 0; i < 7; i++) statuses.push(await bad());
+    assert.deepEqual(statuses, [401, 401, 401, 401, 401, 429, 429]);
+    const good = await d.post('workflow_job', payload);
+    assert.equal(good.status, 429, 'the address is held for the rest of its window');
+    assert.match(good.body, /too many bad signatures from this address/);
+    const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+    assert.match(metrics, /^hatchery_webhook_deliveries_total\{result="unauthorized"\} 5$/m);
+    assert.match(metrics, /^hatchery_webhook_deliveries_total\{result="throttled"\} 3$/m);
+    assert.ok(Date.now() - t0 < 9000, 'within one window');
+    // /healthz and the metrics are not deliveries: not held.
+    assert.equal((await fetch(`http://127.0.0.1:${d.port}/healthz`)).status, 200);
+    await new Promise((r) => setTimeout(r, 10000 - (Date.now() - t0) + 300));
+    assert.equal((await d.post('workflow_job', payload)).status, 202, 'a new window: the good delivery is taken');
+  });
+});
+
 // A pool may name 32 labels, and every pool implies `self-hosted`: a job naming all 33
 // matches it; one more label cannot match any pool and is refused with the limit.
 describe('a pool of 32 labels', () => {
