@@ -47,6 +47,8 @@ struct pending {
     uint32_t id;
     struct http_conn *conn;
     uint64_t started_ns;
+    bool webhook;     /* a delivery: the core's 401 counts against its address */
+    char address[48]; /* the client's, without its port */
     struct pending *next;
 };
 
@@ -60,7 +62,6 @@ struct bad_signatures {
 struct front_process {
     uv_loop_t *loop;
     const struct config *config;
-    const struct secret *secret;
     struct http_server http, metrics_http;
     bool metrics_http_on;
     uv_pipe_t core;
@@ -164,6 +165,8 @@ static void forward(struct front_process *fp, struct http_conn *conn, enum front
     p->id = ++fp->next_id;
     p->conn = conn;
     p->started_ns = uv_hrtime();
+    p->webhook = route == FRONT_ROUTE_WEBHOOK;
+    snprintf(p->address, sizeof(p->address), "%s", http_conn_peer_address(conn));
     struct frame_out o;
     if (route == FRONT_ROUTE_METRICS) {
         /* The counts as of now, for the core to render. */
@@ -238,24 +241,13 @@ static void on_front_http(struct http_server *server, struct http_conn *conn,
             respond_error(conn, 405, "use POST");
             return;
         }
-        /* The signature comes first: nothing unsigned reaches the core. An address that
-         * sent too many bad ones gets no HMAC work until its window ends. */
-        const char *signature = http_request_header(req, "X-Hub-Signature-256");
-        const char *address = http_conn_peer_address(conn);
-        int64_t now_ms = wall_clock_ms();
-        if (bad_signatures_over(fp, address, now_ms)) {
+        /* The core checks the signature (the front holds no secret to check it with); an
+         * address whose deliveries it refused too often gets none passed on, and so no
+         * HMAC work, until its window ends. */
+        if (bad_signatures_over(fp, http_conn_peer_address(conn), wall_clock_ms()))
             reject_webhook(fp, conn, 429, "too many bad signatures from this address", started_ns);
-        } else if (!signature ||
-                   webhook_signature_verify(fp->secret, signature, req->body, req->body_len) < 0) {
-            struct bad_signatures *b = bad_signatures_of(fp, address, now_ms);
-            if (b)
-                b->count++;
-            reject_webhook(fp, conn, 401,
-                           signature ? "signature does not match" : "missing X-Hub-Signature-256",
-                           started_ns);
-        } else {
+        else
             forward(fp, conn, FRONT_ROUTE_WEBHOOK, req);
-        }
     } else if (PATH_IS("/healthz")) {
         if (!is_get)
             respond_error(conn, 405, "use GET");
@@ -289,6 +281,11 @@ static int front_process_frame(struct front_process *fp, const struct frame *f)
     if (!frame_field_long(&f->fields[0], 100, 599, &status))
         return -EPROTO;
     char *content_type = frame_field_dup(&f->fields[1]);
+    if (p->webhook && status == 401) {
+        struct bad_signatures *b = bad_signatures_of(fp, p->address, wall_clock_ms());
+        if (b)
+            b->count++;
+    }
     *pp = p->next;
     if (fp->pending_tail == p)
         fp->pending_tail = prev;
@@ -387,7 +384,6 @@ static int drop_to(const struct front_user *u)
 }
 
 __attribute__((noreturn)) static void front_main(const struct config *config,
-                                                 const struct secret *secret,
                                                  const struct front_user *user, int fd)
 {
     prctl(PR_SET_NAME, "hatcheryd-front", 0, 0, 0);
@@ -414,7 +410,7 @@ __attribute__((noreturn)) static void front_main(const struct config *config,
         fail_first(fd, "front", "cannot refuse io_uring to the front (seccomp)", refused);
         _exit(1);
     }
-    struct front_process fp = {.config = config, .secret = secret};
+    struct front_process fp = {.config = config};
     fp.loop = uv_default_loop();
     /* Made before the filter (without it, no address is limited). */
     fp.bad = calloc(FRONT_BAD_SIGNATURE_ADDRESSES, sizeof(*fp.bad));
@@ -508,8 +504,7 @@ static void front_release(struct front *f)
     }
 }
 
-int front_spawn(const struct config *config, const struct secret *webhook_secret,
-                struct front **ret, char *err, size_t err_size)
+int front_spawn(const struct config *config, struct front **ret, char *err, size_t err_size)
 {
     int sv[2], logs[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
@@ -550,7 +545,7 @@ int front_spawn(const struct config *config, const struct secret *webhook_secret
         close(logs[0]);
         if (dup2(logs[1], STDERR_FILENO) < 0)
             _exit(1);
-        front_main(config, webhook_secret, &user, sv[1]);
+        front_main(config, &user, sv[1]);
     }
     close(sv[1]);
     close(logs[1]);

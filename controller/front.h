@@ -1,11 +1,13 @@
 /* The HTTP front: the internet-facing listener in a process of its own, in the style of
  * OpenBSD's httpd and relayd.
  *
- * hatcheryd forks it before it opens the store, libvirt or GitHub, so the front never holds
- * the App key, a token or a JIT config: the webhook secret is the one secret it has (and the
- * TLS key, which a TLS listener cannot do without). The front binds the listeners, reads and
- * checks every request with the HTTP server, answers alone what needs nothing of the core
- * (404, 405, and 401 for a webhook whose signature does not match), then closes every other
+ * hatcheryd forks it before it reads the webhook secret or opens the store, libvirt or
+ * GitHub, so the front never holds the webhook secret, the App key, a token or a JIT
+ * config: the TLS key, which a TLS listener cannot do without, is the one secret it has.
+ * The core checks every delivery's signature, so a front taken over cannot sign one. The
+ * front binds the listeners, reads and checks every request with the HTTP server, answers
+ * alone what needs nothing of the core (404, 405, and 429 for an address the core refused
+ * too many bad signatures from: http.max_bad_signatures_per_address), then closes every other
  * descriptor and confines itself: no_new_privs and a seccomp allowlist with no open(), no
  * socket(), no connect() and no exec. What passes goes to the core over a socketpair, one
  * frame per request, and the core's answer comes back the same way; the core answers 202
@@ -60,9 +62,9 @@ struct front_callbacks {
 };
 
 /* Forks the front and waits until it listens (or says why it cannot: `err`, and -EADDRINUSE
- * or another negative errno). Call before opening anything the front must not inherit. */
-int front_spawn(const struct config *config, const struct secret *webhook_secret,
-                struct front **ret, char *err, size_t err_size);
+ * or another negative errno). Call before opening or reading anything the front must not
+ * inherit, the webhook secret included. */
+int front_spawn(const struct config *config, struct front **ret, char *err, size_t err_size);
 /* The core's side of a socketpair whose other end speaks the front's protocol, and of the
  * pipe that is the front's stderr (`log_fd`, or -1): what front_spawn makes around the
  * front it forks, and what a test standing in for a front taken over uses. No process to

@@ -1249,11 +1249,20 @@ static int start(struct daemon *d)
                   r == -EBUSY ? "another hatcheryd uses this state directory" : strerror(-r));
         return 1;
     }
-    r = front_spawn(d->config, d->webhook_secret, &d->front, err, sizeof(err));
+    /* The front is forked without the webhook secret in the core's memory (load() checked
+     * the file, and wiped what it read): a front taken over has nothing to sign with. */
+    secret_free(d->webhook_secret);
+    d->webhook_secret = NULL;
+    r = front_spawn(d->config, &d->front, err, sizeof(err));
     if (r < 0) {
         log_error("daemon.listen_failed", "listen=%s metrics_listen=%s error=\"%s\"",
                   d->config->listen,
                   d->config->metrics_listen ? d->config->metrics_listen : "listen", err);
+        return 1;
+    }
+    r = secret_load_file(d->config->webhook_secret_file, &d->webhook_secret, err, sizeof(err));
+    if (r < 0) {
+        log_error("daemon.secret_failed", "key=webhook_secret_file error=\"%s\"", err);
         return 1;
     }
     d->loop = uv_default_loop();

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readdirSync, readlinkSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
-import { Daemon, examples, frontPid, processStatus, request } from './lib/daemon.mjs';
+import { Daemon, examples, frontPid, memoryHolds, processStatus, request } from './lib/daemon.mjs';
 
 const statusOf = processStatus;
 const frontOf = (d) => frontPid(d.proc.pid);
@@ -62,7 +62,9 @@ describe('the HTTP front', () => {
     assert.ok(fdsOf(d.proc.pid).some((l) => l.endsWith('hatchery.db')), 'the core holds the store (the check can fail)');
   });
 
-  test('checks signatures itself: a bad one is answered without the core, and still counted', async () => {
+  // The front holds no webhook secret to sign with: the core checks every delivery. The
+  // secret is a string the scan can find in the core, and must not find in the front.
+  test('holds no webhook secret: the core checks the signature, and the refusal is counted', async () => {
     const payload = examples('workflow_job')[0];
     const res = await d.post('workflow_job', payload, { secret: 'wrong' });
     assert.equal(res.status, 401);
@@ -70,6 +72,8 @@ describe('the HTTP front', () => {
     const metrics = (await request(d.port, { path: '/metrics' })).body;
     assert.match(metrics, /^hatchery_webhook_deliveries_total\{result="unauthorized"\} 1$/m);
     assert.match(d.logs, /event=webhook\.rejected peer=127\.0\.0\.1:\d+ status=401 reason="signature does not match"/);
+    assert.ok(memoryHolds(d.proc.pid, d.secret).found.length > 0, 'the scan finds the secret in the core (the check can fail)');
+    assert.deepEqual(memoryHolds(front, d.secret).found, [], 'the webhook secret is in the front\'s memory');
   });
 
   test('a signed delivery passes through the front and is stored before its 202', async () => {
