@@ -23,6 +23,7 @@
 
 /* Webhook answer latency buckets, in seconds (from the request's last byte to its answer). */
 #define WEBHOOK_LATENCY_BUCKETS 10
+#define REJECTION_ADDRESSES     256 /* addresses whose refused deliveries are tracked */
 
 enum delivery_result {
     DELIVERY_STORED,
@@ -72,6 +73,13 @@ struct daemon {
         double latency_sum_s;
     } webhooks;
     struct log_throttle rejections_logged; /* webhook.rejected lines: anyone can cause them */
+    /* Per address: one webhook.rejected line per LOG_THROTTLE_WINDOW_MS, the rest counted
+     * and said in one line when its window has ended. */
+    struct rejection_window {
+        char address[48];
+        int64_t start_ms;
+        int64_t unlogged;
+    } rejection_windows[REJECTION_ADDRESSES];
 };
 
 /* Renders /metrics in the Prometheus text format (version 0.0.4). The caller frees. */

@@ -92,18 +92,70 @@ struct webhook_call {
     char labels[512]; /* the job's labels as received: why it matched no pool */
 };
 
-/* A refused delivery, counted always and logged within a bound: anyone can send them. */
+/* Says how many of an address's refused deliveries went unlogged in its window. */
+static void say_unlogged(struct rejection_window *w)
+{
+    if (w->unlogged)
+        log_warn("webhook.rejected_unlogged", "address=%s count=%lld window_s=%d", w->address,
+                 (long long)w->unlogged, LOG_THROTTLE_WINDOW_MS / 1000);
+    w->unlogged = 0;
+}
+
+/* Whether a refusal from `peer` ("ADDR:PORT" or "[ADDR]:PORT") is the first of its
+ * address's window, to be logged; the rest are counted, and said when the window has
+ * ended (at the next refusal from anyone). Windows that ended are said first. */
+static bool rejection_first_in_window(struct daemon *d, const char *peer, int64_t now_ms)
+{
+    char address[48];
+    const char *colon = strrchr(peer, ':');
+    size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
+    if (peer[0] == '[' && n >= 2) {
+        peer++;
+        n -= 2;
+    }
+    snprintf(address, sizeof(address), "%.*s", (int)(n < sizeof(address) ? n : sizeof(address) - 1),
+             peer);
+    struct rejection_window *mine = NULL, *oldest = &d->rejection_windows[0];
+    for (size_t i = 0; i < REJECTION_ADDRESSES; i++) {
+        struct rejection_window *w = &d->rejection_windows[i];
+        if (w->address[0] && now_ms - w->start_ms >= LOG_THROTTLE_WINDOW_MS)
+            say_unlogged(w);
+        if (w->address[0] && strcmp(w->address, address) == 0)
+            mine = w;
+        if (w->start_ms < oldest->start_ms)
+            oldest = w;
+    }
+    if (mine && now_ms - mine->start_ms < LOG_THROTTLE_WINDOW_MS) {
+        mine->unlogged++;
+        return false;
+    }
+    if (!mine) {
+        say_unlogged(oldest); /* its count is not lost with its place */
+        mine = oldest;
+        snprintf(mine->address, sizeof(mine->address), "%s", address);
+    }
+    mine->start_ms = now_ms;
+    mine->unlogged = 0;
+    return true;
+}
+
+/* A refused delivery, counted always and logged within two bounds, as anyone can send
+ * them: once per address per window (the rest counted in one line), and 10 lines in all
+ * per window (many addresses). */
 static void log_rejection(struct daemon *d, const char *peer, int status, const char *reason)
 {
     d->webhooks.by_result[status == 401   ? DELIVERY_UNAUTHORIZED
                           : status == 429 ? DELIVERY_THROTTLED
                                           : DELIVERY_REJECTED]++;
+    int64_t now = wall_clock_ms();
+    if (!rejection_first_in_window(d, peer, now))
+        return;
     int64_t suppressed;
-    bool pass = log_throttle_pass(&d->rejections_logged, wall_clock_ms(), &suppressed);
+    bool pass = log_throttle_pass(&d->rejections_logged, now, &suppressed);
     if (suppressed)
         log_warn("webhook.rejected_unlogged",
-                 "count=%lld window_s=%d reason=\"more refused deliveries than %d in %d s: "
-                 "counted in hatchery_webhook_deliveries_total, not logged\"",
+                 "count=%lld window_s=%d reason=\"more refused deliveries than %d in %d s, from "
+                 "as many addresses: counted in hatchery_webhook_deliveries_total, not logged\"",
                  (long long)suppressed, LOG_THROTTLE_WINDOW_MS / 1000, LOG_THROTTLE_LINES,
                  LOG_THROTTLE_WINDOW_MS / 1000);
     if (pass)
