@@ -56,7 +56,8 @@ static void on_releases(void *data, const struct github_response *res)
     else if (json_array_size(res->body) == 0)
         snprintf(why, sizeof(why), "GitHub listed no release");
     if (why[0]) {
-        /* An Enterprise Server has no actions/runner (404): said once, at info. */
+        /* An Enterprise Server has no actions/runner (404): not a fault, said at info and
+         * asked again at the usual interval. */
         if (res->err == -ENOENT)
             log_info("runner_releases.unavailable",
                      "reason=\"%s\" action=\"judging images by the runner floor alone\"", why);
