@@ -15,6 +15,7 @@
 #include <uv.h>
 
 #include "admin.h"
+#include "hatchery/admin_protocol.h"
 #include "log.h"
 
 static uv_loop_t loop;
@@ -22,12 +23,25 @@ static struct admin_server server;
 static char path[108];
 static int handled;
 
+/* What hatcheryd checks of a request before any handler (admin_protocol.h's table): the
+ * command, and that each key is one a form of it sends. The answer echoes the command. */
 static json_t *on_request(struct admin_server *s, json_t *request)
 {
     (void)s;
     handled++;
     json_t *cmd = json_object_get(request, "cmd");
-    return json_pack("{s:b, s:O?}", "ok", 1, "cmd", cmd);
+    enum admin_command command = admin_command_parse(json_string_value(cmd));
+    const char *key;
+    json_t *value;
+    int refused = 0;
+    json_object_foreach(request, key, value)
+    {
+        if (command < ADMIN_COMMAND_MAX && strcmp(key, ADMIN_KEY_CMD) != 0 &&
+            !admin_key_allowed(command, key))
+            refused++;
+    }
+    return json_pack("{s:b, s:O?, s:i}", "ok", command < ADMIN_COMMAND_MAX && !refused, "cmd", cmd,
+                     "refused_keys", refused);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

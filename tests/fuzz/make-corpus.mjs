@@ -61,7 +61,8 @@ if (target === 'webhook') {
   seed(example + '\nunknown_key: [1, {a: b}]\n');
   seed('pools: &a [*a]\n');
 } else if (target === 'admin') {
-  for (const r of [{ cmd: 'jobs', limit: 5 }, { cmd: 'runners', all: true }, { cmd: 'hosts' }, { cmd: 'capacity' }, { cmd: 'drain', host: 'p10-a' }, { cmd: 'logs', runner: 'hatchery-x-1' }, { cmd: 'reload' }]) {
+  for (const r of [{ cmd: 'jobs', limit: 5 }, { cmd: 'runners', all: true }, { cmd: 'hosts' }, { cmd: 'capacity' }, { cmd: 'drain', host: 'p10-a' }, { cmd: 'logs', runner: 'hatchery-x-1' }, { cmd: 'reload' },
+    { cmd: 'rotate', pool: 'linux.ppc64le' }, { cmd: 'runners', pol: 'x' }, { cmd: 'delete', runner: 'hatchery-x-2', force: true }]) {
     seed(JSON.stringify(r) + '\n');
   }
   seed('{"cmd":"jobs"');
