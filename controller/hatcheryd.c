@@ -379,10 +379,7 @@ static void check_pool_runners(struct daemon *d, const struct config *c)
         const struct config_pool *p = &c->pools[i];
         struct image_manifest m;
         struct runner_judgement j;
-        char why[256];
-        if (!pool_image_find_manifest(d, p, &m) ||
-            runner_releases_judge(d->runner_releases, m.runner_version, &j, why, sizeof(why)) < 0 ||
-            j.refused_at < 0)
+        if (!pool_image_find_manifest(d, p, &m) || !pool_image_runner_refused(d, &m, &j))
             continue;
         double days = difftime(j.refused_at, now) / 86400.0;
         char day[32];
@@ -418,7 +415,7 @@ static void on_runner_releases(void *data)
 static void pool_image_json(struct daemon *d, const struct config_pool *p, json_t *out)
 {
     char err[512];
-    json_t *on_hosts = json_array(), *remote_manifest = NULL, *remote_error = NULL;
+    json_t *on_hosts = json_array(), *remote_error = NULL;
     bool here = false;
     struct image_status st;
     for (size_t i = 0; i < d->config->n_hosts; i++) {
@@ -429,8 +426,6 @@ static void pool_image_json(struct daemon *d, const struct config_pool *p, json_
         here = here || st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED;
         if (st.state == IMAGE_READY) {
             json_object_set_new(row, "manifest", image_manifest_json(&st.manifest));
-            if (!remote_manifest)
-                remote_manifest = image_manifest_json(&st.manifest);
         } else if (st.reason[0]) {
             json_object_set_new(row, "reason", json_string(st.reason));
             snprintf(err, sizeof(err), "host %s: %s", host, st.reason);
@@ -440,28 +435,25 @@ static void pool_image_json(struct daemon *d, const struct config_pool *p, json_
         json_array_append_new(on_hosts, row);
     }
     json_object_set_new(out, "image_hosts", on_hosts);
-    /* As last seen on disk (image_cache.h): an image rebuilt since the start shows as it is. */
+    /* This machine's problem first (as last seen on disk, image_cache.h), else the first
+     * remote host's. */
     const struct image_cache_entry *e = here ? image_cache_get(d->images, p->image) : NULL;
-    if (e && e->manifest_rc == 0) {
-        json_object_set_new(out, "image_manifest", image_manifest_json(&e->manifest));
-        if (image_manifest_check(&e->manifest, (enum pool_arch)p->arch, err, sizeof(err)) < 0)
-            json_object_set_new(out, "image_error", json_string(err));
-    } else if (e) {
+    if (e && e->manifest_rc == 0 &&
+        image_manifest_check(&e->manifest, (enum pool_arch)p->arch, err, sizeof(err)) < 0)
+        json_object_set_new(out, "image_error", json_string(err));
+    else if (e && e->manifest_rc < 0)
         json_object_set_new(out, "image_error", json_string(e->err));
-    }
-    if (remote_manifest && !json_object_get(out, "image_manifest"))
-        json_object_set(out, "image_manifest", remote_manifest);
     if (remote_error && !json_object_get(out, "image_error"))
         json_object_set(out, "image_error", remote_error);
-    json_decref(remote_manifest);
     json_decref(remote_error);
-    /* When GitHub stops giving its runners jobs, by the floor and the releases fetched. */
+    /* The manifest (this machine's first), and when GitHub stops giving its runners jobs. */
     struct image_manifest m;
     struct runner_judgement j;
-    if (pool_image_find_manifest(d, p, &m) &&
-        runner_releases_judge(d->runner_releases, m.runner_version, &j, err, sizeof(err)) == 0 &&
-        j.refused_at >= 0)
-        json_object_set_new(out, "runner_refused_at", json_integer((json_int_t)j.refused_at));
+    if (pool_image_find_manifest(d, p, &m)) {
+        json_object_set_new(out, "image_manifest", image_manifest_json(&m));
+        if (pool_image_runner_refused(d, &m, &j))
+            json_object_set_new(out, "runner_refused_at", json_integer((json_int_t)j.refused_at));
+    }
 }
 
 static json_t *pool_json(struct daemon *d, const struct config_pool *p)

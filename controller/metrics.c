@@ -604,11 +604,7 @@ static void image_metrics(struct textbuf *b, struct daemon *d)
            "Absent while no rule refuses it.");
     for (size_t i = 0; manifests && known && i < d->config->n_pools; i++) {
         struct runner_judgement j;
-        char why[256];
-        if (known[i] &&
-            runner_releases_judge(d->runner_releases, manifests[i].runner_version, &j, why,
-                                  sizeof(why)) == 0 &&
-            j.refused_at >= 0)
+        if (known[i] && pool_image_runner_refused(d, &manifests[i], &j))
             textbuf_printf(b,
                            "hatchery_pool_image_runner_refused_timestamp_seconds{pool=\"%s\"} "
                            "%lld\n",

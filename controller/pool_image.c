@@ -3,6 +3,7 @@
 
 #include "image_cache.h"
 #include "provider.h"
+#include "runner_releases.h"
 
 bool pool_image_find_manifest(struct daemon *d, const struct config_pool *p,
                               struct image_manifest *ret)
@@ -28,4 +29,13 @@ bool pool_image_find_manifest(struct daemon *d, const struct config_pool *p,
         return true;
     }
     return remote;
+}
+
+bool pool_image_runner_refused(struct daemon *d, const struct image_manifest *m,
+                               struct runner_judgement *ret)
+{
+    char why[256];
+    return runner_releases_judge(d->runner_releases, m->runner_version, ret, why, sizeof(why)) ==
+               0 &&
+           ret->refused_at >= 0;
 }

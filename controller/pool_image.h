@@ -13,5 +13,10 @@
 /* True and the manifest when one is known for the VM pool `p`. */
 bool pool_image_find_manifest(struct daemon *d, const struct config_pool *p,
                               struct image_manifest *ret);
+/* True and GitHub's rules' judgement of the runner of manifest `m` (runner_version_judge,
+ * by the floor and the runner releases hatcheryd fetched) when a rule refuses it, from
+ * ret->refused_at on; false when none does, or its version is not a runner version. */
+bool pool_image_runner_refused(struct daemon *d, const struct image_manifest *m,
+                               struct runner_judgement *ret);
 
 #endif
