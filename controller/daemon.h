@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "address_window.h"
 #include "admin.h"
 #include "config.h"
 #include "log.h"
@@ -74,12 +75,8 @@ struct daemon {
     } webhooks;
     struct log_throttle rejections_logged; /* webhook.rejected lines: anyone can cause them */
     /* Per address: one webhook.rejected line per LOG_THROTTLE_WINDOW_MS, the rest counted
-     * and said in one line when its window has ended. */
-    struct rejection_window {
-        char address[48];
-        int64_t start_ms;
-        int64_t unlogged;
-    } rejection_windows[REJECTION_ADDRESSES];
+     * (`count`: unlogged) and said in one line when its window has ended. */
+    struct address_window rejection_windows[REJECTION_ADDRESSES];
 };
 
 /* Renders /metrics in the Prometheus text format (version 0.0.4). The caller frees. */

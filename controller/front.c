@@ -24,6 +24,7 @@
 #include "front_frame.h"
 #include "hatchery/limits.h"
 #include "log.h"
+#include "address_window.h"
 #include "wall_clock.h"
 #include "webhook.h"
 
@@ -52,13 +53,6 @@ struct pending {
     struct pending *next;
 };
 
-/* One address's bad signatures in its current window. */
-struct bad_signatures {
-    char address[48];
-    int64_t window_start_ms;
-    int64_t count;
-};
-
 struct front_process {
     uv_loop_t *loop;
     const struct config *config;
@@ -69,48 +63,19 @@ struct front_process {
     struct pending *pending, *pending_tail;
     uint32_t next_id;
     bool stopping;
-    struct bad_signatures *bad; /* [FRONT_BAD_SIGNATURE_ADDRESSES] */
+    struct address_window *bad; /* bad signatures: [FRONT_BAD_SIGNATURE_ADDRESSES] */
 };
-
-/* The address's entry: its own, else the one whose window is oldest (an ended window is
- * as good as empty). NULL when the table cannot be made. */
-static struct bad_signatures *bad_signatures_of(struct front_process *fp, const char *address,
-                                                int64_t now_ms)
-{
-    if (!fp->bad)
-        return NULL;
-    struct bad_signatures *oldest = &fp->bad[0];
-    for (size_t i = 0; i < FRONT_BAD_SIGNATURE_ADDRESSES; i++) {
-        struct bad_signatures *b = &fp->bad[i];
-        if (strcmp(b->address, address) == 0) {
-            if (now_ms - b->window_start_ms >= FRONT_BAD_SIGNATURE_WINDOW_MS) {
-                b->window_start_ms = now_ms;
-                b->count = 0;
-            }
-            return b;
-        }
-        if (b->window_start_ms < oldest->window_start_ms)
-            oldest = b;
-    }
-    snprintf(oldest->address, sizeof(oldest->address), "%s", address);
-    oldest->window_start_ms = now_ms;
-    oldest->count = 0;
-    return oldest;
-}
 
 /* Whether the address sent more bad signatures than it may in this window: then its
  * deliveries are refused before any HMAC work, until the window ends. */
 static bool bad_signatures_over(struct front_process *fp, const char *address, int64_t now_ms)
 {
     int64_t max = fp->config->http.max_bad_signatures_per_address;
-    if (!max || !fp->bad)
-        return false;
-    for (size_t i = 0; i < FRONT_BAD_SIGNATURE_ADDRESSES; i++) {
-        const struct bad_signatures *b = &fp->bad[i];
-        if (strcmp(b->address, address) == 0)
-            return now_ms - b->window_start_ms < FRONT_BAD_SIGNATURE_WINDOW_MS && b->count >= max;
-    }
-    return false;
+    const struct address_window *w =
+        max && fp->bad ? address_window_open(fp->bad, FRONT_BAD_SIGNATURE_ADDRESSES, address,
+                                             now_ms, FRONT_BAD_SIGNATURE_WINDOW_MS)
+                       : NULL;
+    return w && w->count >= max;
 }
 
 static void respond_error(struct http_conn *conn, int status, const char *reason)
@@ -281,11 +246,10 @@ static int front_process_frame(struct front_process *fp, const struct frame *f)
     if (!frame_field_long(&f->fields[0], 100, 599, &status))
         return -EPROTO;
     char *content_type = frame_field_dup(&f->fields[1]);
-    if (p->webhook && status == 401) {
-        struct bad_signatures *b = bad_signatures_of(fp, p->address, wall_clock_ms());
-        if (b)
-            b->count++;
-    }
+    if (p->webhook && status == 401 && fp->bad)
+        address_window_take(fp->bad, FRONT_BAD_SIGNATURE_ADDRESSES, p->address, wall_clock_ms(),
+                            FRONT_BAD_SIGNATURE_WINDOW_MS, NULL)
+            ->count++;
     *pp = p->next;
     if (fp->pending_tail == p)
         fp->pending_tail = prev;

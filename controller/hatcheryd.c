@@ -93,17 +93,16 @@ struct webhook_call {
 };
 
 /* Says how many of an address's refused deliveries went unlogged in its window. */
-static void say_unlogged(struct rejection_window *w)
+static void say_unlogged(const struct address_window *w)
 {
-    if (w->unlogged)
+    if (w->count)
         log_warn("webhook.rejected_unlogged", "address=%s count=%lld window_s=%d", w->address,
-                 (long long)w->unlogged, LOG_THROTTLE_WINDOW_MS / 1000);
-    w->unlogged = 0;
+                 (long long)w->count, LOG_THROTTLE_WINDOW_MS / 1000);
 }
 
 /* Whether a refusal from `peer` ("ADDR:PORT" or "[ADDR]:PORT") is the first of its
- * address's window, to be logged; the rest are counted, and said when the window has
- * ended (at the next refusal from anyone). Windows that ended are said first. */
+ * address's window, to be logged; the rest are counted (as unlogged), and said when the
+ * window has ended (at the next refusal from anyone). Windows that ended are said first. */
 static bool rejection_first_in_window(struct daemon *d, const char *peer, int64_t now_ms)
 {
     char address[48];
@@ -115,27 +114,23 @@ static bool rejection_first_in_window(struct daemon *d, const char *peer, int64_
     }
     snprintf(address, sizeof(address), "%.*s", (int)(n < sizeof(address) ? n : sizeof(address) - 1),
              peer);
-    struct rejection_window *mine = NULL, *oldest = &d->rejection_windows[0];
     for (size_t i = 0; i < REJECTION_ADDRESSES; i++) {
-        struct rejection_window *w = &d->rejection_windows[i];
-        if (w->address[0] && now_ms - w->start_ms >= LOG_THROTTLE_WINDOW_MS)
+        struct address_window *w = &d->rejection_windows[i];
+        if (w->address[0] && now_ms - w->start_ms >= LOG_THROTTLE_WINDOW_MS) {
             say_unlogged(w);
-        if (w->address[0] && strcmp(w->address, address) == 0)
-            mine = w;
-        if (w->start_ms < oldest->start_ms)
-            oldest = w;
+            w->count = 0;
+        }
     }
-    if (mine && now_ms - mine->start_ms < LOG_THROTTLE_WINDOW_MS) {
-        mine->unlogged++;
+    struct address_window *open = address_window_open(d->rejection_windows, REJECTION_ADDRESSES,
+                                                      address, now_ms, LOG_THROTTLE_WINDOW_MS);
+    if (open) {
+        open->count++;
         return false;
     }
-    if (!mine) {
-        say_unlogged(oldest); /* its count is not lost with its place */
-        mine = oldest;
-        snprintf(mine->address, sizeof(mine->address), "%s", address);
-    }
-    mine->start_ms = now_ms;
-    mine->unlogged = 0;
+    struct address_window before;
+    address_window_take(d->rejection_windows, REJECTION_ADDRESSES, address, now_ms,
+                        LOG_THROTTLE_WINDOW_MS, &before);
+    say_unlogged(&before); /* its count is not lost with its place */
     return true;
 }
 
