@@ -391,6 +391,17 @@ static int drop_to(const struct runner_user *u)
     return 0;
 }
 
+/* A home the root directory does not have (a container's /home is empty memory) is made,
+ * the user's own; one that cannot be made leaves the runner in / as before. */
+static void make_home(const struct runner_user *u)
+{
+    struct stat st;
+    if (!u->home[0] || stat(u->home, &st) == 0)
+        return;
+    if (mkdir(u->home, 0750) < 0 || chown(u->home, u->uid, u->gid) < 0)
+        say("cannot make %s's home %s: %s", u->name, u->home, strerror(errno));
+}
+
 struct runner {
     pid_t pid;
     double started_at;
@@ -1098,6 +1109,7 @@ int main(int argc, char **argv)
             return 1;
         }
         ss.user = &user_buf;
+        make_home(&user_buf);
     }
     if (start(&args) != 0)
         return 1;

@@ -234,6 +234,7 @@ static const struct key pool_keys[] = {
     INT_KEY(struct config_pool, surplus_idle_s, 0, 7 * 24 * 3600, 120),
     STRING_KEY(struct config_pool, github_scope, false, NULL),
     ENUM_KEY(struct config_pool, trusted, bool_names, false, 0),
+    NAME_KEY(struct config_pool, runner_user, false, "runner"),
     {.name = NULL},
 };
 
@@ -1002,13 +1003,27 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
             fail(l, line_node(p->line, &at), "pools[].start",
                  "container pool '%s' cannot start from a template (VM pools only)",
                  p->name ? p->name : "?");
-        /* A container shares the host's kernel, and its agent (PID 1) runs as root with
-         * the host's network: no place for a pull request's code (README: Security
+        /* A container has its own users and network, but shares the host's kernel: one
+         * kernel bug from the host, no place for a pull request's code (README: Security
          * model). The config must say that only trusted code goes there. */
         if (p->backend == BACKEND_CONTAINER && !p->trusted)
             fail(l, line_node(p->line, &at), "pools[].trusted",
                  "container pool '%s' is not isolated enough for untrusted jobs: set "
                  "`trusted: true` if only trusted workflows use its labels, or use a VM pool",
+                 p->name ? p->name : "?");
+        /* libvirt's LXC driver has no user-mode networking: without a network of its own a
+         * container would share the host's. */
+        if (p->backend == BACKEND_CONTAINER && p->network && strcmp(p->network, "user") == 0)
+            fail(l, line_node(p->line, &at), "pools[].network",
+                 "container pool '%s' has network 'user' (the default), which containers do "
+                 "not have: say `network: none` (loopback only) or name a libvirt network "
+                 "(`network: default`), whose guests hatcheryd keeps off the host",
+                 p->name ? p->name : "?");
+        if (p->backend == BACKEND_CONTAINER && p->runner_user &&
+            strcmp(p->runner_user, "root") == 0)
+            fail(l, line_node(p->line, &at), "pools[].runner_user",
+                 "container pool '%s' would run its runner as root: name an unprivileged "
+                 "account of its root directory",
                  p->name ? p->name : "?");
         if (!fits)
             fail(l, line_node(p->line, &at), "pools[].vcpus",

@@ -104,6 +104,7 @@ struct config_pool {
     int64_t surplus_idle_s; /* an idle runner beyond demand + min_idle goes after this */
     char *github_scope; /* a repo (owner/name) or org of github.runner_scopes; default the first */
     int64_t trusted;    /* 1: only trusted code runs here (required of container pools) */
+    char *runner_user;  /* containers: the account in the root the runner runs as */
     int line;
 };
 

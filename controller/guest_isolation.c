@@ -89,7 +89,7 @@ int guest_firewall_record_check(const char *path, char *why, size_t why_size)
 
 static bool named_network(const struct config_pool *pool)
 {
-    return pool->backend == BACKEND_VM && pool->network && strcmp(pool->network, "none") != 0 &&
+    return pool->network && strcmp(pool->network, "none") != 0 &&
            strcmp(pool->network, "user") != 0;
 }
 
@@ -105,11 +105,9 @@ enum guest_isolation_state guest_isolation_check(const struct config_host *host,
                                                  size_t why_size)
 {
     why[0] = '\0';
-    /* The test driver runs no guest; a container shares its host's network by design and is
-     * only for trusted pools (the config refuses it otherwise); no network, nothing to
-     * reach. */
-    if (strncmp(host->uri, "test:", 5) == 0 || pool->backend != BACKEND_VM || !pool->network ||
-        strcmp(pool->network, "none") == 0)
+    /* The test driver runs no guest; no network, nothing to reach. A container on a libvirt
+     * network takes the guest filter as a VM does (the config refuses `user` for one). */
+    if (strncmp(host->uri, "test:", 5) == 0 || !pool->network || strcmp(pool->network, "none") == 0)
         return GUEST_ISOLATION_NOT_NEEDED;
     if (host->guest_isolation == ISOLATION_UNCHECKED)
         return GUEST_ISOLATION_UNCHECKED;

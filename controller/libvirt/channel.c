@@ -292,7 +292,9 @@ static void on_container_connection(uv_stream_t *server, int status)
 
 int container_listen(struct guest *g)
 {
-    mkdir(g->channel_dir, 0700);
+    int r = container_socket_dir_make(g->channel_dir, domain_container_id_base(g->runner_id));
+    if (r < 0)
+        return r;
     char path[PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s/agent.sock", g->channel_dir);
     unlink(path);
@@ -301,7 +303,10 @@ int container_listen(struct guest *g)
         return -ENOMEM;
     uv_pipe_init(g->prov->loop, pipe, 0);
     pipe->data = g;
-    int r = uv_pipe_bind(pipe, path);
+    r = uv_pipe_bind(pipe, path);
+    /* Its directory keeps out all but the container's root, which is not the socket's owner. */
+    if (r == 0)
+        r = chmod(path, 0666) < 0 ? -errno : 0;
     if (r == 0)
         r = uv_listen((uv_stream_t *)pipe, 1, on_container_connection);
     if (r < 0) {

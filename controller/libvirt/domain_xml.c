@@ -48,6 +48,56 @@ static const char *machine_of(enum pool_arch arch)
     return "q35";
 }
 
+/* The guest's network interface: QEMU's user-mode networking, or a libvirt network with
+ * hatcheryd's guest filter. None with `network: none` (a container then has loopback only). */
+static int write_interface(xmlTextWriterPtr w, const struct domain_spec *s)
+{
+    bool lxc = s->backend == BACKEND_CONTAINER;
+    if (!s->network || strcmp(s->network, "none") == 0)
+        return 0;
+    W(start(w, "interface"));
+    bool user = strcmp(s->network, "user") == 0;
+    W(attr(w, "type", user ? "user" : "network"));
+    if (!user) {
+        W(start(w, "source"));
+        W(attr(w, "network", s->network));
+        W(end(w));
+    }
+    if (!lxc) {
+        W(start(w, "model"));
+        W(attr(w, "type", "virtio"));
+        W(end(w));
+    }
+    /* The guest's address is learnt from its DHCP lease, and until then libvirt lets
+     * nothing but DHCP through: with the default (any first packet) it would let all
+     * of IPv4 through meanwhile. */
+    if (!user && s->network_filter) {
+        W(start(w, "filterref"));
+        W(attr(w, "filter", s->network_filter));
+        W(start(w, "parameter"));
+        W(attr(w, "name", "CTRL_IP_LEARNING"));
+        W(attr(w, "value", "dhcp"));
+        W(end(w));
+        for (size_t i = 0; i < s->n_filter_host_ips; i++) {
+            W(start(w, "parameter"));
+            W(attr(w, "name", "HOST_IP"));
+            W(attr(w, "value", s->filter_host_ips[i]));
+            W(end(w));
+        }
+        W(end(w));
+    }
+    /* Without ipxe-qemu there is no option ROM to load. s390x's devices are CCW, not PCI:
+     * they have no ROM, and libvirt refuses the element there. */
+    if (!lxc && s->arch != ARCH_S390X) {
+        W(start(w, "rom"));
+        W(attr(w, "enabled", "no"));
+        W(end(w));
+    }
+    W(end(w));
+    return 0;
+fail:
+    return -1;
+}
 static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
 {
     W(start(w, "disk"));
@@ -68,45 +118,7 @@ static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
     W(end(w));
     W(end(w)); /* disk */
 
-    if (s->network && strcmp(s->network, "none") != 0) {
-        W(start(w, "interface"));
-        bool user = strcmp(s->network, "user") == 0;
-        W(attr(w, "type", user ? "user" : "network"));
-        if (!user) {
-            W(start(w, "source"));
-            W(attr(w, "network", s->network));
-            W(end(w));
-        }
-        W(start(w, "model"));
-        W(attr(w, "type", "virtio"));
-        W(end(w));
-        /* The guest's address is learnt from its DHCP lease, and until then libvirt lets
-         * nothing but DHCP through: with the default (any first packet) it would let all
-         * of IPv4 through meanwhile. */
-        if (!user && s->network_filter) {
-            W(start(w, "filterref"));
-            W(attr(w, "filter", s->network_filter));
-            W(start(w, "parameter"));
-            W(attr(w, "name", "CTRL_IP_LEARNING"));
-            W(attr(w, "value", "dhcp"));
-            W(end(w));
-            for (size_t i = 0; i < s->n_filter_host_ips; i++) {
-                W(start(w, "parameter"));
-                W(attr(w, "name", "HOST_IP"));
-                W(attr(w, "value", s->filter_host_ips[i]));
-                W(end(w));
-            }
-            W(end(w));
-        }
-        /* Without ipxe-qemu there is no option ROM to load. s390x's devices are CCW, not
-         * PCI: they have no ROM, and libvirt refuses the element there. */
-        if (s->arch != ARCH_S390X) {
-            W(start(w, "rom"));
-            W(attr(w, "enabled", "no"));
-            W(end(w));
-        }
-        W(end(w));
-    }
+    W(write_interface(w, s));
 
     /* The console goes to a per-runner log file, kept after teardown; on a remote host
      * to a pty that hatcheryd reads through a stream into that file. */
@@ -192,8 +204,57 @@ static int write_lxc_devices(xmlTextWriterPtr w, const struct domain_spec *s)
     W(attr(w, "dir", "/run/hatchery"));
     W(end(w));
     W(end(w));
+    W(write_interface(w, s));
     W(start(w, "console"));
     W(attr(w, "type", "pty"));
+    W(end(w));
+    return 0;
+fail:
+    return -1;
+}
+
+int64_t domain_container_id_base(int64_t runner_id)
+{
+    int64_t slot = runner_id % CONTAINER_ID_SLOTS;
+    return CONTAINER_ID_FIRST + (slot < 0 ? slot + CONTAINER_ID_SLOTS : slot) * CONTAINER_ID_COUNT;
+}
+
+/* What the agent (the container's PID 1, its root) needs: to make the runner's home and
+ * report directory its user's, to become that user, and to signal the runner. Nothing
+ * else: no CAP_SYS_ADMIN (mounts), no CAP_NET_ADMIN or CAP_NET_RAW, no CAP_SYS_PTRACE, and
+ * none of them regained through a setuid program of the root directory (the bounding set). */
+static const char *const container_capabilities[] = {"chown", "setuid", "setgid", "kill"};
+
+/* A user namespace of its own (idmap), a network namespace of its own (privnet: loopback,
+ * and the interface of its libvirt network if it has one), and only the capabilities
+ * above. */
+static int write_lxc_confinement(xmlTextWriterPtr w, const struct domain_spec *s)
+{
+    char base[32], count[32];
+    snprintf(base, sizeof(base), "%lld", (long long)domain_container_id_base(s->runner_id));
+    snprintf(count, sizeof(count), "%lld", (long long)CONTAINER_ID_COUNT);
+    W(start(w, "idmap"));
+    static const char *const ids[] = {"uid", "gid"};
+    for (size_t i = 0; i < 2; i++) {
+        W(start(w, ids[i]));
+        W(attr(w, "start", "0"));
+        W(attr(w, "target", base));
+        W(attr(w, "count", count));
+        W(end(w));
+    }
+    W(end(w));
+    W(start(w, "features"));
+    W(start(w, "privnet"));
+    W(end(w));
+    W(start(w, "capabilities"));
+    W(attr(w, "policy", "deny"));
+    for (size_t i = 0; i < sizeof(container_capabilities) / sizeof(container_capabilities[0]);
+         i++) {
+        W(start(w, container_capabilities[i]));
+        W(attr(w, "state", "on"));
+        W(end(w));
+    }
+    W(end(w));
     W(end(w));
     return 0;
 fail:
@@ -204,7 +265,7 @@ char *domain_xml_build(const struct domain_spec *s, char *err, size_t err_size)
 {
     bool lxc = s->backend == BACKEND_CONTAINER;
     if (!s->name || !s->controller_id ||
-        (lxc ? !s->root_dir || !s->channel_dir || !s->init
+        (lxc ? !s->root_dir || !s->channel_dir || !s->init || !s->runner_user
              : !s->storage_pool || !s->volume ||
                    (!s->streams && (!s->channel_path || !s->console_log)))) {
         snprintf(err, err_size, "domain spec is incomplete");
@@ -251,6 +312,8 @@ char *domain_xml_build(const struct domain_spec *s, char *err, size_t err_size)
         W(element(w, "init", s->init));
         W(element(w, "initarg", "--socket"));
         W(element(w, "initarg", AGENT_CONTAINER_SOCKET));
+        W(element(w, "initarg", "--user"));
+        W(element(w, "initarg", s->runner_user));
     } else {
         W(start(w, "type"));
         W(attr(w, "arch", pool_arch_names[s->arch]));
@@ -275,6 +338,8 @@ char *domain_xml_build(const struct domain_spec *s, char *err, size_t err_size)
         W(attr(w, "mode", "host-passthrough"));
         W(end(w));
     }
+    if (lxc)
+        W(write_lxc_confinement(w, s));
     /* A guest that powers off or crashes is gone: hatcheryd sees the event and cleans up. */
     W(element(w, "on_poweroff", "destroy"));
     W(element(w, "on_reboot", "destroy"));

@@ -46,7 +46,17 @@ struct domain_spec {
     const char *root_dir;    /* read-only root filesystem */
     const char *channel_dir; /* holds the controller's socket; mounted at /run/hatchery */
     const char *init;        /* the agent inside the container */
+    const char *runner_user; /* the account it runs the runner as */
 };
+
+/* A container runs in a user namespace: its uids and gids 0..65535 are the host's
+ * id_base..id_base+65535, a range of its own among CONTAINER_ID_SLOTS, chosen by its runner
+ * id, from CONTAINER_ID_FIRST (above systemd-nspawn's ranges, below its foreign range). Its
+ * root is no one on the host, and two containers share no uid. */
+#define CONTAINER_ID_FIRST INT64_C(0x70000000)
+#define CONTAINER_ID_COUNT INT64_C(65536)
+#define CONTAINER_ID_SLOTS INT64_C(1024)
+int64_t domain_container_id_base(int64_t runner_id);
 
 /* Returns the XML (caller frees) or NULL with a reason in `err`. */
 char *domain_xml_build(const struct domain_spec *spec, char *err, size_t err_size);

@@ -190,6 +190,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         .root_dir = pool->image,
         .channel_dir = g->channel_dir,
         .init = "/usr/bin/hatchery-agent",
+        .runner_user = pool->runner_user,
         .streams = h->streams,
     };
     if (!lxc) {
@@ -208,6 +209,9 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
             return;
         }
         virStorageVolFree(vol);
+    } else if (!container_paths_usable(pool->image, g->channel_dir, err, sizeof(err))) {
+        snprintf(g->error, sizeof(g->error), "%s", err);
+        return;
     }
     g->xml = domain_xml_build(&spec, err, sizeof(err));
     if (!g->xml) {
@@ -530,7 +534,7 @@ struct guest *guest_new(struct provisioner *p, struct host *h, const struct gues
     const char *state = p->state_dir;
     if (asprintf(&g->channel_path, "%s/channels/%s.sock", state, spec->name) < 0)
         g->channel_path = NULL;
-    if (asprintf(&g->channel_dir, "%s/channels/%s", state, spec->name) < 0)
+    if (asprintf(&g->channel_dir, "%s/containers/%s", state, spec->name) < 0)
         g->channel_dir = NULL;
     if (asprintf(&g->console_log, "%s/logs/%s.console.log", state, spec->name) < 0)
         g->console_log = NULL;
@@ -638,7 +642,18 @@ static void adopt_done(uv_work_t *w, int status)
     log_info("guest.adopting", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
              g->pool->name);
     if (g->pool->backend == BACKEND_CONTAINER) {
-        /* The agent reconnects to the socket it had, bound again here. */
+        /* The agent reconnects to the socket it had, bound again here: under channels/ for
+         * a container made before containers had user namespaces. */
+        char old[PATH_MAX];
+        struct stat st;
+        snprintf(old, sizeof(old), "%s/channels/%s", g->prov->state_dir, g->name);
+        if (stat(old, &st) == 0 && S_ISDIR(st.st_mode)) {
+            char *dir = strdup(old);
+            if (dir) {
+                free(g->channel_dir);
+                g->channel_dir = dir;
+            }
+        }
         int r = g->prov->channel.listen(g);
         if (r < 0) {
             guest_fail(g, "cannot listen for its agent: %s", uv_strerror(r));

@@ -305,6 +305,14 @@ void on_pipe_closed(uv_handle_t *handle);
 void metadata_runner_name(const char *md, char *out, size_t size);
 virDomainPtr runner_domain(virConnectPtr conn, const char *name);
 
+/* container.c: a container's files, seen from its user namespace (domain_xml.h's id base).
+ * Whether its root can reach `root_dir` (with the .oldroot libvirt enters it through) and
+ * the directory `socket_dir` is made in; false with the reason: */
+bool container_paths_usable(const char *root_dir, const char *socket_dir, char *why,
+                            size_t why_size);
+/* Makes `dir` (0700, kept if there) and opens it to the container's root alone: */
+int container_socket_dir_make(const char *dir, int64_t id_base);
+
 /* channel.c: its hooks (struct channel_hooks) */
 void channel_open(struct guest *g);
 int container_listen(struct guest *g);

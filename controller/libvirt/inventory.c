@@ -255,10 +255,14 @@ static void remove_done(uv_work_t *w, int status)
     char path[PATH_MAX + 300];
     snprintf(path, sizeof(path), "%s/channels/%s.sock", nw->prov->state_dir, nw->name);
     unlink(path);
-    snprintf(path, sizeof(path), "%s/channels/%s/agent.sock", nw->prov->state_dir, nw->name);
-    unlink(path);
-    snprintf(path, sizeof(path), "%s/channels/%s", nw->prov->state_dir, nw->name);
-    rmdir(path);
+    static const char *const socket_dirs[] = {"containers", "channels"};
+    for (size_t i = 0; i < sizeof(socket_dirs) / sizeof(socket_dirs[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s/%s/agent.sock", nw->prov->state_dir, socket_dirs[i],
+                 nw->name);
+        unlink(path);
+        snprintf(path, sizeof(path), "%s/%s/%s", nw->prov->state_dir, socket_dirs[i], nw->name);
+        rmdir(path);
+    }
     log_info("guest.removed", "guest=%s host=%s result=%s", nw->name, nw->host->cfg.name,
              nw->err ? "failed" : "ok");
     if (nw->done_cb)

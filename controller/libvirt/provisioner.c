@@ -42,6 +42,10 @@ int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct
     mkdir(path, 0700);
     snprintf(path, sizeof(path), "%s/logs", o->state_dir);
     mkdir(path, 0750);
+    /* Containers' socket directories: their roots, no one on this machine, pass through. */
+    snprintf(path, sizeof(path), "%s/containers", o->state_dir);
+    if (mkdir(path, 0711) == 0)
+        chmod(path, 0711);
     *ret = p;
     return 0;
 }

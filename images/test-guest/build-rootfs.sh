@@ -18,11 +18,15 @@ if [ -x "$out/usr/bin/hatchery-agent" ]; then echo "$out"; exit 0; fi
 rm -rf "$out.tmp"
 mkdir -p "$out.tmp"/{bin,usr/bin,proc,sys,dev,tmp,home,var/tmp,work,run/hatchery,etc}
 cp "$busybox" "$out.tmp/bin/busybox"
-for applet in sh sleep sed echo cat printf ls; do ln -s busybox "$out.tmp/bin/$applet"; done
+for applet in sh sleep sed echo cat printf ls id tr nc timeout grep mount kill ps head wc cut; do ln -s busybox "$out.tmp/bin/$applet"; done
 "$root/agent/build-static.sh" "$(uname -m)" "$out.tmp/usr/bin/hatchery-agent"
 cp "$here/fake-runner" "$out.tmp/usr/bin/fake-runner"
 chmod 755 "$out.tmp/usr/bin/"*
-echo 'root:x:0:0:root:/root:/bin/sh' > "$out.tmp/etc/passwd"
+printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'runner:x:1000:1000:runner:/home/runner:/bin/sh' > "$out.tmp/etc/passwd"
+printf '%s\n' 'root:x:0:' 'runner:x:1000:' > "$out.tmp/etc/group"
+# libvirt enters a container's root through ROOT/.oldroot, which the container's root (no
+# one on this machine, in its user namespace) cannot make.
+mkdir "$out.tmp/.oldroot"
 rm -rf "$out"
 mv "$out.tmp" "$out"
 echo "$out"

@@ -42,6 +42,7 @@ const d = new Daemon({
     arch: x86_64
     backend: container
     trusted: true
+    network: none
     github_scope: pytorch/pytorch
     image: ${process.env.ROOTFS}
     vcpus: 1

@@ -168,10 +168,36 @@ static void test_lxc(void **state)
         .vcpus = 2,
         .memory_mib = 4096,
         .root_dir = "/var/lib/hatchery/images/rootfs-ppc64le",
-        .channel_dir = "/var/lib/hatchery/channels/hatchery-p10-ci-43",
+        .channel_dir = "/var/lib/hatchery/containers/hatchery-p10-ci-43",
         .init = "/usr/bin/hatchery-agent",
+        .runner_user = "runner",
+        .network = "none",
     };
     check("lxc", &s);
+    /* Its own users: runner 43's slot of the id ranges, and none other's. */
+    char *xml = domain_xml_build(&s, (char[256]){0}, 256);
+    assert_non_null(xml);
+    assert_non_null(strstr(xml, "<uid start=\"0\" target=\"1881866240\" count=\"65536\"/>"));
+    assert_int_equal(domain_container_id_base(43), INT64_C(0x70000000) + 43 * 65536);
+    assert_int_equal(domain_container_id_base(1024 + 43), domain_container_id_base(43));
+    assert_true(domain_container_id_base(44) - domain_container_id_base(43) >= 65536);
+    /* Its own network, no mounts (CAP_SYS_ADMIN), no interface with `network: none`. */
+    assert_non_null(strstr(xml, "<privnet/>"));
+    assert_non_null(strstr(xml, "<capabilities policy=\"deny\">"));
+    assert_null(strstr(xml, "sys_admin"));
+    assert_null(strstr(xml, "<interface"));
+    assert_non_null(strstr(xml, "<initarg>--user</initarg>\n    <initarg>runner</initarg>"));
+    free(xml);
+    /* On a libvirt network: a veth there, with the guest filter, as a VM's. */
+    static const char *const host_ips[] = {"192.0.2.7"};
+    s.network = "default";
+    s.network_filter = "hatchery-guest-isolation";
+    s.filter_host_ips = host_ips;
+    s.n_filter_host_ips = 1;
+    check("lxc-network", &s);
+    /* No account to run the runner as: incomplete. */
+    s.runner_user = NULL;
+    assert_null(domain_xml_build(&s, (char[256]){0}, 256));
 }
 
 static void test_hostile_strings_are_escaped(void **state)

@@ -233,7 +233,8 @@ static const char *guest_host = "local";
 static int setup(void **state)
 {
     (void)state;
-    if (!mkdtemp(state_dir))
+    /* Others pass through, as through /var/lib/hatchery: a container's root is no one here. */
+    if (!mkdtemp(state_dir) || chmod(state_dir, 0711) < 0)
         return -1;
     uv_loop_init(&loop);
     if (libvirt_loop_register(&loop) < 0)
@@ -700,6 +701,8 @@ static struct config_pool lxc_pool(void)
         .memory_mib = 256,
         .max_runners = 2,
         .boot_timeout_s = 30,
+        .network = (char *)"none",
+        .runner_user = (char *)"runner",
     };
 }
 
@@ -842,6 +845,36 @@ static void test_lxc_container(void **state)
     virDomainPtr d = virDomainLookupByName(c, "hatchery-ptest-lxc");
     assert_null(d);
     virConnectClose(c);
+
+    /* A root libvirt cannot enter from a user namespace (no .oldroot) fails with the reason,
+     * and so does one its root cannot reach. */
+    char bare[] = "/tmp/hatchery-bare-root-XXXXXX";
+    assert_non_null(mkdtemp(bare));
+    chmod(bare, 0755);
+    pool.image = bare;
+    struct run bad = {.jit = "exit=0"};
+    spec = (struct guest_spec){.name = "hatchery-ptest-lxc-bare", .runner_id = 5, .pool = &pool};
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), "lxc", &spec, &events, &bad, &g), 0);
+    wait_for(&bad.failed, 30);
+    assert_true(bad.failed);
+    if (!strstr(bad.reason, "has no .oldroot directory"))
+        fail_msg("reason: %s", bad.reason);
+    wait_for(&bad.gone, 30);
+    chmod(bare, 0700);
+    char oldroot[sizeof(bare) + 16];
+    snprintf(oldroot, sizeof(oldroot), "%s/.oldroot", bare);
+    assert_int_equal(mkdir(oldroot, 0755), 0);
+    struct run hidden = {.jit = "exit=0"};
+    spec.name = "hatchery-ptest-lxc-hidden";
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), "lxc", &spec, &events, &hidden, &g), 0);
+    wait_for(&hidden.failed, 30);
+    if (!strstr(hidden.reason, "does not let others pass"))
+        fail_msg("reason: %s", hidden.reason);
+    wait_for(&hidden.gone, 30);
+    rmdir(oldroot);
+    rmdir(bare);
 }
 
 /* A host that stays away longer than down_grace_s: its guests are given up (failed, and

@@ -253,6 +253,18 @@ static void test_missing_and_cross_references(void **state)
     snprintf(text, sizeof(text), "%s    backend: container\n", variant(NULL, ""));
     expect_error(text, "pools[].trusted: container pool 'linux.ppc64le' is not isolated enough "
                        "for untrusted jobs");
+    /* A container has no user-mode networking: without a network of its own it would share
+     * the host's, so the default `user` is refused, and so is a runner run as root. */
+    snprintf(text, sizeof(text), "%s    backend: container\n    trusted: true\n",
+             variant(NULL, ""));
+    expect_error(text, "pools[].network: container pool 'linux.ppc64le' has network 'user' (the "
+                       "default), which containers do not have");
+    snprintf(text, sizeof(text),
+             "%s    backend: container\n    trusted: true\n    network: none\n"
+             "    runner_user: root\n",
+             variant(NULL, ""));
+    expect_error(text, "pools[].runner_user: container pool 'linux.ppc64le' would run its runner "
+                       "as root");
     /* Warm templates are for VM pools; `start` takes cold or template. */
     snprintf(text, sizeof(text),
              "%s    backend: container\n    trusted: true\n    start: template\n",
@@ -314,7 +326,8 @@ static void test_pool_scopes(void **state)
     snprintf(text, sizeof(text),
              "%s    github_scope: pytorch/pytorch\n"
              "  - {name: small, labels: [small], arch: ppc64le, backend: container, "
-             "trusted: true, image: /r, max_runners: 1, hosts: [p10-a], github_scope: pytorch}\n"
+             "trusted: true, network: none, image: /r, max_runners: 1, hosts: [p10-a], "
+             "github_scope: pytorch}\n"
              "%s",
              variant(NULL, ""), two_scopes);
     char *path = write_temp(text);

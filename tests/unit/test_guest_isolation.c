@@ -91,7 +91,9 @@ static void test_check_by_host_and_pool(void **state)
     struct config_pool user = {.name = "u", .backend = BACKEND_VM, .network = "user"};
     struct config_pool none = {.name = "n", .backend = BACKEND_VM, .network = "none"};
     struct config_pool bridged = {.name = "b", .backend = BACKEND_VM, .network = "br0"};
-    struct config_pool container = {.name = "c", .backend = BACKEND_CONTAINER, .network = "user"};
+    struct config_pool container = {.name = "c", .backend = BACKEND_CONTAINER, .network = "none"};
+    struct config_pool bridged_container = {
+        .name = "cb", .backend = BACKEND_CONTAINER, .network = "br0"};
     char why[512];
 
     assert_int_equal(guest_isolation_check(&local, &none, NULL, why, sizeof(why)),
@@ -108,6 +110,10 @@ static void test_check_by_host_and_pool(void **state)
     const char *no_filter = "nwfilter hatchery-guest-isolation cannot be defined: no driver";
     assert_int_equal(guest_isolation_check(&local, &bridged, no_filter, why, sizeof(why)),
                      GUEST_ISOLATION_MISSING);
+    /* A container on a libvirt network takes the filter as a VM does. */
+    assert_int_equal(guest_isolation_check(&local, &bridged_container, no_filter, why, sizeof(why)),
+                     GUEST_ISOLATION_MISSING);
+    assert_true(guest_isolation_filtered(&local, &bridged_container));
     assert_string_equal(why, "network 'br0': the guest filter is not in place: nwfilter "
                              "hatchery-guest-isolation cannot be defined: no driver");
     assert_int_equal(guest_isolation_check(&remote, &bridged, no_filter, why, sizeof(why)),

@@ -26,8 +26,12 @@ export async function freePort() {
   });
 }
 
+// Others may pass through (not list), as through /var/lib on a host: a container's root, no
+// one on this machine, reaches its socket directory under state_dir/containers.
 export function tempDir(prefix = 'hatchery-it-') {
-  return mkdtempSync(join(tmpdir(), prefix));
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  chmodSync(dir, 0o711);
+  return dir;
 }
 
 export const DEFAULT_POOLS = `pools:
