@@ -220,10 +220,12 @@ int64_t domain_container_id_base(int64_t runner_id)
 }
 
 /* What the agent (the container's PID 1, its root) needs: to make the runner's home and
- * report directory its user's, to become that user, and to signal the runner. Nothing
- * else: no CAP_SYS_ADMIN (mounts), no CAP_NET_ADMIN or CAP_NET_RAW, no CAP_SYS_PTRACE, and
- * none of them regained through a setuid program of the root directory (the bounding set). */
-static const char *const container_capabilities[] = {"chown", "setuid", "setgid", "kill"};
+ * report directory its user's, to read the job's report from that directory (private to
+ * the runner), to become that user, and to signal the runner. Nothing else: no CAP_SYS_ADMIN
+ * (mounts), no CAP_NET_ADMIN or CAP_NET_RAW, no CAP_SYS_PTRACE, and none of them regained through a
+ * setuid program of the root directory (the bounding set). */
+static const char *const container_capabilities[] = {"chown", "dac_read_search", "setuid", "setgid",
+                                                     "kill"};
 
 /* A user namespace of its own (idmap), a network namespace of its own (privnet: loopback,
  * and the interface of its libvirt network if it has one), and only the capabilities

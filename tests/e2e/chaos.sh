@@ -1,9 +1,0 @@
-#!/usr/bin/env bash
-# Runs the chaos test: the test libvirtd (for lxc:///), the LXC test root, Prism + double.
-set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-"$root/tests/libvirt/libvirtd.sh" start >/dev/null
-export ROOTFS
-ROOTFS=$("$root/images/test-guest/build-rootfs.sh")
-exec "$root/tests/github/with-prism.sh" node --test --test-reporter=spec "$here/chaos.test.mjs"
