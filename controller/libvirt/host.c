@@ -250,9 +250,10 @@ static void connect_work(uv_work_t *w)
     free(caps);
     memcpy(f->kvm, found.kvm, sizeof(f->kvm));
     f->qemu_uid = found.qemu_uid;
-    /* The guest filter, as this hatcheryd writes it, on every QEMU host: a guest on one of
-     * its libvirt networks starts only once it is there (guest_isolation.h). */
-    if (!h->lxc && !h->simulated) {
+    /* The guest filter, as this hatcheryd writes it, on every host: a guest (VM or
+     * container) on one of its libvirt networks starts only once it is there
+     * (guest_isolation.h). */
+    if (!h->simulated) {
         f->filter_tried = true;
         guest_filter_host_addresses(f->conn, h->local_files, &f->filter_host);
         if (guest_filter_ensure(f->conn, true, f->filter_error, sizeof(f->filter_error)) >= 0)

@@ -210,7 +210,11 @@ describe('end to end on real guests', () => {
   test('without the guest firewall no networked guest starts; with it a hostile job reaches the internet, and nothing of its host', async () => {
     const { targets, loPort, egress, guarded: want, close } = await isolationTargets(d.port);
     try {
-      await fetch(`${api}/__double/jit`, { method: 'POST', body: `probe=${targets.join('+')} exit=0` });
+      // Beside the network, what the job sees of its host, as e2e.containers asks in a
+      // container: a file of the host's anyone there may read, and the host's processes.
+      const hostFile = join(d.dir, 'host-file');
+      writeFileSync(hostFile, 'the host\n', { mode: 0o644 });
+      await fetch(`${api}/__double/jit`, { method: 'POST', body: `inspect=1 hostfile=${hostFile} probe=${targets.join('+')} exit=0` });
       // No firewall: the job waits, with the reason, and the host shows it.
       assert.equal(spawnSync(firewall, ['remove', '--group', QEMU_GID]).status, 0);
       const before = new Set(runners().map((r) => r.name));
@@ -239,8 +243,15 @@ describe('end to end on real guests', () => {
       const logs = d.cli('logs', runner.name);
       const report = /hatchery: job report: (\{.*\})/.exec(logs.stdout);
       assert.ok(report, `no report in ${runner.name}'s log:\n${logs.stdout.slice(-2000)}`);
-      const guarded = JSON.parse(report[1]).probes;
+      const seen = JSON.parse(report[1]);
+      const guarded = seen.probes;
       assert.deepEqual(guarded, want);
+      // A kernel of its own: none of the host's processes, files or interfaces.
+      assert.equal(seen.host_processes, 'none');
+      assert.equal(seen.host_file, 'unreadable');
+      assert.equal(seen.agents, '1');
+      assert.ok(!seen.interfaces.split(' ').includes('hegress0'), `interfaces: ${seen.interfaces}`);
+      console.log(`from inside a VM (the test guest, its runner as root): ${JSON.stringify(seen)}`);
       assert.equal(guarded[egress.target], 'open');
       assert.notEqual(guarded[`10.0.2.2:${loPort}`], 'open');
       console.log(`isolation probes with guest-firewall.sh: ${JSON.stringify(guarded)}`);
@@ -344,8 +355,10 @@ describe('end to end on real guests', () => {
   });
 
   test('libvirtd restarted mid-run: a guest that kept running goes on, one that died meanwhile is failed and replaced', async () => {
-    // Runners that outlive the restart: the stand-in runner waits 40 s before exiting.
-    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=40 exit=0' });
+    // Runners that outlive the restart: the stand-in runner waits 90 s before exiting (40 s
+    // was seen to run out once, at 53 s from the keeper's start to its check, with the
+    // warm s390x replacement booting on a loaded machine).
+    await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=90 exit=0' });
     const before = new Set(runners().map((r) => r.name));
     const id = nextJob++;
     assert.equal((await d.post('workflow_job', payload('queued', id, 'linux.ppc64le'))).status, 202);
