@@ -30,7 +30,7 @@ packages=(
   procps
   # tests (zsh and fish: the CLI's completion in each shell)
   zsh fish sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
-  # benchmarks
+  # benchmarks (nginx also the TLS and HTTP/2 front of GitHub's double in e2e.release_memory)
   wrk nginx-light
 )
 
