@@ -638,13 +638,16 @@ static void test_guests_through_streams(void **state)
 
 /* A guest outlives its provisioner (hatcheryd restarted): a new provisioner adopts it on
  * a stream host (the channel reopened through libvirt, forced past the dead one's), and
- * its agent resumes, with the runner still running, then reports its exit. */
+ * its agent resumes, with the runner still running, then reports its exit. The adopted
+ * guest's identity is kept from its resumed message: a clone of it (a guest with its
+ * machine-id) booted meanwhile gets no config. */
 static void test_adoption_through_streams(void **state)
 {
     (void)state;
     guest_host = "streamed";
     struct config_pool pool = real_pool("ppc64le");
-    struct run first = {.jit = "sleep=12 exit=0 jit-secret-7d3f1a"};
+    pool.cmdline = (char *)"console=hvc0 quiet hatchery.test=twin";
+    struct run first = {.jit = "sleep=30 exit=0 jit-secret-7d3f1a"};
     struct guest *g = NULL;
     struct guest_spec spec = {.name = "hatchery-ptest-adopt-0", .runner_id = 7, .pool = &pool};
     assert_int_equal(
@@ -677,10 +680,21 @@ static void test_adoption_through_streams(void **state)
     assert_int_equal(second.resumed_as.state, AGENT_RESUMED_RUNNING);
     assert_true(second.resumed_as.pid > 0);
     assert_string_equal(second.resumed_as.runner_name, "hatchery-ptest-adopt-0");
+    struct run twin = {.jit = "exit=0 jit-secret-7d3f1a"};
+    struct guest_spec twin_spec = {
+        .name = "hatchery-ptest-adopt-twin", .runner_id = 8, .pool = &pool};
+    assert_int_equal(provider_guest_create(provisioner_provider(prov), guest_host, &twin_spec,
+                                           &events, &twin, &g),
+                     0);
+    wait_for(&twin.gone, 120);
+    assert_true(twin.failed);
+    assert_false(twin.started);
+    if (!strstr(twin.reason, "a clone of live guest hatchery-ptest-adopt-0: the same machine-id"))
+        fail_msg("the adopted guest's twin: reason '%s'", twin.reason);
     wait_for(&second.exited, 120);
     assert_true(second.exited);
     assert_int_equal(second.exit.code, 0);
-    assert_true(second.exit.duration_s >= 12);
+    assert_true(second.exit.duration_s >= 30);
     wait_for(&second.gone, 60);
     assert_true(second.gone);
     assert_false(second.failed);
