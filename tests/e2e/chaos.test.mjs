@@ -19,6 +19,7 @@ import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
+import { containerPool, lxcHost } from './containers.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const JOBS = Number(process.env.CHAOS_JOBS ?? 500);
@@ -30,28 +31,8 @@ const DROP = 0.3;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const d = new Daemon({
-  hostsExtra: `  - name: lxc
-    uri: lxc:///
-    vcpus: 16
-    memory_mib: 16384
-    max_guests: 12
-`,
-  pools: `pools:
-  - name: chaos
-    labels: [chaos]
-    arch: x86_64
-    backend: container
-    trusted: true
-    network: none
-    github_scope: pytorch/pytorch
-    image: ${process.env.ROOTFS}
-    vcpus: 1
-    memory_mib: 256
-    max_runners: ${MAX}
-    boot_timeout_s: 30
-    runner_command: [/usr/bin/fake-runner]
-    hosts: [lxc]
-`,
+  hostsExtra: lxcHost({ vcpus: 16, guests: 12 }),
+  pools: containerPool('chaos', { max: MAX }),
   extra: githubConfig({ reconcileIntervalS: 2, runnerGroupId: 3 }),
 });
 

@@ -11,32 +11,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
+import { containerPool, lxcHost } from './containers.mjs';
 import { isolationTargets } from './isolation.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const d = new Daemon({
-  hostsExtra: `  - name: lxc
-    uri: lxc:///
-    vcpus: 4
-    memory_mib: 4096
-    max_guests: 4
-`,
-  pools: `pools:
-  - name: ct
-    labels: [ct]
-    arch: x86_64
-    backend: container
-    trusted: true
-    network: none
-    github_scope: pytorch/pytorch
-    image: ${process.env.ROOTFS}
-    vcpus: 1
-    memory_mib: 256
-    max_runners: 2
-    boot_timeout_s: 30
-    runner_command: [/usr/bin/fake-runner]
-    hosts: [lxc]
-`,
+  hostsExtra: lxcHost({ vcpus: 4, guests: 4 }),
+  pools: containerPool('ct', { max: 2 }),
   extra: githubConfig({ reconcileIntervalS: 5, runnerGroupId: 3 }),
 });
 

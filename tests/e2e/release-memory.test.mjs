@@ -11,6 +11,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { Daemon, freePort, githubConfig, memoryHolds, workflowJob } from '../integration/lib/daemon.mjs';
+import { containerPool, lxcHost } from './containers.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const tls = process.env.TLS_DIR;
@@ -55,28 +56,8 @@ for (const [proto, key] of [['HTTP/2.0', 'h2'], ['HTTP/1.1', 'h1']]) {
   test(`the JIT config is wiped from a release build's memory after its job, GitHub over TLS and ${proto}`, async () => {
     const url = `https://127.0.0.1:${ports[key]}`;
     const d = new Daemon({
-      hostsExtra: `  - name: lxc
-    uri: lxc:///
-    vcpus: 2
-    memory_mib: 2048
-    max_guests: 2
-`,
-      pools: `pools:
-  - name: ct
-    labels: [ct]
-    arch: x86_64
-    backend: container
-    trusted: true
-    network: none
-    github_scope: pytorch/pytorch
-    image: ${process.env.ROOTFS}
-    vcpus: 1
-    memory_mib: 256
-    max_runners: 1
-    boot_timeout_s: 30
-    runner_command: [/usr/bin/fake-runner]
-    hosts: [lxc]
-`,
+      hostsExtra: lxcHost({ vcpus: 2, guests: 2 }),
+      pools: containerPool('ct', { max: 1 }),
       extra: githubConfig({ reconcileIntervalS: 5, runnerGroupId: 3 })
         .replace(`api_url: ${api}\n`, `api_url: ${url}\n  ca_file: ${tls}/ca.pem\n`),
     });
