@@ -98,6 +98,7 @@ static int write_interface(xmlTextWriterPtr w, const struct domain_spec *s)
 fail:
     return -1;
 }
+
 static int write_vm_devices(xmlTextWriterPtr w, const struct domain_spec *s)
 {
     W(start(w, "disk"));
