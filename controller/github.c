@@ -31,6 +31,12 @@ const char *const github_auth_mode_names[GITHUB_AUTH_MODE_MAX] = {
 /* Refresh an installation token this long before GitHub says it expires. */
 #define TOKEN_REFRESH_MARGIN_S 300
 #define BACKOFF_BASE_MS        250
+/* At most this many requests are handed to curl at once (twice its connections to one
+ * host); the rest wait their turn, in order, with no handle. GitHub asks integrators not to
+ * send many requests at once (its secondary rate limits), and a request handed to curl
+ * costs a handle and a 16 KiB receive buffer: 10,000 queued jobs asking for their JIT
+ * configs together held about 60 MiB of them, which the heap kept after. */
+#define MAX_CALLS_SENDING 16
 
 enum call_auth {
     CALL_AUTH_TOKEN, /* installation token or configured token */
@@ -57,6 +63,8 @@ struct call {
     void *data;
     struct call *prev, *next;  /* client->calls: everything alive */
     struct call *next_waiting; /* client->token_waiters */
+    bool queued;               /* in client->queue: waits for one of the sending slots */
+    struct call *queue_prev, *queue_next;
 };
 
 struct poll_ctx {
@@ -88,6 +96,9 @@ struct github_client {
     long max_backoff_ms;
     int64_t paused_until_ms; /* rate limited: nothing new goes out before this */
     struct call *calls;
+    int sending; /* calls holding a curl handle: at most MAX_CALLS_SENDING */
+    struct call *queue_head, *queue_tail;
+    int queued;
     struct github_stats stats;
     char last_error[256];
     int64_t last_error_at;
@@ -278,6 +289,48 @@ static void slist_wipe_free(struct curl_slist *list)
     curl_slist_free_all(list);
 }
 
+/* Its handle goes back to curl, and with it its sending slot. */
+static void call_drop_easy(struct call *call)
+{
+    struct github_client *c = call->client;
+    if (!call->easy)
+        return;
+    curl_multi_remove_handle(c->multi, call->easy);
+    curl_easy_cleanup(call->easy);
+    call->easy = NULL;
+    slist_wipe_free(call->headers);
+    call->headers = NULL;
+    c->sending--;
+}
+
+static void queue_remove(struct call *call)
+{
+    struct github_client *c = call->client;
+    if (!call->queued)
+        return;
+    if (call->queue_prev)
+        call->queue_prev->queue_next = call->queue_next;
+    else
+        c->queue_head = call->queue_next;
+    if (call->queue_next)
+        call->queue_next->queue_prev = call->queue_prev;
+    else
+        c->queue_tail = call->queue_prev;
+    call->queued = false;
+    call->queue_prev = call->queue_next = NULL;
+    c->queued--;
+}
+
+/* The calls waiting for a slot take the free ones, first come first served. */
+static void send_queued(struct github_client *c)
+{
+    while (c->queue_head && c->sending < MAX_CALLS_SENDING && !c->closing) {
+        struct call *call = c->queue_head;
+        queue_remove(call);
+        call_send(call);
+    }
+}
+
 static void call_free(struct call *call)
 {
     struct github_client *c = call->client;
@@ -287,10 +340,9 @@ static void call_free(struct call *call)
         c->calls = call->next;
     if (call->next)
         call->next->prev = call->prev;
-    if (call->easy) {
-        curl_multi_remove_handle(c->multi, call->easy);
-        curl_easy_cleanup(call->easy);
-    }
+    queue_remove(call);
+    bool had_slot = call->easy != NULL;
+    call_drop_easy(call);
     slist_wipe_free(call->headers);
     secret_reveal_free(call->auth_header);
     textbuf_free(&call->response); /* wiped: it may hold a token or a JIT config */
@@ -300,6 +352,8 @@ static void call_free(struct call *call)
         uv_close((uv_handle_t *)&call->timer, on_call_timer_closed);
     else
         free(call);
+    if (had_slot)
+        send_queued(c);
 }
 
 static const char *header_value(CURL *easy, const char *name)
@@ -343,8 +397,13 @@ static void on_call_timer(uv_timer_t *timer)
     call_send(timer->data);
 }
 
+/* A call waiting out a backoff or a rate limit holds no slot meanwhile. */
 static void call_wait(struct call *call, long ms)
 {
+    bool had_slot = call->easy != NULL;
+    call_drop_easy(call);
+    if (had_slot)
+        send_queued(call->client);
     if (!call->timer_open) {
         uv_timer_init(call->client->loop, &call->timer);
         call->timer.data = call;
@@ -397,6 +456,7 @@ static int build_easy(struct call *call)
     if (!e)
         return -ENOMEM;
     call->easy = e;
+    c->sending++; /* until call_drop_easy */
     curl_easy_setopt(e, CURLOPT_URL, call->url);
     curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, call->method);
     curl_easy_setopt(e, CURLOPT_PRIVATE, call);
@@ -460,6 +520,12 @@ static void call_send(struct call *call)
     struct github_client *c = call->client;
     if (c->closing)
         return;
+    /* An earlier attempt's handle goes first: a call waiting for a token or its turn must
+     * not hold a slot the token's own request needs. */
+    if (call->easy) {
+        call_drop_easy(call);
+        send_queued(c);
+    }
     int64_t now = wall_clock_ms();
     if (c->paused_until_ms > now) {
         call_wait(call, (long)(c->paused_until_ms - now));
@@ -471,12 +537,16 @@ static void call_send(struct call *call)
         fetch_token(c);
         return;
     }
-    if (call->easy) {
-        curl_multi_remove_handle(c->multi, call->easy);
-        curl_easy_cleanup(call->easy);
-        call->easy = NULL;
-        slist_wipe_free(call->headers);
-        call->headers = NULL;
+    if (c->sending >= MAX_CALLS_SENDING) {
+        call->queued = true;
+        call->queue_prev = c->queue_tail;
+        if (c->queue_tail)
+            c->queue_tail->queue_next = call;
+        else
+            c->queue_head = call;
+        c->queue_tail = call;
+        c->queued++;
+        return;
     }
     textbuf_free(&call->response);
     call->too_large = false;
@@ -1031,4 +1101,6 @@ json_t *github_client_status(const struct github_client *c)
 void github_client_stats(const struct github_client *c, struct github_stats *ret)
 {
     *ret = c->stats;
+    ret->sending = c->sending;
+    ret->queued = c->queued;
 }

@@ -114,6 +114,8 @@ struct github_stats {
     uint64_t rate_limited;
     int64_t ratelimit_remaining; /* -1: not seen yet */
     int64_t ratelimit_reset;     /* Unix time; 0: not seen */
+    int sending;                 /* requests handed to curl now (at most 16) */
+    int queued;                  /* requests waiting their turn behind them */
 };
 void github_client_stats(const struct github_client *client, struct github_stats *ret);
 

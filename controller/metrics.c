@@ -353,6 +353,10 @@ static void github_metrics(struct textbuf *b, struct daemon *d)
                 gs.auth_failures);
         counter(b, "hatchery_github_rate_limited_total",
                 "Answers that made the client wait for a rate limit.", gs.rate_limited);
+        gauge(b, "hatchery_github_requests_sending",
+              "Requests handed to curl now (at most 16 at once).", gs.sending);
+        gauge(b, "hatchery_github_requests_queued",
+              "Requests waiting their turn behind the ones being sent.", gs.queued);
         if (gs.ratelimit_remaining >= 0)
             gauge(b, "hatchery_github_ratelimit_remaining",
                   "Requests left in GitHub's rate-limit window (X-RateLimit-Remaining).",

@@ -16,7 +16,12 @@
  *                                  a production image (e2e.production_image's): its build time
  *                                  and file size, then create to hello cold beside
  *                                  restore to hello from the template, alternating, as a
- *                                  ratio (goal <= 0.2). */
+ *                                  ratio (goal <= 0.2).
+ *   provision_bench footprint JOBS HOSTS  the memory libvirt's test driver itself holds for
+ *                                  JOBS running domains and their volumes over HOSTS private
+ *                                  test:/// instances in this process, as scale_bench.sh
+ *                                  makes hatcheryd hold them: the part of hatcheryd's RSS
+ *                                  that is libvirt's, not Hatchery's. Prints its RSS in KiB. */
 #define _GNU_SOURCE /* memmem */
 #include <fcntl.h>
 #include <limits.h>
@@ -491,6 +496,89 @@ static int template(const char *arch_name, const char *dir)
     return 0;
 }
 
+static long rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* The host file scale_bench.sh writes (its node XML), so both measure the same driver. */
+static const char node_xml[] =
+    "<node><cpu><nodes>1</nodes><sockets>1</sockets><cores>64</cores><threads>1</threads>"
+    "<active>64</active><mhz>4000</mhz><model>host</model></cpu><memory>4294967296</memory>"
+    "<pool type='dir'><name>default-pool</name><capacity unit='bytes'>1099511627776</capacity>"
+    "<allocation unit='bytes'>0</allocation><available unit='bytes'>1099511627776</available>"
+    "<target><path>/default-pool</path></target></pool></node>";
+
+static int footprint(int jobs, int hosts)
+{
+    if (jobs < 1 || hosts < 1)
+        return 2;
+    char path[PATH_MAX], uri[PATH_MAX + 8], name[64], vol[80], err[256], vxml[512];
+    snprintf(path, sizeof(path), "%s/node.xml", state_dir);
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(node_xml, f) < 0 || fclose(f) != 0)
+        return 1;
+    snprintf(uri, sizeof(uri), "test://%s", path);
+    long before = rss_kib();
+    virConnectPtr *conns = calloc((size_t)hosts, sizeof(*conns));
+    for (int h = 0; h < hosts; h++)
+        if (!(conns[h] = virConnectOpen(uri)))
+            return 1;
+    for (int i = 0; i < jobs; i++) {
+        virConnectPtr c = conns[i % hosts];
+        snprintf(name, sizeof(name), "hatchery-scale-%d", i);
+        snprintf(vol, sizeof(vol), "%s.qcow2", name);
+        snprintf(vxml, sizeof(vxml),
+                 "<volume><name>%s</name><capacity unit='MiB'>64</capacity><target><format "
+                 "type='qcow2'/></target><backingStore><path>/default-pool/base.qcow2</path>"
+                 "<format type='qcow2'/></backingStore></volume>",
+                 vol);
+        char chan[PATH_MAX], console[PATH_MAX];
+        snprintf(chan, sizeof(chan), "%s/channels/%s/agent.sock", state_dir, name);
+        snprintf(console, sizeof(console), "%s/consoles/%s.log", state_dir, name);
+        struct domain_spec spec = {.name = name,
+                                   .controller_id = "scale",
+                                   .pool = "scale",
+                                   .arch = ARCH_S390X,
+                                   .backend = BACKEND_VM,
+                                   .vcpus = 1,
+                                   .memory_mib = 64,
+                                   .storage_pool = "default-pool",
+                                   .volume = vol,
+                                   .network = "none",
+                                   .runner_id = i + 1,
+                                   .channel_path = chan,
+                                   .console_log = console};
+        virStoragePoolPtr sp = virStoragePoolLookupByName(c, "default-pool");
+        virStorageVolPtr v = sp ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
+        char *xml = domain_xml_build(&spec, err, sizeof(err));
+        virDomainPtr d = xml ? virDomainCreateXML(c, xml, 0) : NULL;
+        free(xml);
+        if (!d || !v) {
+            fprintf(stderr, "footprint: domain %d failed\n", i);
+            return 1;
+        }
+        virDomainFree(d);
+        virStorageVolFree(v);
+        virStoragePoolFree(sp);
+    }
+    printf("libvirt test driver, %d running domains and volumes over %d hosts: %ld KiB\n", jobs,
+           hosts, rss_kib() - before);
+    for (int h = 0; h < hosts; h++)
+        virConnectClose(conns[h]);
+    free(conns);
+    unlink(path);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     /* QEMU running as another user (libvirt-qemu, on a stock host) must pass through to
@@ -507,7 +595,9 @@ int main(int argc, char **argv)
         return boot(argv[2], argv[3]);
     if (argc >= 4 && strcmp(argv[1], "template") == 0)
         return template(argv[2], argv[3]);
-    fprintf(stderr,
-            "usage: provision_bench overhead [N] | boot|template ppc64le|s390x GUEST_DIR\n");
+    if (argc >= 4 && strcmp(argv[1], "footprint") == 0)
+        return footprint((int)strtol(argv[2], NULL, 10), (int)strtol(argv[3], NULL, 10));
+    fprintf(stderr, "usage: provision_bench overhead [N] | boot|template ppc64le|s390x GUEST_DIR "
+                    "| footprint JOBS HOSTS\n");
     return 2;
 }

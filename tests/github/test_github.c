@@ -398,6 +398,46 @@ static void test_5xx_is_retried_then_fails_clearly(void **state)
     client_done(c);
 }
 
+/* Many calls at once: 16 go to curl, the rest wait their turn without a handle, and all
+ * are answered; then with every token revoked, the calls holding the slots get 401s and
+ * wait for a new token without holding them, so the token's own request gets one. */
+#define MANY_CALLS 60
+static void test_many_calls_take_turns(void **state)
+{
+    (void)state;
+    struct github_client *c = client();
+    struct result r[MANY_CALLS];
+    for (int round = 0; round < 2; round++) {
+        fault("[{\"method\":\"GET\",\"path\":\"/runners/23\",\"delay_ms\":100,"
+              "\"times\":1000}]");
+        memset(r, 0, sizeof(r));
+        for (int i = 0; i < MANY_CALLS; i++)
+            assert_int_equal(github_runner_get(c, &repo_scope, 23, on_json, &r[i]), 0);
+        /* Round 0: the token is fetched first. Once the calls go out, 16 hold handles. */
+        struct github_stats st;
+        for (github_client_stats(c, &st); st.sending < 16 && !r[0].done;
+             github_client_stats(c, &st))
+            uv_run(&loop, UV_RUN_ONCE);
+        assert_int_equal(st.sending, 16);
+        assert_true(st.queued >= MANY_CALLS - 16 - 1);
+        for (int i = 0; i < MANY_CALLS; i++) {
+            wait_for(&r[i]);
+            assert_int_equal(r[i].err, 0);
+            json_decref(r[i].body);
+        }
+        github_client_stats(c, &st);
+        assert_int_equal(st.sending, 0);
+        assert_int_equal(st.queued, 0);
+        json_decref(control("POST", "/__double/revoke", NULL));
+    }
+    /* In round 1, only the calls holding a slot went out with the revoked token: at most
+     * 16 were sent twice (without the turns, all 60 were handed to curl with it). */
+    int sent = count_requests("GET", "/runners/23");
+    assert_in_range(sent, MANY_CALLS * 2 + 1, MANY_CALLS * 2 + 16);
+    client_done(c);
+    assert_no_violations();
+}
+
 static void test_reset_and_timeout_are_retried(void **state)
 {
     (void)state;
@@ -698,6 +738,7 @@ int main(void)
         cmocka_unit_test_setup(test_every_operation_passes_prism, reset_double),
         cmocka_unit_test_setup(test_5xx_is_retried_then_fails_clearly, reset_double),
         cmocka_unit_test_setup(test_reset_and_timeout_are_retried, reset_double),
+        cmocka_unit_test_setup(test_many_calls_take_turns, reset_double),
         cmocka_unit_test_setup(test_rate_limits_are_waited_out, reset_double),
         cmocka_unit_test_setup(test_401_refreshes_once_then_fails_loudly, reset_double),
         cmocka_unit_test_setup(test_expiring_token_is_refreshed_before_use, reset_double),
