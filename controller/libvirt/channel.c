@@ -339,7 +339,7 @@ static void streams_on(struct guest *g, virConnectPtr conn)
 {
     virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
     if (!dom) {
-        snprintf(g->error, sizeof(g->error), "the domain is gone: %s", libvirt_error());
+        guest_error_set(g, "the domain is gone: %s", libvirt_error());
         return;
     }
     /* The console first: it carries the boot, and losing it costs only the log. */
@@ -355,8 +355,7 @@ static void streams_on(struct guest *g, virConnectPtr conn)
     if (channel && virDomainOpenChannel(dom, AGENT_CHANNEL_NAME, channel, flags) == 0) {
         g->opened_channel = channel;
     } else {
-        snprintf(g->error, sizeof(g->error), "cannot open the agent channel through libvirt: %s",
-                 libvirt_error());
+        guest_error_set(g, "cannot open the agent channel through libvirt: %s", libvirt_error());
         if (channel)
             virStreamFree(channel);
     }
@@ -367,7 +366,7 @@ static void streams_work(uv_work_t *w)
 {
     struct guest *g = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
-    g->error[0] = 0;
+    guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     streams_on(g, conn);
     if (conn)
@@ -400,8 +399,7 @@ static void streams_done(uv_work_t *w, int status)
         log_warn("guest.console_lost", "guest=%s reason=\"no console stream\"", g->name);
     }
     if (!g->opened_channel) {
-        char reason[sizeof(g->error)];
-        snprintf(reason, sizeof(reason), "%s", g->error);
+        const char *reason = g->error ? g->error : "no channel stream";
         streams_release(g);
         guest_fail(g, "%s", reason);
         return;

@@ -37,6 +37,11 @@ const char *const guest_state_names[GUEST_STATE_MAX] = {
 /* A guest's own memory, once nothing refers to it. */
 void guest_release(struct guest *g)
 {
+    guest_error_clear(g);
+    free(g->why_failed);
+    free(g->fallback);
+    free(g->found_domain);
+    free(g->volume);
     free(g->xml);
     free(g->kernel);
     free(g->initrd);
@@ -196,7 +201,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
     if (!lxc) {
         virStoragePoolPtr sp = host_storage_pool(h, conn, err, sizeof(err));
         if (!sp) {
-            snprintf(g->error, sizeof(g->error), "%s", err);
+            guest_error_set(g, "%s", err);
             return;
         }
         char *vxml = domain_xml_overlay_volume(g->volume, pool->image, pool->disk_mib);
@@ -204,18 +209,17 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         free(vxml);
         virStoragePoolFree(sp);
         if (!vol) {
-            snprintf(g->error, sizeof(g->error), "overlay volume on %s: %s", pool->image,
-                     libvirt_error());
+            guest_error_set(g, "overlay volume on %s: %s", pool->image, libvirt_error());
             return;
         }
         virStorageVolFree(vol);
     } else if (!container_paths_usable(pool->image, g->channel_dir, err, sizeof(err))) {
-        snprintf(g->error, sizeof(g->error), "%s", err);
+        guest_error_set(g, "%s", err);
         return;
     }
     g->xml = domain_xml_build(&spec, err, sizeof(err));
     if (!g->xml) {
-        snprintf(g->error, sizeof(g->error), "domain XML: %s", err);
+        guest_error_set(g, "domain XML: %s", err);
         return;
     }
     /* Put back if it went since the connection was made (libvirt would refuse the domain
@@ -223,14 +227,14 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
     if (spec.network_filter) {
         int r = guest_filter_ensure(conn, false, err, sizeof(err));
         if (r < 0) {
-            snprintf(g->error, sizeof(g->error), "%s", err);
+            guest_error_set(g, "%s", err);
             return;
         }
         g->filter_restored = r > 0;
     }
     virDomainPtr dom = virDomainCreateXML(conn, g->xml, 0);
     if (!dom) {
-        snprintf(g->error, sizeof(g->error), "domain: %s", libvirt_error());
+        guest_error_set(g, "domain: %s", libvirt_error());
         return;
     }
     virDomainFree(dom);
@@ -329,7 +333,7 @@ static void restore_on(struct guest *g, virConnectPtr conn)
     char err[256] = "";
     virStoragePoolPtr sp = host_storage_pool(h, conn, err, sizeof(err));
     if (!sp) {
-        snprintf(g->error, sizeof(g->error), "%s", err);
+        guest_error_set(g, "%s", err);
         return;
     }
     char template_volume[300];
@@ -343,8 +347,8 @@ static void restore_on(struct guest *g, virConnectPtr conn)
     free(vxml);
     virStoragePoolFree(sp);
     if (!vol) {
-        snprintf(g->error, sizeof(g->error), "overlay volume on template %s: %s", g->domain,
-                 backing ? libvirt_error() : "the template's volume is gone");
+        guest_error_set(g, "overlay volume on template %s: %s", g->domain,
+                        backing ? libvirt_error() : "the template's volume is gone");
         free(backing);
         return;
     }
@@ -353,18 +357,17 @@ static void restore_on(struct guest *g, virConnectPtr conn)
     char *saved =
         virDomainSaveImageGetXMLDesc(conn, g->save_file, VIR_DOMAIN_SAVE_IMAGE_XML_SECURE);
     if (!saved) {
-        snprintf(g->error, sizeof(g->error), "template %.100s: %.300s", g->domain, libvirt_error());
+        guest_error_set(g, "template %.100s: %.300s", g->domain, libvirt_error());
         return;
     }
     g->xml = restore_xml(g, saved, err, sizeof(err));
     free(saved);
     if (!g->xml) {
-        snprintf(g->error, sizeof(g->error), "template %.100s: %.300s", g->domain, err);
+        guest_error_set(g, "template %.100s: %.300s", g->domain, err);
         return;
     }
     if (virDomainRestoreFlags(conn, g->save_file, g->xml, 0) < 0)
-        snprintf(g->error, sizeof(g->error), "restore from template %.100s: %.300s", g->domain,
-                 libvirt_error());
+        guest_error_set(g, "restore from template %.100s: %.300s", g->domain, libvirt_error());
 }
 
 void guest_create_work(uv_work_t *w)
@@ -374,16 +377,17 @@ void guest_create_work(uv_work_t *w)
     bool kvm[ARCH_MAX];
     virConnectPtr conn = host_conn_ref(g->host, false, kvm);
     if (!conn) {
-        snprintf(g->error, sizeof(g->error), "host %s is not connected", g->host->cfg.name);
+        guest_error_set(g, "host %s is not connected", g->host->cfg.name);
         return;
     }
     if (g->restore) {
         restore_on(g, conn);
-        if (g->error[0] && g->restore_outcome) {
+        if (g->error && g->restore_outcome) {
             /* The template did not restore (corrupt, gone, another QEMU's): this runner
              * boots cold, under its own name, and the template is rebuilt. */
-            snprintf(g->fallback, sizeof(g->fallback), "%.290s", g->error);
-            g->error[0] = 0;
+            free(g->fallback);
+            g->fallback = g->error; /* the template's error, kept apart */
+            g->error = NULL;
             virStoragePoolPtr sp = host_storage_pool_lookup(g->host, conn);
             virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
             if (vol) {
@@ -433,6 +437,24 @@ static void guest_gone(struct guest *g)
     uv_close((uv_handle_t *)&g->timer, on_guest_timer_closed);
 }
 
+void guest_error_set(struct guest *g, const char *fmt, ...)
+{
+    char *error = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&error, fmt, ap) < 0)
+        error = NULL;
+    va_end(ap);
+    free(g->error);
+    g->error = error ? error : strdup("out of memory");
+}
+
+void guest_error_clear(struct guest *g)
+{
+    free(g->error);
+    g->error = NULL;
+}
+
 void guest_fail(struct guest *g, const char *fmt, ...)
 {
     if (g->failed || g->state >= GUEST_DELETING || g->prov->closing)
@@ -440,9 +462,14 @@ void guest_fail(struct guest *g, const char *fmt, ...)
     g->failed = true;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g->error, sizeof(g->error), fmt, ap);
+    char *why = NULL;
+    if (vasprintf(&why, fmt, ap) < 0)
+        why = NULL;
     va_end(ap);
-    memcpy(g->why_failed, g->error, sizeof(g->why_failed));
+    free(g->error); /* an argument may have been it: formatted first */
+    g->error = why ? why : strdup("out of memory");
+    free(g->why_failed);
+    g->why_failed = g->error ? strdup(g->error) : NULL;
     log_warn("guest.failed", "guest=%s host=%s state=%s reason=\"%s\"", g->name, g->host->cfg.name,
              guest_state_names[g->state], g->error);
     /* A clone that failed before its hello: the template's fault until shown otherwise. */
@@ -475,9 +502,8 @@ void guest_create_done(uv_work_t *w, int status)
     /* The domain's XML served its one call (a few KiB a guest, kept for nothing). */
     free(g->xml);
     g->xml = NULL;
-    if (g->error[0]) {
-        char reason[sizeof(g->error)];
-        snprintf(reason, sizeof(reason), "%s", g->error);
+    if (g->error) {
+        const char *reason = g->error;
         guest_fail(g, "create: %s", reason);
         return;
     }
@@ -490,7 +516,7 @@ void guest_create_done(uv_work_t *w, int status)
                  GUEST_FILTER_NAME, g->name);
     log_info("guest.created", "guest=%s host=%s pool=%s", g->name, g->host->cfg.name,
              g->pool->name);
-    if (g->fallback[0]) {
+    if (g->fallback) {
         guest_restore_told(g, RESTORE_FELL_BACK, g->fallback);
         g->restore_outcome = NULL;
     } else {
@@ -542,7 +568,7 @@ struct guest *guest_new(struct provisioner *p, struct host *h, const struct gues
         g->save_file = NULL;
     if (!g->name || (b.kernel && !g->kernel) || (b.initrd && !g->initrd) ||
         (b.cmdline && !g->cmdline) || !g->channel_path || !g->channel_dir || !g->console_log ||
-        (template && !g->save_file)) {
+        (template && !g->save_file) || asprintf(&g->volume, "%s.qcow2", spec->name) < 0) {
         guest_release(g);
         return NULL;
     }
@@ -552,7 +578,6 @@ struct guest *guest_new(struct provisioner *p, struct host *h, const struct gues
     g->events = events;
     g->data = data;
     g->state = GUEST_CREATING;
-    snprintf(g->volume, sizeof(g->volume), "%s.qcow2", spec->name);
     uv_timer_init(p->loop, &g->timer);
     g->timer.data = g;
     return g;
@@ -605,15 +630,15 @@ static void adopt_work(uv_work_t *w)
 {
     struct guest *g = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
-    g->error[0] = 0;
+    guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     virDomainPtr dom = conn ? runner_domain(conn, g->name) : NULL;
     if (dom) /* restored from a template: the template's name; taken on the loop */
-        snprintf(g->found_domain, sizeof(g->found_domain), "%s", virDomainGetName(dom));
+        g->found_domain = strdup(virDomainGetName(dom));
     if (!dom)
-        snprintf(g->error, sizeof(g->error), "its domain is gone");
+        guest_error_set(g, "its domain is gone");
     else if (virDomainIsActive(dom) != 1)
-        snprintf(g->error, sizeof(g->error), "its domain is not running");
+        guest_error_set(g, "its domain is not running");
     if (dom)
         virDomainFree(dom);
     if (conn)
@@ -627,15 +652,16 @@ static void adopt_done(uv_work_t *w, int status)
     if (work_done_closing(g->prov))
         return;
     g->busy = false;
-    if (g->found_domain[0])
+    if (g->found_domain)
         snprintf(g->domain, sizeof(g->domain), "%s", g->found_domain);
+    free(g->found_domain);
+    g->found_domain = NULL;
     if (g->teardown_queued) {
         teardown_start(g);
         return;
     }
-    if (g->error[0]) {
-        char reason[sizeof(g->error)];
-        snprintf(reason, sizeof(reason), "%s", g->error);
+    if (g->error) {
+        const char *reason = g->error;
         guest_fail(g, "%s", reason);
         return;
     }
@@ -747,22 +773,22 @@ static void teardown_work(uv_work_t *w)
     struct guest *g = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
     struct host *h = g->host;
-    g->error[0] = 0;
+    guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(h, false, NULL);
     if (!conn)
         return; /* the host is down: the reconciler finishes this when it returns */
     if (domain_remove(conn, g->domain) < 0)
-        snprintf(g->error, sizeof(g->error), "destroy: %s", libvirt_error());
+        guest_error_set(g, "destroy: %s", libvirt_error());
     /* A template's volume is its disk, saved with its memory: kept. */
     if (g->pool->backend == BACKEND_VM && !g->saved) {
         virStoragePoolPtr sp = host_storage_pool_lookup(h, conn);
         if (!sp)
-            snprintf(g->error, sizeof(g->error),
-                     "volume %s kept: storage pool %s: %s (the reconciler removes it later)",
-                     g->volume, h->cfg.storage_pool, libvirt_error());
+            guest_error_set(g,
+                            "volume %s kept: storage pool %s: %s (the reconciler removes it later)",
+                            g->volume, h->cfg.storage_pool, libvirt_error());
         virStorageVolPtr vol = sp ? virStorageVolLookupByName(sp, g->volume) : NULL;
         if (vol && virStorageVolDelete(vol, 0) < 0)
-            snprintf(g->error, sizeof(g->error), "volume delete: %s", libvirt_error());
+            guest_error_set(g, "volume delete: %s", libvirt_error());
         if (vol)
             virStorageVolFree(vol);
         if (sp)
@@ -778,7 +804,7 @@ static void teardown_done(uv_work_t *w, int status)
     if (work_done_closing(g->prov))
         return;
     g->busy = false;
-    if (g->error[0])
+    if (g->error)
         log_warn("guest.teardown_incomplete", "guest=%s error=\"%s\"", g->name, g->error);
     /* The console's last lines came before the destroy. */
     stream_bridge_close(g->console_bridge);

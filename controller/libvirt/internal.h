@@ -179,7 +179,7 @@ struct guest {
     enum guest_state state;
     const struct guest_events *events;
     void *data;
-    char volume[300];
+    char *volume; /* its overlay's: NAME.qcow2 */
     /* Its files on this machine, made once by guest_new (a guest is small: at 10,000 of
      * them, four PATH_MAX arrays each were 160 MiB). */
     char *channel_path, *channel_dir, *console_log;
@@ -187,8 +187,11 @@ struct guest {
     /* Direct kernel boot: the pool's (its config, or its manifest on this machine), else
      * what the image's manifest on its remote host names. NULL: boots from its disk. */
     char *kernel, *initrd, *cmdline;
-    char error[512];                /* the last worker's error (each worker clears it first) */
-    char why_failed[512];           /* guest_fail's reason, kept through the teardown */
+    /* The last worker's error (each worker clears it first), and guest_fail's reason, kept
+     * through the teardown; NULL when none. Strings of their own, not arrays: fixed ones
+     * were most of a guest's size at 10,000 guests. */
+    char *error;
+    char *why_failed;
     char machine_id[64], nonce[72]; /* from its hello: no other live guest may have them */
     bool failed;
     bool domain_stopped;
@@ -205,10 +208,10 @@ struct guest {
      * restore went; NULL once told it fell back, or for a guest not restored. */
     restore_outcome_cb restore_outcome;
     void *restore_slot;
-    char fallback[300];     /* why its template could not be restored: booted cold */
-    bool filter_restored;   /* create_work found the guest filter gone and put it back */
-    char template_key[65];  /* a template being built: its key, in its metadata */
-    char found_domain[256]; /* adopt_work's answer: the domain serving this runner */
+    char *fallback;        /* why its template could not be restored: booted cold */
+    bool filter_restored;  /* create_work found the guest filter gone and put it back */
+    char template_key[65]; /* a template being built: its key, in its metadata */
+    char *found_domain;    /* adopt_work's answer: the domain serving this runner */
     provisioner_template_cb template_cb;
     void *template_data;
     int connect_tries;
@@ -281,6 +284,9 @@ void guest_release(struct guest *g);
 virStoragePoolPtr host_storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
 void guest_create_work(uv_work_t *w);
 void guest_fail(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A worker's error, replacing the last; cleared at the start of each work. */
+void guest_error_set(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void guest_error_clear(struct guest *g);
 void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, const char *what);
 void guest_create_done(uv_work_t *w, int status);
 /* `template`: the template it is built into or restored from (its save file), or NULL. */

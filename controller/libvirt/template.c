@@ -74,13 +74,13 @@ static void save_work(uv_work_t *w)
 {
     struct guest *g = w->data;
     virSetErrorFunc(NULL, quiet_libvirt);
-    g->error[0] = 0;
+    guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
     if (!dom)
-        snprintf(g->error, sizeof(g->error), "its domain is gone");
+        guest_error_set(g, "its domain is gone");
     else if (virDomainSaveFlags(dom, g->save_file, NULL, VIR_DOMAIN_SAVE_RUNNING) < 0)
-        snprintf(g->error, sizeof(g->error), "save: %.300s", libvirt_error());
+        guest_error_set(g, "save: %.300s", libvirt_error());
     if (dom)
         virDomainFree(dom);
     if (conn)
@@ -94,9 +94,8 @@ static void save_done(uv_work_t *w, int status)
     if (work_done_closing(g->prov))
         return;
     g->busy = false;
-    if (g->error[0] || g->teardown_queued) {
-        char reason[sizeof(g->error)];
-        snprintf(reason, sizeof(reason), "%s", g->error[0] ? g->error : "torn down while saved");
+    if (g->error || g->teardown_queued) {
+        const char *reason = g->error ? g->error : "torn down while saved";
         g->saving = false;
         if (g->host->local_files)
             unlink(g->save_file);
@@ -135,9 +134,10 @@ static void template_on_gone(void *data, struct guest *g)
         g->saved && g->host->local_files && stat(g->save_file, &st) == 0 ? (int64_t)st.st_size : -1;
     if (g->template_cb)
         g->template_cb(g->template_data, g->saved ? 0 : -EIO,
-                       g->saved           ? NULL
-                       : g->why_failed[0] ? g->why_failed
-                                          : g->error,
+                       g->saved        ? NULL
+                       : g->why_failed ? g->why_failed
+                       : g->error      ? g->error
+                                       : "gone before it was saved",
                        bytes);
 }
 
