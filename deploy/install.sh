@@ -12,7 +12,7 @@ if command -v apt-get >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends build-essential cmake pkg-config \
     libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libyaml-dev \
-    libcurl4-openssl-dev libvirt-dev libxml2-dev libsystemd-dev libseccomp-dev libacl1-dev libvirt-daemon-system qemu-utils >/dev/null
+    libcurl4-openssl-dev libvirt-dev libxml2-dev libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev libvirt-daemon-system qemu-utils >/dev/null
   case "$(uname -m)" in
     ppc64le) apt-get install -y -qq --no-install-recommends qemu-system-ppc >/dev/null ;;
     s390x) apt-get install -y -qq --no-install-recommends qemu-system-misc >/dev/null ;;

@@ -39,7 +39,7 @@ trap cleanup EXIT
 # The build dependencies, from debian/control, for the target.
 deps=(build-essential debhelper cmake pandoc file "crossbuild-essential-$arch" "pkg-config:$arch")
 for d in libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libyaml-dev \
-         libcurl4-openssl-dev libvirt-dev libxml2-dev libsystemd-dev libseccomp-dev libacl1-dev libcmocka-dev; do
+         libcurl4-openssl-dev libvirt-dev libxml2-dev libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev libcmocka-dev; do
   deps+=("$d:$arch")
 done
 grep -q "^ *libcmocka-dev <!nocheck>,$" "$root/debian/control" ||

@@ -37,7 +37,7 @@ packages=(
   libvirt-daemon-system qemu-system-ppc qemu-system-s390x qemu-utils
   build-essential debhelper cmake pkg-config pandoc libuv1-dev libhttp-parser-dev libssl-dev
   libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
-  libsystemd-dev libseccomp-dev libacl1-dev libcmocka-dev
+  libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev libcmocka-dev
   sqlite3 file procps openssh-server openssh-client
   e2fsprogs mmdebstrap arch-test
 )

@@ -253,6 +253,79 @@ static void test_rejections(void **state)
     assert_non_null(strstr(res.reason, "X-GitHub-Delivery"));
 }
 
+/* The values read are picked out of yajl's events: each must come from its own place in
+ * the payload, never from a key of the same name elsewhere, and a payload that says two
+ * things about one of them is refused. `want` is in the reason, or NULL for accepted. */
+static void expect(const char *body, int status, const char *want)
+{
+    struct webhook_result res;
+    handle("workflow_job", body, true, &res);
+    if (res.status != status || (want && !strstr(res.reason, want)))
+        fail_msg("%s: got %d \"%s\", wanted %d \"%s\"", body, res.status, res.reason, status,
+                 want ? want : "");
+    job_event_free(res.event);
+}
+
+#define JOB(inner)                                                                                 \
+    "{\"action\":\"queued\",\"workflow_job\":{" inner "},\"repository\":{\"full_name\":\"a/b\"}}"
+
+static void test_values_come_from_their_place(void **state)
+{
+    (void)state;
+    expect(JOB("\"id\":3,\"run_id\":1,\"labels\":[\"x\"]"), 202, NULL);
+    /* The same names elsewhere are not the job's. */
+    expect("{\"action\":\"queued\",\"sender\":{\"id\":5},\"workflow_job\":{\"run_id\":1,"
+           "\"labels\":[\"x\"],\"steps\":[{\"id\":9,\"labels\":[7]}]},\"repository\":{"
+           "\"full_name\":\"a/b\"}}",
+           400, "workflow_job.id must be");
+    expect("{\"action\":\"queued\",\"workflow_job\":{\"id\":3,\"run_id\":1,\"labels\":[]},"
+           "\"repository\":{\"owner\":{\"full_name\":\"x/y\"}}}",
+           400, "missing field: repository.full_name");
+    expect("{\"action\":\"queued\",\"workflow_job\":[{\"id\":3,\"run_id\":1,\"labels\":[]}],"
+           "\"repository\":{\"full_name\":\"a/b\"}}",
+           400, "missing field: workflow_job");
+    expect("{\"x\":{\"action\":\"queued\"},\"workflow_job\":{}}", 400, "missing field: action");
+    /* Two values for one read: refused, whichever would have counted. */
+    expect("{\"action\":\"queued\",\"action\":\"completed\"}", 400, "duplicate key: action");
+    expect(JOB("\"id\":3,\"run_id\":1,\"id\":4,\"labels\":[]"), 400,
+           "duplicate key: workflow_job.id");
+    expect(JOB("\"id\":3,\"run_id\":1,\"labels\":[],\"labels\":[\"self-hosted\"]"), 400,
+           "duplicate key: workflow_job.labels");
+    /* ... and duplicates of what is not read are not Hatchery's business. */
+    expect(JOB("\"id\":3,\"run_id\":1,\"labels\":[\"x\"],\"steps\":1,\"steps\":2"), 202, NULL);
+    /* Labels: nested, NUL, too long, too many. */
+    expect(JOB("\"id\":3,\"run_id\":1,\"labels\":[\"x\",[\"y\"]]"), 400, "labels[1]");
+    expect(JOB("\"id\":3,\"run_id\":1,\"labels\":[\"a\\u0000b\"]"), 400, "labels[0]");
+    expect(JOB("\"id\":3,\"run_id\":1,\"labels\":[\"\"]"), 400, "labels[0]");
+    char many[2048] = "";
+    for (int i = 0; i < 34; i++)
+        strcat(many, i ? ",\"l\"" : "\"l\"");
+    char body[4096];
+    snprintf(body, sizeof(body), JOB("\"id\":3,\"run_id\":1,\"labels\":[%s]"), many);
+    expect(body, 400, "more than 33 entries");
+    /* Numbers: a fraction is no id; one past int64 is malformed, as is a bad token. */
+    expect(JOB("\"id\":3.0,\"run_id\":1,\"labels\":[]"), 400, "workflow_job.id must be");
+    expect(JOB("\"id\":9223372036854775808,\"run_id\":1,\"labels\":[]"), 400, "malformed JSON");
+    expect(JOB("\"id\":3,\"run_id\":1,\"name\":\"a\\u0000\",\"labels\":[]"), 400,
+           "workflow_job.name must be a string");
+    /* Not an object, nothing, trailing bytes, bad UTF-8. */
+    expect("\"queued\"", 400, "not a JSON object");
+    expect("", 400, "malformed JSON");
+    expect("   ", 400, "malformed JSON");
+    expect("{\"action\":\"queued\"} {}", 400, "malformed JSON");
+    expect("{\"action\":\"\xff\xfe\"}", 400, "malformed JSON");
+    /* Deep nesting is read through without a stack of its own. */
+    static char deep[200000];
+    size_t n = 0;
+    n += (size_t)snprintf(deep, sizeof(deep), "{\"x\":");
+    for (int i = 0; i < 90000; i++)
+        deep[n++] = '[';
+    for (int i = 0; i < 90000; i++)
+        deep[n++] = ']';
+    snprintf(deep + n, sizeof(deep) - n, "}");
+    expect(deep, 400, "missing field: action");
+}
+
 static void test_other_events(void **state)
 {
     (void)state;
@@ -300,6 +373,7 @@ int main(void)
         cmocka_unit_test(test_workflow_job_queued),
         cmocka_unit_test(test_late_queued_and_body_hash),
         cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_values_come_from_their_place),
         cmocka_unit_test(test_other_events),
         cmocka_unit_test(test_pool_matching),
     };
