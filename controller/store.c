@@ -249,9 +249,12 @@ int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char 
         goto fail;
     char msg[256];
     /* FULL: with WAL this fsyncs the log at every commit, so an acknowledged write survives
-     * power loss, not only a crash. Group commit pays for it once per batch. */
-    if (exec_sql(s->writer, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;", msg, sizeof(msg)) <
-        0) {
+     * power loss, not only a crash. Group commit pays for it once per batch. temp_store:
+     * each write's savepoint journal stays in memory (in a temporary file, its pages were a
+     * third of a commit's writes). */
+    if (exec_sql(s->writer,
+                 "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;", msg,
+                 sizeof(msg)) < 0) {
         snprintf(err, err_size, "%s: %s", path, msg);
         r = -EIO;
         goto fail;
