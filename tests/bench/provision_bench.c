@@ -521,7 +521,7 @@ static int footprint(int jobs, int hosts)
 {
     if (jobs < 1 || hosts < 1)
         return 2;
-    char path[PATH_MAX], uri[PATH_MAX + 8], name[64], vol[80], err[256], vxml[512];
+    char path[PATH_MAX], uri[PATH_MAX + 8], name[64], vol[80], err[256];
     snprintf(path, sizeof(path), "%s/node.xml", state_dir);
     FILE *f = fopen(path, "w");
     if (!f || fputs(node_xml, f) < 0 || fclose(f) != 0)
@@ -536,11 +536,6 @@ static int footprint(int jobs, int hosts)
         virConnectPtr c = conns[i % hosts];
         snprintf(name, sizeof(name), "hatchery-scale-%d", i);
         snprintf(vol, sizeof(vol), "%s.qcow2", name);
-        snprintf(vxml, sizeof(vxml),
-                 "<volume><name>%s</name><capacity unit='MiB'>64</capacity><target><format "
-                 "type='qcow2'/></target><backingStore><path>/default-pool/base.qcow2</path>"
-                 "<format type='qcow2'/></backingStore></volume>",
-                 vol);
         char chan[PATH_MAX], console[PATH_MAX];
         snprintf(chan, sizeof(chan), "%s/channels/%s/agent.sock", state_dir, name);
         snprintf(console, sizeof(console), "%s/consoles/%s.log", state_dir, name);
@@ -558,7 +553,9 @@ static int footprint(int jobs, int hosts)
                                    .channel_path = chan,
                                    .console_log = console};
         virStoragePoolPtr sp = virStoragePoolLookupByName(c, "default-pool");
-        virStorageVolPtr v = sp ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
+        char *vxml = domain_xml_overlay_volume(vol, "/default-pool/base.qcow2", 64);
+        virStorageVolPtr v = sp && vxml ? virStorageVolCreateXML(sp, vxml, 0) : NULL;
+        free(vxml);
         char *xml = domain_xml_build(&spec, err, sizeof(err));
         virDomainPtr d = xml ? virDomainCreateXML(c, xml, 0) : NULL;
         free(xml);
