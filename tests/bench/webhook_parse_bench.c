@@ -51,7 +51,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: webhook_parse_bench PAYLOAD.json [N]\n");
         return 2;
     }
-    int n = argc > 2 ? atoi(argv[2]) : 20000;
+    int n = argc > 2 ? (int)strtol(argv[2], NULL, 10) : 20000;
     FILE *f = fopen(argv[1], "r");
     static char body[1 << 20];
     size_t len = f ? fread(body, 1, sizeof(body) - 1, f) : 0;
