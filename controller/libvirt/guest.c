@@ -466,17 +466,18 @@ void guest_fail(struct guest *g, const char *fmt, ...)
     if (vasprintf(&why, fmt, ap) < 0)
         why = NULL;
     va_end(ap);
-    free(g->error); /* an argument may have been it: formatted first */
-    g->error = why ? why : strdup("out of memory");
+    /* Its own field, not `error`: a worker may be writing that now (a container's agent
+     * can break its channel while the create call runs). */
     free(g->why_failed);
-    g->why_failed = g->error ? strdup(g->error) : NULL;
+    g->why_failed = why;
+    const char *reason = why ? why : "out of memory";
     log_warn("guest.failed", "guest=%s host=%s state=%s reason=\"%s\"", g->name, g->host->cfg.name,
-             guest_state_names[g->state], g->error);
+             guest_state_names[g->state], reason);
     /* A clone that failed before its hello: the template's fault until shown otherwise. */
     if (g->restore && g->state == GUEST_BOOTING)
-        guest_restore_told(g, RESTORE_NO_HELLO, g->error);
+        guest_restore_told(g, RESTORE_NO_HELLO, reason);
     if (g->events->on_failed)
-        g->events->on_failed(g->data, g, g->error);
+        g->events->on_failed(g->data, g, reason);
     teardown_start(g);
 }
 

@@ -187,9 +187,10 @@ struct guest {
     /* Direct kernel boot: the pool's (its config, or its manifest on this machine), else
      * what the image's manifest on its remote host names. NULL: boots from its disk. */
     char *kernel, *initrd, *cmdline;
-    /* The last worker's error (each worker clears it first), and guest_fail's reason, kept
-     * through the teardown; NULL when none. Strings of their own, not arrays: fixed ones
-     * were most of a guest's size at 10,000 guests. */
+    /* The last worker's error (each worker clears it first; read on the loop only once
+     * the worker is done), and guest_fail's reason (the loop's only), kept through the
+     * teardown; NULL when none. Strings of their own, not arrays: fixed ones were most of
+     * a guest's size at 10,000 guests. */
     char *error;
     char *why_failed;
     char machine_id[64], nonce[72]; /* from its hello: no other live guest may have them */
