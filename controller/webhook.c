@@ -57,7 +57,7 @@ static void reject(struct webhook_result *res, int status, const char *fmt, ...)
 
 /* ---- the values read, picked out of yajl's events --------------------------------------- */
 
-/* A workflow_job delivery is about 7 KB, of which Hatchery reads twelve values. jansson
+/* A workflow_job delivery is about 7 KB, of which Hatchery reads eleven values. jansson
  * built a tree of all of them (about 300) for that, which was most of a delivery's cost:
  * 83 us for octokit's example, against 6.5 us for yajl's event parser reading it through.
  * The values read are taken from yajl's events here; nothing else is kept. */
