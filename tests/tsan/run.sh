@@ -10,7 +10,8 @@ trap 'rm -rf "$reports"' EXIT
 # glib (under libvirt) hands its slices between threads through per-thread magazines TSan
 # cannot see into: every hand-over would be reported. Plain malloc there, which it sees.
 export G_SLICE=always-malloc
-export TSAN_OPTIONS="log_path=$reports/tsan second_deadlock_stack=1"
+# suppressions.txt: reports that are not races, each with its reason.
+export TSAN_OPTIONS="log_path=$reports/tsan second_deadlock_stack=1 suppressions=$(dirname "$(realpath "$0")")/suppressions.txt"
 rc=0
 ctest --test-dir "$build" -R '^(integration|github)\.' --output-on-failure -j1 || rc=$?
 if ls "$reports"/tsan.* >/dev/null 2>&1; then
