@@ -140,16 +140,13 @@ static enum field value_field(const struct pick *p, bool *label)
     int d = p->depth;
     if (d < 1 || d >= PICK_DEPTH)
         return F_NONE;
+    /* A field's key is only ever set where no array lies above it (on_map_key), and
+     * an array's own key_at stays F_NONE. */
     if (p->array_at[d]) {
-        *label = d == 3 && p->key_at[2] == F_LABELS && !p->array_at[2] && p->key_at[1] == F_JOB;
+        *label = d == 3 && p->key_at[2] == F_LABELS;
         return F_NONE;
     }
-    enum field f = p->key_at[d];
-    /* A key under a field's object is that field's only while the object is its value. */
-    for (int up = d - 1; f != F_NONE && up >= 1; up--)
-        if (p->array_at[up])
-            return F_NONE;
-    return f;
+    return p->key_at[d];
 }
 
 /* One value: a scalar, or a container about to open. */
@@ -254,11 +251,8 @@ static int on_map_key(void *ctx, const unsigned char *key, size_t len)
         return 1;
     p->key_at[d] = F_NONE;
     enum field parent = d == 1 ? F_NONE : p->key_at[d - 1];
-    if (d > 1 && (parent == F_NONE || p->array_at[d - 1]))
+    if (d > 1 && parent == F_NONE) /* not under a field read (or under an array) */
         return 1;
-    for (int up = d - 2; up >= 1; up--)
-        if (p->array_at[up])
-            return 1;
     for (int f = 0; f < F_COUNT; f++) {
         if (fields[f].parent != parent || strlen(fields[f].key) != len ||
             memcmp(fields[f].key, key, len) != 0)
