@@ -899,7 +899,8 @@ static bool host_fits(const struct config_host *h, const struct config_pool *p)
     return !h->vcpus || !h->memory_mib || (h->vcpus >= p->vcpus && h->memory_mib >= p->memory_mib);
 }
 
-static void check_semantics(struct loader *l, struct config *c, yaml_node_t *root)
+/* The top-level keys that must agree with each other or with a form. */
+static void check_top_level(struct loader *l, struct config *c)
 {
     yaml_node_t at;
     if (c->controller_id) {
@@ -927,111 +928,136 @@ static void check_semantics(struct loader *l, struct config *c, yaml_node_t *roo
     if (!c->http.tls_cert_file != !c->http.tls_key_file)
         fail(l, key_at(l, "http", &at), "http",
              "tls_cert_file and tls_key_file must be given together");
+}
 
-    check_github(l, c, root);
-
-    for (size_t i = 0; i < c->n_hosts; i++) {
-        struct config_host *h = &c->hosts[i];
-        if (h->name && !config_name_valid(h->name, CONFIG_MAX_NAME_BYTES))
-            fail(l, line_node(h->line, &at), "hosts[].name",
-                 "'%s' must be letters, digits, '-', '_' or '.'", h->name);
-        for (size_t j = 0; j < i; j++)
-            if (h->name && c->hosts[j].name && strcmp(h->name, c->hosts[j].name) == 0)
-                fail(l, line_node(h->line, &at), "hosts[].name", "host '%s' is defined twice",
-                     h->name);
-        /* Through streams the JIT config crosses libvirt's connection: never in clear. */
-        if (h->uri && config_host_streams(h) && strstr(h->uri, "+tcp://"))
+static void check_host(struct loader *l, const struct config *c, size_t i)
+{
+    yaml_node_t at;
+    const struct config_host *h = &c->hosts[i];
+    if (h->name && !config_name_valid(h->name, CONFIG_MAX_NAME_BYTES))
+        fail(l, line_node(h->line, &at), "hosts[].name",
+             "'%s' must be letters, digits, '-', '_' or '.'", h->name);
+    for (size_t j = 0; j < i; j++)
+        if (h->name && c->hosts[j].name && strcmp(h->name, c->hosts[j].name) == 0)
+            fail(l, line_node(h->line, &at), "hosts[].name", "host '%s' is defined twice", h->name);
+    /* Through streams the JIT config crosses libvirt's connection: never in clear. */
+    if (h->uri && config_host_streams(h) && strstr(h->uri, "+tcp://"))
+        fail(l, line_node(h->line, &at), "hosts[].uri",
+             "host '%s': agent channels go through this connection, and %s is not "
+             "encrypted: the runners' JIT configs would cross the network in clear; use "
+             "qemu+ssh:// or qemu+tls://",
+             h->name ? h->name : "?", h->uri);
+    /* One libvirt under two names would be counted twice, and each name's reconciler
+     * would remove the other's guests as orphans. */
+    for (size_t j = 0; j < i; j++)
+        if (h->uri && c->hosts[j].uri && strcmp(h->uri, c->hosts[j].uri) == 0)
             fail(l, line_node(h->line, &at), "hosts[].uri",
-                 "host '%s': agent channels go through this connection, and %s is not "
-                 "encrypted: the runners' JIT configs would cross the network in clear; use "
-                 "qemu+ssh:// or qemu+tls://",
-                 h->name ? h->name : "?", h->uri);
-        /* One libvirt under two names would be counted twice, and each name's reconciler
-         * would remove the other's guests as orphans. */
-        for (size_t j = 0; j < i; j++)
-            if (h->uri && c->hosts[j].uri && strcmp(h->uri, c->hosts[j].uri) == 0)
-                fail(l, line_node(h->line, &at), "hosts[].uri",
-                     "host '%s' has the same uri as host '%s': one libvirt must be one host",
-                     h->name ? h->name : "?", c->hosts[j].name ? c->hosts[j].name : "?");
+                 "host '%s' has the same uri as host '%s': one libvirt must be one host",
+                 h->name ? h->name : "?", c->hosts[j].name ? c->hosts[j].name : "?");
+}
+
+/* The pool's hosts: each known, one at least big enough for a guest, none reached through
+ * streams for a container pool (one that names none may use every host). */
+static void check_pool_hosts(struct loader *l, const struct config *c, const struct config_pool *p)
+{
+    yaml_node_t at;
+    bool fits = p->n_hosts == 0 && c->n_hosts == 0;
+    for (size_t k = 0; k < p->n_hosts; k++) {
+        size_t j = 0;
+        while (j < c->n_hosts &&
+               !(p->hosts[k] && c->hosts[j].name && strcmp(p->hosts[k], c->hosts[j].name) == 0))
+            j++;
+        if (j == c->n_hosts)
+            fail(l, line_node(p->line, &at), "pools[].hosts", "unknown host '%s'",
+                 p->hosts[k] ? p->hosts[k] : "?");
+        else if (host_fits(&c->hosts[j], p))
+            fits = true;
+        if (j < c->n_hosts && p->backend == BACKEND_CONTAINER && config_host_streams(&c->hosts[j]))
+            fail(l, line_node(p->line, &at), "pools[].hosts",
+                 "container pool '%s' on host '%s', which is reached through streams: "
+                 "containers need a host on this machine (lxc:///)",
+                 p->name ? p->name : "?", c->hosts[j].name);
     }
-    for (size_t i = 0; i < c->n_pools; i++) {
-        struct config_pool *p = &c->pools[i];
-        if (p->name && !config_name_valid(p->name, CONFIG_MAX_NAME_BYTES))
-            fail(l, line_node(p->line, &at), "pools[].name",
-                 "'%s' must be letters, digits, '-', '_' or '.'", p->name);
-        for (size_t j = 0; j < i; j++)
-            if (p->name && c->pools[j].name && strcmp(p->name, c->pools[j].name) == 0)
-                fail(l, line_node(p->line, &at), "pools[].name", "pool '%s' is defined twice",
-                     p->name);
-        if (p->min_idle > p->max_runners)
-            fail(l, line_node(p->line, &at), "pools[].min_idle",
-                 "min_idle (%lld) is larger than max_runners (%lld)", (long long)p->min_idle,
-                 (long long)p->max_runners);
-        for (size_t k = 0; k < p->n_labels; k++)
-            if (p->labels[k] && strlen(p->labels[k]) > WEBHOOK_MAX_LABEL_BYTES)
-                fail(l, line_node(p->line, &at), "pools[].labels", "label longer than %d bytes",
-                     WEBHOOK_MAX_LABEL_BYTES);
-        bool fits = p->n_hosts == 0 && c->n_hosts == 0;
-        for (size_t k = 0; k < p->n_hosts; k++) {
-            size_t j = 0;
-            while (j < c->n_hosts &&
-                   !(p->hosts[k] && c->hosts[j].name && strcmp(p->hosts[k], c->hosts[j].name) == 0))
-                j++;
-            if (j == c->n_hosts)
-                fail(l, line_node(p->line, &at), "pools[].hosts", "unknown host '%s'",
-                     p->hosts[k] ? p->hosts[k] : "?");
-            else if (host_fits(&c->hosts[j], p))
-                fits = true;
-            if (j < c->n_hosts && p->backend == BACKEND_CONTAINER &&
-                config_host_streams(&c->hosts[j]))
-                fail(l, line_node(p->line, &at), "pools[].hosts",
-                     "container pool '%s' on host '%s', which is reached through streams: "
-                     "containers need a host on this machine (lxc:///)",
-                     p->name ? p->name : "?", c->hosts[j].name);
-        }
-        for (size_t j = 0; p->n_hosts == 0 && j < c->n_hosts; j++) {
-            if (host_fits(&c->hosts[j], p))
-                fits = true;
-            if (p->backend == BACKEND_CONTAINER && config_host_streams(&c->hosts[j]))
-                fail(l, line_node(p->line, &at), "pools[].hosts",
-                     "container pool '%s' may use host '%s', which is reached through "
-                     "streams: containers need a host on this machine (lxc:///); list the "
-                     "pool's hosts",
-                     p->name ? p->name : "?", c->hosts[j].name);
-        }
-        if (p->backend == BACKEND_CONTAINER && p->start == START_TEMPLATE)
-            fail(l, line_node(p->line, &at), "pools[].start",
-                 "container pool '%s' cannot start from a template (VM pools only)",
-                 p->name ? p->name : "?");
-        /* A container has its own users and network, but shares the host's kernel: one
-         * kernel bug from the host, no place for a pull request's code (README: Security
-         * model). The config must say that only trusted code goes there. */
-        if (p->backend == BACKEND_CONTAINER && !p->trusted)
-            fail(l, line_node(p->line, &at), "pools[].trusted",
-                 "container pool '%s' is not isolated enough for untrusted jobs: set "
-                 "`trusted: true` if only trusted workflows use its labels, or use a VM pool",
-                 p->name ? p->name : "?");
-        /* libvirt's LXC driver has no user-mode networking: without a network of its own a
-         * container would share the host's. */
-        if (p->backend == BACKEND_CONTAINER && p->network && strcmp(p->network, "user") == 0)
-            fail(l, line_node(p->line, &at), "pools[].network",
-                 "container pool '%s' has network 'user' (the default), which containers do "
-                 "not have: say `network: none` (loopback only) or name a libvirt network "
-                 "(`network: default`), whose guests hatcheryd keeps off the host",
-                 p->name ? p->name : "?");
-        if (p->backend == BACKEND_CONTAINER && p->runner_user &&
-            strcmp(p->runner_user, "root") == 0)
-            fail(l, line_node(p->line, &at), "pools[].runner_user",
-                 "container pool '%s' would run its runner as root: name an unprivileged "
-                 "account of its root directory",
-                 p->name ? p->name : "?");
-        if (!fits)
-            fail(l, line_node(p->line, &at), "pools[].vcpus",
-                 "pool '%s' (%lld vCPUs, %lld MiB) fits on none of its hosts",
-                 p->name ? p->name : "?", (long long)p->vcpus, (long long)p->memory_mib);
-        check_pool_scope(l, c, p);
-        pool_image_manifest(l, c, &at, p);
+    for (size_t j = 0; p->n_hosts == 0 && j < c->n_hosts; j++) {
+        if (host_fits(&c->hosts[j], p))
+            fits = true;
+        if (p->backend == BACKEND_CONTAINER && config_host_streams(&c->hosts[j]))
+            fail(l, line_node(p->line, &at), "pools[].hosts",
+                 "container pool '%s' may use host '%s', which is reached through "
+                 "streams: containers need a host on this machine (lxc:///); list the "
+                 "pool's hosts",
+                 p->name ? p->name : "?", c->hosts[j].name);
     }
+    if (!fits)
+        fail(l, line_node(p->line, &at), "pools[].vcpus",
+             "pool '%s' (%lld vCPUs, %lld MiB) fits on none of its hosts", p->name ? p->name : "?",
+             (long long)p->vcpus, (long long)p->memory_mib);
+}
+
+/* What a container pool may not be. */
+static void check_container_pool(struct loader *l, const struct config_pool *p)
+{
+    yaml_node_t at;
+    if (p->start == START_TEMPLATE)
+        fail(l, line_node(p->line, &at), "pools[].start",
+             "container pool '%s' cannot start from a template (VM pools only)",
+             p->name ? p->name : "?");
+    /* A container has its own users and network, but shares the host's kernel: one
+     * kernel bug from the host, no place for a pull request's code (README: Security
+     * model). The config must say that only trusted code goes there. */
+    if (!p->trusted)
+        fail(l, line_node(p->line, &at), "pools[].trusted",
+             "container pool '%s' is not isolated enough for untrusted jobs: set "
+             "`trusted: true` if only trusted workflows use its labels, or use a VM pool",
+             p->name ? p->name : "?");
+    /* libvirt's LXC driver has no user-mode networking: without a network of its own a
+     * container would share the host's. */
+    if (p->network && strcmp(p->network, "user") == 0)
+        fail(l, line_node(p->line, &at), "pools[].network",
+             "container pool '%s' has network 'user' (the default), which containers do "
+             "not have: say `network: none` (loopback only) or name a libvirt network "
+             "(`network: default`), whose guests hatcheryd keeps off the host",
+             p->name ? p->name : "?");
+    if (p->runner_user && strcmp(p->runner_user, "root") == 0)
+        fail(l, line_node(p->line, &at), "pools[].runner_user",
+             "container pool '%s' would run its runner as root: name an unprivileged "
+             "account of its root directory",
+             p->name ? p->name : "?");
+}
+
+static void check_pool(struct loader *l, struct config *c, size_t i)
+{
+    yaml_node_t at;
+    struct config_pool *p = &c->pools[i];
+    if (p->name && !config_name_valid(p->name, CONFIG_MAX_NAME_BYTES))
+        fail(l, line_node(p->line, &at), "pools[].name",
+             "'%s' must be letters, digits, '-', '_' or '.'", p->name);
+    for (size_t j = 0; j < i; j++)
+        if (p->name && c->pools[j].name && strcmp(p->name, c->pools[j].name) == 0)
+            fail(l, line_node(p->line, &at), "pools[].name", "pool '%s' is defined twice", p->name);
+    if (p->min_idle > p->max_runners)
+        fail(l, line_node(p->line, &at), "pools[].min_idle",
+             "min_idle (%lld) is larger than max_runners (%lld)", (long long)p->min_idle,
+             (long long)p->max_runners);
+    for (size_t k = 0; k < p->n_labels; k++)
+        if (p->labels[k] && strlen(p->labels[k]) > WEBHOOK_MAX_LABEL_BYTES)
+            fail(l, line_node(p->line, &at), "pools[].labels", "label longer than %d bytes",
+                 WEBHOOK_MAX_LABEL_BYTES);
+    check_pool_hosts(l, c, p);
+    if (p->backend == BACKEND_CONTAINER)
+        check_container_pool(l, p);
+    check_pool_scope(l, c, p);
+    pool_image_manifest(l, c, &at, p);
+}
+
+static void check_semantics(struct loader *l, struct config *c, yaml_node_t *root)
+{
+    check_top_level(l, c);
+    check_github(l, c, root);
+    for (size_t i = 0; i < c->n_hosts; i++)
+        check_host(l, c, i);
+    for (size_t i = 0; i < c->n_pools; i++)
+        check_pool(l, c, i);
 }
 
 static void free_list(char **list, size_t n)
