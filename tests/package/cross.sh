@@ -45,9 +45,9 @@ done
 grep -q "^ *libcmocka-dev <!nocheck>,$" "$root/debian/control" ||
   { log "debian/control's Build-Depends changed: update the list in $0"; exit 1; }
 t0=$SECONDS
-mmdebstrap --quiet --mode=root --variant=apt --architectures="amd64,$arch" --format=directory \
+"$here/cached-root.sh" "cross-$arch" "$chroot_dir" --variant=apt --architectures="amd64,$arch" \
   --aptopt='Apt::Install-Recommends "false"' --include="$(IFS=,; echo "${deps[*]}")" \
-  bookworm "$chroot_dir" "deb http://deb.debian.org/debian bookworm main" \
+  bookworm "deb http://deb.debian.org/debian bookworm main" \
   "deb http://deb.debian.org/debian bookworm-updates main"
 log "build root (amd64 with $arch's build dependencies) in $((SECONDS - t0)) s"
 

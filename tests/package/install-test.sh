@@ -40,9 +40,9 @@ cleanup() {
 trap cleanup EXIT
 
 t0=$SECONDS
-mmdebstrap --quiet --mode=root --variant=apt --architectures="$arch" --format=directory \
+"$here/cached-root.sh" "install-$arch" "$r" --variant=apt --architectures="$arch" \
   --aptopt='Apt::Install-Recommends "false"' --include=systemd,adduser,man-db \
-  bookworm "$r" "deb http://deb.debian.org/debian bookworm main" \
+  bookworm "deb http://deb.debian.org/debian bookworm main" \
   "deb http://deb.debian.org/debian bookworm-updates main"
 log "a clean bookworm $arch root in $((SECONDS - t0)) s"
 mount -t proc proc "$r/proc"
