@@ -431,6 +431,8 @@ int agent_channel_ack_exit(struct agent_channel *c)
 
 int agent_channel_send_shutdown(struct agent_channel *c, const char *reason)
 {
+    if (c->state != CHANNEL_RUNNING)
+        return -EPROTO; /* no runner to stop: not started, or exited */
     json_t *msg = agent_msg_new_v(AGENT_MSG_SHUTDOWN, c->version);
     json_object_set_new(msg, "reason", json_string(reason));
     return send_msg(c, msg);

@@ -91,6 +91,7 @@ int agent_channel_send_config(struct agent_channel *channel, const char *runner_
 /* After `exited`, once the exit is recorded: a version 2 agent keeps its exit (and its
  * guest up) until it hears this. */
 int agent_channel_ack_exit(struct agent_channel *channel);
+/* Asks the agent to stop its runner: -EPROTO unless one runs (started, not exited). */
 int agent_channel_send_shutdown(struct agent_channel *channel, const char *reason);
 /* Closes without further callbacks. */
 void agent_channel_close(struct agent_channel *channel);

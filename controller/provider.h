@@ -7,7 +7,12 @@
  * Everything here runs on the daemon's loop. Calls that need the host's answer (lists,
  * removals) take a callback that comes back on the loop; a guest's life comes back
  * through its guest_events, in the order booting, hello (or resumed), started, exited,
- * gone, with failed possible at any point before gone. */
+ * gone, with ended or failed possible at any point before gone.
+ *
+ * The guest's state is the guest's alone: made, booting, up (its agent answered), torn
+ * down. What the agent reports after its hello (the runner started, the runner exited)
+ * passes through to the owner, whose facts those are; the provider keeps no state of it
+ * beyond the channel's own protocol order. */
 #ifndef HATCHERY_PROVIDER_H
 #define HATCHERY_PROVIDER_H
 
@@ -76,9 +81,7 @@ enum guest_state {
     GUEST_CREATING,
     GUEST_ADOPTING, /* an earlier hatcheryd's guest: looked up, then resumed */
     GUEST_BOOTING,
-    GUEST_READY,   /* the agent said hello */
-    GUEST_RUNNING, /* the runner started */
-    GUEST_EXITED,
+    GUEST_UP, /* its agent said hello (or, adopted, answered resume): the channel is live */
     GUEST_DELETING,
     GUEST_GONE,
     GUEST_STATE_MAX,
@@ -91,6 +94,11 @@ struct guest_events {
     void (*on_exited)(void *data, struct guest *guest, const struct agent_exit *exit);
     /* Something went wrong; teardown has begun. */
     void (*on_failed)(void *data, struct guest *guest, const char *reason);
+    /* The guest ended on its own: its agent's channel closed, or its domain stopped (`why`
+     * says which). Expected once the owner has its runner's exit, a failure before: the
+     * owner tears the guest down either way. An owner without this handler gets on_failed
+     * (and the teardown) instead. */
+    void (*on_ended)(void *data, struct guest *guest, const char *why);
     /* The guest and its disk are gone; the guest is freed after this returns. */
     void (*on_gone)(void *data, struct guest *guest);
     /* The guest is started: it boots. */
@@ -150,12 +158,14 @@ struct provider_ops {
      * on_resumed follows, or on_failed (the guest is gone, or its agent did not answer). */
     int (*guest_adopt)(struct provider *p, const char *host, const struct guest_spec *spec,
                        const struct guest_events *events, void *data, struct guest **ret);
-    /* After on_hello. */
+    /* After on_hello (-EPROTO before, or once sent). */
     int (*guest_send_config)(struct guest *guest, const struct secret *jit_config,
                              int64_t job_timeout_s, const char *const *command, size_t n_command);
-    /* After on_exited, once the exit is recorded: tells the agent we have it. */
+    /* After on_exited, once the exit is recorded: tells the agent we have it (nothing
+     * before its exit). */
     void (*guest_ack_exit)(struct guest *guest);
-    /* Idempotent: asks the agent to stop (when it can), then destroys everything. */
+    /* Idempotent: asks the agent to stop its runner (when one runs), then destroys
+     * everything. */
     void (*guest_teardown)(struct guest *guest, const char *reason);
     /* The owner gives the guest up: its teardown goes on, and no event reaches the owner. */
     void (*guest_disown)(struct guest *guest);

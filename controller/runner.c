@@ -476,6 +476,19 @@ static void ev_failed(void *data, struct guest *g, const char *reason)
         runner_fail(r, FAILURE_GUEST, "%s", reason);
 }
 
+/* The guest ended on its own. Once the runner's exit is in (finishing), that is the
+ * guest's expected end: its agent powers off once it has our ack, and on_exit_recorded
+ * tears it down. Before, its runner never reported, and the runner fails. */
+static void ev_ended(void *data, struct guest *g, const char *why)
+{
+    struct runner *r = data;
+    if (r->state == RUNNER_FINISHING)
+        return;
+    char reason[320];
+    snprintf(reason, sizeof(reason), "%s before its runner reported an exit", why);
+    ev_failed(data, g, reason);
+}
+
 /* An adopted runner's agent answered resume: the runner goes on where it was. */
 static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *resumed)
 {
@@ -514,6 +527,7 @@ const struct guest_events runner_guest_events = {
     .on_started = ev_started,
     .on_exited = ev_exited,
     .on_failed = ev_failed,
+    .on_ended = ev_ended,
     .on_gone = ev_gone,
     .on_booting = ev_booting,
     .on_heartbeat = ev_heartbeat,

@@ -1,6 +1,8 @@
 /* A guest's channel to its agent: the socket (or a container's listening socket, or
  * libvirt streams on a remote host) opened, kept and retried, and what the agent says
- * relayed to the guest's owner. */
+ * relayed to the guest's owner. The agent's hello (or resumed) makes the guest up; what
+ * it says after that (started, heartbeats, exited) is the owner's to keep: the guest's
+ * state does not follow it, and its order is the channel's own (agent_channel.c). */
 #include "internal.h"
 
 #include <errno.h>
@@ -82,7 +84,7 @@ static void ch_hello(void *data, const struct agent_hello *hello)
     if (hello->restored)
         guest_restore_told(g, RESTORE_HELLO, NULL);
     uv_timer_stop(&g->timer);
-    if (!guest_move(g, GUEST_READY)) {
+    if (!guest_move(g, GUEST_UP)) {
         guest_fail(g, "the agent said hello to a guest that was %s", guest_state_names[g->state]);
         return;
     }
@@ -99,10 +101,6 @@ static void ch_started(void *data, int64_t pid)
     struct guest *g = data;
     if (g->prov->closing)
         return;
-    if (!guest_move(g, GUEST_RUNNING)) {
-        guest_fail(g, "the agent said started to a guest that was %s", guest_state_names[g->state]);
-        return;
-    }
     log_info("guest.runner_started", "guest=%s pid=%lld", g->name, (long long)pid);
     if (g->events->on_started)
         g->events->on_started(g->data, g, pid);
@@ -125,7 +123,7 @@ static void ch_resumed(void *data, const struct agent_resumed *resumed)
         return;
     uv_timer_stop(&g->timer);
     g->adopting = false;
-    if (!guest_move(g, resumed->state == AGENT_RESUMED_WAITING ? GUEST_READY : GUEST_RUNNING)) {
+    if (!guest_move(g, GUEST_UP)) {
         guest_fail(g, "the agent said resumed to a guest that was %s", guest_state_names[g->state]);
         return;
     }
@@ -161,10 +159,6 @@ static void ch_exited(void *data, const struct agent_exit *exit)
     struct guest *g = data;
     if (g->prov->closing)
         return;
-    if (!guest_move(g, GUEST_EXITED)) {
-        guest_fail(g, "the agent said exited to a guest that was %s", guest_state_names[g->state]);
-        return;
-    }
     log_info("guest.runner_exited",
              "guest=%s code=%d signal=%d duration_s=%.1f timed_out=%d relaunches=%d "
              "jit_on_argv=%d argv_scans=%d meaning=\"%s\"",
@@ -185,9 +179,11 @@ static void ch_error(void *data, const char *reason)
     if (g->prov->closing)
         return;
     g->channel = NULL; /* the channel closed itself */
-    if (g->state == GUEST_EXITED || g->state >= GUEST_DELETING || g->saving)
-        return; /* the guest powered off after reporting, or was saved: expected */
-    guest_fail(g, "agent channel: %s", reason);
+    if (g->state >= GUEST_DELETING || g->saving)
+        return; /* torn down, or saved as a template: expected */
+    char why[320];
+    snprintf(why, sizeof(why), "agent channel: %s", reason);
+    guest_ended(g, why);
 }
 
 static const struct agent_channel_events channel_events = {

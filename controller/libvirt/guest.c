@@ -29,8 +29,8 @@
 static int domain_remove_found(virDomainPtr dom);
 
 const char *const guest_state_names[GUEST_STATE_MAX] = {
-    [GUEST_CREATING] = "creating", [GUEST_ADOPTING] = "adopting", [GUEST_BOOTING] = "booting",
-    [GUEST_READY] = "ready",       [GUEST_RUNNING] = "running",   [GUEST_EXITED] = "exited",
+    [GUEST_CREATING] = "creating", [GUEST_ADOPTING] = "adopting",
+    [GUEST_BOOTING] = "booting",   [GUEST_UP] = "up",
     [GUEST_DELETING] = "deleting", [GUEST_GONE] = "gone",
 };
 
@@ -56,16 +56,16 @@ void guest_release(struct guest *g)
 
 /* The guest's lifecycle: the moves each state may make. A guest begins creating (or
  * adopting, an earlier hatcheryd's); a container's agent may say hello before its create
- * call returns, so creating may go straight to ready. Every state may go to deleting (the
- * teardown), and only deleting to gone. guest_move is the one writer of a guest's state. */
+ * call returns, so creating may go straight to up. Every state may go to deleting (the
+ * teardown), and only deleting to gone. guest_move is the one writer of a guest's state.
+ * What the agent says after its hello is not the guest's state: its order is the
+ * channel's (agent_channel.c), its meaning the owner's. */
 static const uint8_t guest_moves[GUEST_STATE_MAX] = {
 #define TO(s) (1u << (s))
-    [GUEST_CREATING] = TO(GUEST_BOOTING) | TO(GUEST_READY) | TO(GUEST_DELETING),
-    [GUEST_ADOPTING] = TO(GUEST_READY) | TO(GUEST_RUNNING) | TO(GUEST_DELETING),
-    [GUEST_BOOTING] = TO(GUEST_READY) | TO(GUEST_DELETING),
-    [GUEST_READY] = TO(GUEST_RUNNING) | TO(GUEST_EXITED) | TO(GUEST_DELETING),
-    [GUEST_RUNNING] = TO(GUEST_EXITED) | TO(GUEST_DELETING),
-    [GUEST_EXITED] = TO(GUEST_DELETING),
+    [GUEST_CREATING] = TO(GUEST_BOOTING) | TO(GUEST_UP) | TO(GUEST_DELETING),
+    [GUEST_ADOPTING] = TO(GUEST_UP) | TO(GUEST_DELETING),
+    [GUEST_BOOTING] = TO(GUEST_UP) | TO(GUEST_DELETING),
+    [GUEST_UP] = TO(GUEST_DELETING),
     [GUEST_DELETING] = TO(GUEST_GONE),
     [GUEST_GONE] = 0,
 #undef TO
@@ -526,10 +526,8 @@ void guest_create_done(uv_work_t *w, int status)
     /* A container's agent can connect, say hello and even finish before this callback
      * runs: only a guest not heard from yet is booting. */
     if (g->state != GUEST_CREATING) {
-        if (g->domain_stopped && g->state == GUEST_EXITED)
-            guest_teardown(g, "the guest powered off after the job");
-        else if (g->domain_stopped)
-            guest_fail(g, "the guest stopped before its runner reported an exit");
+        if (g->domain_stopped)
+            guest_ended(g, "the guest stopped");
         return;
     }
     guest_move(g, GUEST_BOOTING);
@@ -854,22 +852,22 @@ void guest_teardown(struct guest *g, const char *reason)
     if (g->state >= GUEST_DELETING)
         return;
     log_info("guest.teardown", "guest=%s reason=\"%s\"", g->name, reason);
-    if (g->channel && g->state == GUEST_RUNNING)
+    if (g->channel) /* heard only while a runner runs */
         agent_channel_send_shutdown(g->channel, reason);
     teardown_start(g);
 }
 
 void guest_ack_exit(struct guest *g)
 {
-    if (g->channel && g->state == GUEST_EXITED)
+    if (g->channel) /* refused before the agent's exit */
         agent_channel_ack_exit(g->channel);
 }
 
 int guest_send_config(struct guest *g, const struct secret *jit, int64_t job_timeout_s,
                       const char *const *command, size_t n_command)
 {
-    if (g->state != GUEST_READY || !g->channel)
-        return -EPROTO;
+    if (g->state != GUEST_UP || !g->channel)
+        return -EPROTO; /* and the channel takes it once, after hello */
     return agent_channel_send_config(g->channel, g->name, jit, job_timeout_s, command, n_command);
 }
 
@@ -961,8 +959,20 @@ int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, vo
 void guest_stopped(struct guest *g, const char *why)
 {
     g->domain_stopped = true;
-    if (g->state == GUEST_EXITED)
-        guest_teardown(g, "the guest powered off after the job");
-    else
-        guest_fail(g, "the guest stopped (%s) before its runner reported an exit", why);
+    char text[64];
+    snprintf(text, sizeof(text), "the guest stopped (%s)", why);
+    guest_ended(g, text);
+}
+
+void guest_ended(struct guest *g, const char *why)
+{
+    if (g->failed || g->state >= GUEST_DELETING || g->prov->closing)
+        return;
+    if (!g->events->on_ended) {
+        guest_fail(g, "%s", why);
+        return;
+    }
+    log_info("guest.ended", "guest=%s host=%s state=%s why=\"%s\"", g->name, g->host->cfg.name,
+             guest_state_names[g->state], why);
+    g->events->on_ended(g->data, g, why);
 }

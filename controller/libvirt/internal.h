@@ -299,6 +299,9 @@ virStoragePoolPtr host_storage_pool_lookup(struct host *h, virConnectPtr conn);
 void teardown_start(struct guest *g);
 int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
 void guest_stopped(struct guest *g, const char *why);
+/* The guest ended on its own (`why`): told to its owner (guest_events.on_ended), which
+ * decides whether that is a failure; failed when the owner has no say. */
+void guest_ended(struct guest *g, const char *why);
 /* Makes and starts the guest of `spec`, restored from a template when `restore_from` (the
  * template's domain) is given, which hears how it went through `outcome`. */
 int guest_create(struct provisioner *p, struct host *h, const struct guest_spec *spec,

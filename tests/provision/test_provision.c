@@ -37,7 +37,8 @@ static struct provisioner *prov;
 
 struct run {
     bool hello, started, exited, failed, gone, resumed;
-    bool restored; /* its hello followed a restore */
+    bool ended_after_exit; /* the guest ended on its own once its runner had exited */
+    bool restored;         /* its hello followed a restore */
     char nonce[72], rng_sample[72], machine_id[64], boot_id[64];
     struct agent_resumed resumed_as;
     struct agent_exit exit;
@@ -142,6 +143,21 @@ static void ev_failed(void *data, struct guest *g, const char *reason)
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
 }
 
+/* As the runner does: a guest that ends on its own after its runner's exit is done, and
+ * the owner tears it down; one that ends before has failed. */
+static void ev_ended(void *data, struct guest *g, const char *why)
+{
+    struct run *r = data;
+    if (r->exited) {
+        r->ended_after_exit = true;
+        guest_teardown(g, "the guest powered off after the job");
+        return;
+    }
+    r->failed = true;
+    snprintf(r->reason, sizeof(r->reason), "%s before its runner reported an exit", why);
+    guest_teardown(g, r->reason);
+}
+
 static void ev_gone(void *data, struct guest *g)
 {
     (void)g;
@@ -156,6 +172,7 @@ static const struct guest_events events = {
     .on_started = ev_started,
     .on_exited = ev_exited,
     .on_failed = ev_failed,
+    .on_ended = ev_ended,
     .on_gone = ev_gone,
     .on_resumed = ev_resumed,
 };
@@ -271,17 +288,18 @@ static void test_guest_lifecycle_table(void **state)
         if (to != GUEST_GONE)
             assert_false(guest_move_allowed(GUEST_DELETING, (enum guest_state)to));
         if (to != GUEST_DELETING)
-            assert_false(guest_move_allowed(GUEST_EXITED, (enum guest_state)to));
+            assert_false(guest_move_allowed(GUEST_UP, (enum guest_state)to));
     }
-    /* A container's agent may say hello before its create call returns. */
-    assert_true(guest_move_allowed(GUEST_CREATING, GUEST_READY));
-    /* No runner starts before its agent said hello, and nothing goes back. */
-    assert_false(guest_move_allowed(GUEST_BOOTING, GUEST_RUNNING));
-    assert_false(guest_move_allowed(GUEST_BOOTING, GUEST_EXITED));
-    assert_false(guest_move_allowed(GUEST_READY, GUEST_BOOTING));
-    assert_false(guest_move_allowed(GUEST_RUNNING, GUEST_READY));
+    /* A container's agent may say hello before its create call returns; an adopted
+     * guest is up once its agent answers resume. */
+    assert_true(guest_move_allowed(GUEST_CREATING, GUEST_UP));
+    assert_true(guest_move_allowed(GUEST_ADOPTING, GUEST_UP));
+    assert_true(guest_move_allowed(GUEST_BOOTING, GUEST_UP));
+    /* Nothing goes back, and nothing skips the teardown. */
+    assert_false(guest_move_allowed(GUEST_UP, GUEST_BOOTING));
+    assert_false(guest_move_allowed(GUEST_BOOTING, GUEST_CREATING));
+    assert_false(guest_move_allowed(GUEST_ADOPTING, GUEST_BOOTING));
     assert_false(guest_move_allowed(GUEST_CREATING, GUEST_GONE));
-    assert_true(guest_move_allowed(GUEST_ADOPTING, GUEST_RUNNING));
     assert_false(guest_move_allowed(GUEST_STATE_MAX, GUEST_DELETING));
 }
 
@@ -464,10 +482,11 @@ static void boot_one(struct config_pool *pool, const char *name, const char *jit
     assert_string_equal(r.arch, pool->arch == ARCH_PPC64LE ? "ppc64le" : "s390x");
     assert_int_equal(r.exit.code, expect_code);
     assert_int_equal(r.exit.signal, 0);
-    /* The guest powers itself off; the lifecycle event tears it down. */
+    /* The guest powers itself off; its owner hears it ended, and tears it down. */
     wait_for(&r.gone, 60);
     assert_true(r.gone);
     assert_false(r.failed);
+    assert_true(r.ended_after_exit);
     assert_false(domain_exists(name));
     assert_true(r.secret_scan_done);
     assert_false(r.secret_in_argv);

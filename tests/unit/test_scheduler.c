@@ -593,6 +593,9 @@ static void one_runner_through_every_state(void **state)
     struct agent_exit exit = {.code = 0, .duration_s = 3};
     g->events->on_exited(g->data, g, &exit);
     assert_string_equal(state_of(s, g->name), "finishing");
+    /* A version 1 agent powers off at once: the guest's end, after the exit, is expected. */
+    g->events->on_ended(g->data, g, "agent channel: the guest closed the channel");
+    assert_string_equal(state_of(s, g->name), "finishing");
     /* The exit is committed before the agent hears of it and the guest goes. */
     assert_false(g->acked);
     assert_false(g->torn_down);
@@ -722,7 +725,13 @@ static void a_job_that_kills_its_agent_does_not_back_off_the_pool(void **state)
     bring_online(g, 4848);
     store_job(1008, JOB_IN_PROGRESS);
     scheduler_job_event(s, 1008, JOB_IN_PROGRESS, g->name);
-    g->events->on_failed(g->data, g, "agent channel: the guest closed the channel");
+    /* Its guest ends before any exit: the runner fails, and says so (its job with it). */
+    g->events->on_ended(g->data, g, "agent channel: the guest closed the channel");
+    assert_string_equal(state_of(s, g->name), "failed");
+    assert_string_equal(reason_of(s, g->name),
+                        "job lost: agent channel: the guest closed the channel before its runner "
+                        "reported an exit");
+    assert_true(g->torn_down);
     g->events->on_gone(g->data, g);
     queue_job(1009);
     spin(1500);
