@@ -4,7 +4,10 @@
  *   provision_bench overhead [N]   create+teardown cycles per second through the
  *                                  provisioner on test:///default, beside a raw libvirt
  *                                  loop doing the same calls (volume create, domain
- *                                  create, destroy, volume delete) back to back.
+ *                                  create, destroy, volume delete) back to back: one guest
+ *                                  at a time, and 8 in flight; with what two bare round
+ *                                  trips through libuv's thread pool cost (a cycle makes
+ *                                  two: create, teardown).
  *   provision_bench boot ARCH DIR  on a real libvirtd: time from the create call to the
  *                                  agent's hello, beside virDomainCreateXML of the same
  *                                  domain XML to the guest's first line of its own (the test
@@ -186,6 +189,70 @@ static double provider_cycles(struct provider *p, const struct config_pool *pool
     return now_s() - t0;
 }
 
+/* `k` cycles with `depth` guests in flight at once, as a burst of jobs makes them: each
+ * guest is torn down once created, and the next starts when one is gone. Seconds, or -1. */
+#define IN_FLIGHT_MAX 16
+#define IN_FLIGHT     8
+static double provider_cycles_in_flight(struct provider *p, const struct config_pool *pool,
+                                        int first, int k, int depth)
+{
+    struct run runs[IN_FLIGHT_MAX];
+    struct guest *gs[IN_FLIGHT_MAX] = {0};
+    bool torn[IN_FLIGHT_MAX] = {0};
+    char name[64];
+    int next = first, done = 0;
+    double t0 = now_s();
+    while (done < k) {
+        for (int i = 0; i < depth; i++) {
+            if (gs[i] && runs[i].gone) {
+                gs[i] = NULL;
+                done++;
+            }
+            if (gs[i] && !torn[i] && (guest_state_get(gs[i]) != GUEST_CREATING || runs[i].failed)) {
+                guest_teardown(gs[i], "benchmark");
+                torn[i] = true;
+            }
+            if (!gs[i] && next < first + k) {
+                runs[i] = (struct run){0};
+                torn[i] = false;
+                snprintf(name, sizeof(name), "hatchery-bench-%d", next);
+                struct guest_spec spec = {.name = name, .runner_id = next, .pool = pool};
+                if (provider_guest_create(p, "t", &spec, &events, &runs[i], &gs[i]) < 0)
+                    return -1;
+                next++;
+            }
+        }
+        if (done < k)
+            uv_run(&loop, UV_RUN_ONCE);
+    }
+    return now_s() - t0;
+}
+
+/* `k` times two round trips through libuv's thread pool with nothing to do, as a guest's
+ * create and teardown each make one: what handing work to a worker and hearing back costs
+ * on this machine, apart from the work. Seconds. */
+static void hop_work(uv_work_t *w)
+{
+    (void)w;
+}
+static void hop_done(uv_work_t *w, int status)
+{
+    (void)status;
+    (*(int *)w->data)--;
+}
+static double hop_cycles(int k)
+{
+    double t0 = now_s();
+    for (int i = 0; i < 2 * k; i++) {
+        int pending = 1;
+        uv_work_t w = {.data = &pending};
+        uv_queue_work(&loop, &w, hop_work, hop_done);
+        while (pending)
+            uv_run(&loop, UV_RUN_ONCE);
+    }
+    return now_s() - t0;
+}
+
 static int compare_doubles(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -211,24 +278,41 @@ static int overhead(int n)
                                .disk_mib = 64,
                                .boot_timeout_s = 600};
     int k = n / OVERHEAD_CHUNKS > 0 ? n / OVERHEAD_CHUNKS : 1;
-    double raw_s = 0, ours_s = 0, ratios[OVERHEAD_CHUNKS];
+    double raw_s = 0, ours_s = 0, hops_s = 0, flight_s = 0;
+    double ratios[OVERHEAD_CHUNKS], flight_ratios[OVERHEAD_CHUNKS];
     for (int chunk = 0; chunk < OVERHEAD_CHUNKS; chunk++) {
-        double r = raw_cycles(c, sp, chunk * k, k);
-        double o = provider_cycles(p, &pool, chunk * k, k);
-        if (r < 0 || o < 0)
+        int first = 3 * chunk * k;
+        double r = raw_cycles(c, sp, first, k);
+        double o = provider_cycles(p, &pool, first + k, k);
+        double h = hop_cycles(k);
+        double f = provider_cycles_in_flight(p, &pool, first + 2 * k, k, IN_FLIGHT);
+        if (r < 0 || o < 0 || f < 0)
             return 1;
         raw_s += r;
         ours_s += o;
+        hops_s += h;
+        flight_s += f;
         ratios[chunk] = r / o; /* provider cycles/s over raw cycles/s */
+        flight_ratios[chunk] = r / f;
     }
     qsort(ratios, OVERHEAD_CHUNKS, sizeof(*ratios), compare_doubles);
+    qsort(flight_ratios, OVERHEAD_CHUNKS, sizeof(*flight_ratios), compare_doubles);
     int total = k * OVERHEAD_CHUNKS;
     printf("provision+teardown cycles/s on test:///default (n=%d, %d alternating chunks of %d)\n",
            total, OVERHEAD_CHUNKS, k);
     printf("  raw libvirt loop      %10.1f\n", total / raw_s);
-    printf("  hatchery provisioner  %10.1f\n", total / ours_s);
+    printf("  hatchery provisioner  %10.1f  one guest at a time\n", total / ours_s);
     printf("  ratio %.3f overall, %.3f median of the chunks (goal >= 0.8)\n", raw_s / ours_s,
            ratios[OVERHEAD_CHUNKS / 2]);
+    /* Where one at a time goes: the two hand-overs to a worker and back, apart from work. */
+    double hop_us = hops_s / total * 1e6, raw_us = raw_s / total * 1e6;
+    printf("  of a cycle: raw %.1f us, hatchery %.1f us, its two thread-pool round trips alone "
+           "%.1f us (%.0f%% of what hatchery adds)\n",
+           raw_us, ours_s / total * 1e6, hop_us, 100.0 * hop_us / (ours_s / total * 1e6 - raw_us));
+    printf("  hatchery provisioner  %10.1f  %d guests in flight, as a burst makes them\n",
+           total / flight_s, IN_FLIGHT);
+    printf("  ratio %.3f overall, %.3f median of the chunks\n", raw_s / flight_s,
+           flight_ratios[OVERHEAD_CHUNKS / 2]);
     virStoragePoolFree(sp);
     virConnectClose(c);
     provider_free(p);
