@@ -224,19 +224,11 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
     assert.match(journal(), /event=host\.transport host=local transport=stream qemu_uid=\d+/);
   });
 
-  test('a ppc64le and an s390x job on the production image, QEMU as libvirt-qemu', { timeout: 3000000 }, async () => {
-    const t0 = Date.now();
-    const [ppc, s390] = await Promise.all([
-      serve('linux.ppc64le.prod', 'prod-ppc64le', taken),
-      serve('linux.s390x.prod', 'prod-s390x', taken),
-    ]);
-    assertServed(ppc, 'ppc64le');
-    assertServed(s390, 's390x');
-    coldPpc = ppc;
-    console.log(`both jobs served in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
-  });
-
-  test('a job on a pool whose one host is reached only as qemu+ssh://, its image found there through libvirt', { timeout: 1800000 }, async () => {
+  // The remote host's job runs beside the first pair: its guest is on a host of its own,
+  // and most of its time is emulation, which the three guests share. Started with the
+  // pair, reported by its own test.
+  let remoteJob;
+  async function serveOnRemote() {
     const host = await until('the remote host up', () =>
       cli('hosts').hosts.find((h) => h.name === 'remote' && h.state === 'up'), 120000);
     assert.equal(host.transport, 'stream');
@@ -263,6 +255,25 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
     assert.match(journal(), new RegExp(`event=image\\.found_on_host host=remote pool=prod-s390x-remote image=${image} arch=s390x `));
     assert.match(journal(), new RegExp(`event=guest\\.created guest=${name} host=remote `));
     assert.equal(await metric(), '1');
+    return name;
+  }
+
+  test('a ppc64le and an s390x job on the production image, QEMU as libvirt-qemu', { timeout: 3000000 }, async () => {
+    const t0 = Date.now();
+    remoteJob = serveOnRemote();
+    remoteJob.catch(() => {}); // awaited, and reported, by its own test
+    const [ppc, s390] = await Promise.all([
+      serve('linux.ppc64le.prod', 'prod-ppc64le', taken),
+      serve('linux.s390x.prod', 'prod-s390x', taken),
+    ]);
+    assertServed(ppc, 'ppc64le');
+    assertServed(s390, 's390x');
+    coldPpc = ppc;
+    console.log(`both jobs served in ${((Date.now() - t0) / 1000).toFixed(0)} s`);
+  });
+
+  test('a job on a pool whose one host is reached only as qemu+ssh://, its image found there through libvirt', { timeout: 1800000 }, async () => {
+    const name = await remoteJob;
     assertServed(name, 's390x');
   });
 
