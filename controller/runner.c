@@ -478,12 +478,10 @@ static void ev_failed(void *data, struct guest *g, const char *reason)
 
 /* The guest ended on its own. Once the runner's exit is in (finishing), that is the
  * guest's expected end: its agent powers off once it has our ack, and on_exit_recorded
- * tears it down. Before, its runner never reported, and the runner fails. */
+ * tears it down (ev_failed lets it be). Before, its runner never reported, and the
+ * runner fails. */
 static void ev_ended(void *data, struct guest *g, const char *why)
 {
-    struct runner *r = data;
-    if (r->state == RUNNER_FINISHING)
-        return;
     char reason[320];
     snprintf(reason, sizeof(reason), "%s before its runner reported an exit", why);
     ev_failed(data, g, reason);
