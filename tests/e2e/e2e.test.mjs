@@ -203,7 +203,10 @@ describe('end to end on real guests', () => {
     const cap = d.cliJson('capacity').pools.find((p) => p.pool === 'linux.s390x.warm');
     assert.ok(cap.runners >= 1);
     const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
-    assert.match(text, /hatchery_runners\{pool="linux.s390x.warm",state="idle"\} 1/);
+    const warm = text.split('\n').filter((l) => l.startsWith('hatchery_runners{pool="linux.s390x.warm",'));
+    assert.ok(warm.includes('hatchery_runners{pool="linux.s390x.warm",state="idle"} 1'),
+      `${warm.join('\n')}\n${JSON.stringify(runners().filter((r) => r.pool === 'linux.s390x.warm'))}\n` +
+      d.logs.split('\n').slice(-60).join('\n'));
     assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
   });
 
