@@ -199,14 +199,16 @@ describe('end to end on real guests', () => {
   });
 
   test('min_idle 1 keeps one registered runner waiting', async () => {
-    await until('a warm runner', () => runners().find((r) => r.pool === 'linux.s390x.warm' && r.state === 'idle'));
-    const cap = d.cliJson('capacity').pools.find((p) => p.pool === 'linux.s390x.warm');
-    assert.ok(cap.runners >= 1);
-    const text = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
-    const warm = text.split('\n').filter((l) => l.startsWith('hatchery_runners{pool="linux.s390x.warm",'));
-    assert.ok(warm.includes('hatchery_runners{pool="linux.s390x.warm",state="idle"} 1'),
-      `${warm.join('\n')}\n${JSON.stringify(runners().filter((r) => r.pool === 'linux.s390x.warm'))}\n` +
-      d.logs.split('\n').slice(-60).join('\n'));
+    // The stand-in runner ends after its `sleep=4` even without a job, so the warm runner is
+    // replaced every few seconds and is idle for about four: the CLI and /metrics are read
+    // together until both show it (once, read a moment apart, the metric missed it).
+    const text = await until('a warm runner, idle in the CLI, in capacity and on /metrics', async () => {
+      const t = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+      const idle = runners().some((r) => r.pool === 'linux.s390x.warm' && r.state === 'idle');
+      const cap = d.cliJson('capacity').pools.find((p) => p.pool === 'linux.s390x.warm');
+      return idle && cap.runners >= 1 &&
+        t.includes('\nhatchery_runners{pool="linux.s390x.warm",state="idle"} 1\n') ? t : null;
+    });
     assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
   });
 
