@@ -167,34 +167,13 @@ static double raw_cycles(virConnectPtr c, virStoragePoolPtr sp, int first, int k
     return now_s() - t0;
 }
 
-/* `k` cycles through the provider: a guest created (its work on a worker, back on the
- * loop), then torn down until gone. Seconds, or -1. */
-static double provider_cycles(struct provider *p, const struct config_pool *pool, int first, int k)
-{
-    char name[64];
-    double t0 = now_s();
-    for (int i = first; i < first + k; i++) {
-        struct run r = {0};
-        struct guest *g = NULL;
-        snprintf(name, sizeof(name), "hatchery-bench-%d", i);
-        struct guest_spec gs = {.name = name, .runner_id = i, .pool = pool};
-        if (provider_guest_create(p, "t", &gs, &events, &r, &g) < 0)
-            return -1;
-        while (guest_state_get(g) == GUEST_CREATING && !r.failed)
-            uv_run(&loop, UV_RUN_ONCE);
-        guest_teardown(g, "benchmark");
-        while (!r.gone)
-            uv_run(&loop, UV_RUN_ONCE);
-    }
-    return now_s() - t0;
-}
-
-/* `k` cycles with `depth` guests in flight at once, as a burst of jobs makes them: each
- * guest is torn down once created, and the next starts when one is gone. Seconds, or -1. */
+/* `k` cycles through the provider with `depth` guests in flight at once (1: one at a time;
+ * more, as a burst of jobs makes them): each guest is created (its work on a worker, back
+ * on the loop), then torn down, and the next starts when one is gone. Seconds, or -1. */
 #define IN_FLIGHT_MAX 16
 #define IN_FLIGHT     8
-static double provider_cycles_in_flight(struct provider *p, const struct config_pool *pool,
-                                        int first, int k, int depth)
+static double provider_cycles(struct provider *p, const struct config_pool *pool, int first, int k,
+                              int depth)
 {
     struct run runs[IN_FLIGHT_MAX];
     struct guest *gs[IN_FLIGHT_MAX] = {0};
@@ -283,9 +262,9 @@ static int overhead(int n)
     for (int chunk = 0; chunk < OVERHEAD_CHUNKS; chunk++) {
         int first = 3 * chunk * k;
         double r = raw_cycles(c, sp, first, k);
-        double o = provider_cycles(p, &pool, first + k, k);
+        double o = provider_cycles(p, &pool, first + k, k, 1);
         double h = hop_cycles(k);
-        double f = provider_cycles_in_flight(p, &pool, first + 2 * k, k, IN_FLIGHT);
+        double f = provider_cycles(p, &pool, first + 2 * k, k, IN_FLIGHT);
         if (r < 0 || o < 0 || f < 0)
             return 1;
         raw_s += r;
