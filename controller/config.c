@@ -423,6 +423,27 @@ static void check_form(struct loader *l, const yaml_node_t *value, const struct 
     }
 }
 
+/* A list's items, when `value` is a list with as many entries as `k` allows. */
+static bool sequence_items(struct loader *l, yaml_node_t *value, const struct key *k,
+                           const char *path, const char *what, yaml_node_item_t **ret_start,
+                           size_t *ret_n)
+{
+    if (value->type != YAML_SEQUENCE_NODE) {
+        fail(l, value, path, "expected %s", what);
+        return false;
+    }
+    yaml_node_item_t *start = value->data.sequence.items.start;
+    size_t n = (size_t)(value->data.sequence.items.top - start);
+    if ((int64_t)n < k->min || (int64_t)n > k->max) {
+        fail(l, value, path, "needs between %lld and %lld entries, has %zu", (long long)k->min,
+             (long long)k->max, n);
+        return false;
+    }
+    *ret_start = start;
+    *ret_n = n;
+    return true;
+}
+
 static void parse_value(struct loader *l, yaml_node_t *value, const struct key *k, void *base,
                         const char *path)
 {
@@ -477,20 +498,15 @@ static void parse_value(struct loader *l, yaml_node_t *value, const struct key *
         return;
     }
     case KEY_STRING_LIST: {
-        if (value->type != YAML_SEQUENCE_NODE) {
-            fail(l, value, path, "expected a list of strings");
+        yaml_node_item_t *start;
+        size_t n;
+        if (!sequence_items(l, value, k, path, "a list of strings", &start, &n))
             return;
-        }
-        yaml_node_item_t *start = value->data.sequence.items.start;
-        size_t n = (size_t)(value->data.sequence.items.top - start);
-        if ((int64_t)n < k->min || (int64_t)n > k->max) {
-            fail(l, value, path, "needs between %lld and %lld entries, has %zu", (long long)k->min,
-                 (long long)k->max, n);
-            return;
-        }
         char **list = calloc(n + 1, sizeof(char *));
-        if (!list)
+        if (!list) {
+            fail(l, value, path, "out of memory");
             return;
+        }
         char ***slot = field(base, k->offset);
         *slot = list;
         *(size_t *)field(base, k->count_offset) = n;
@@ -505,20 +521,15 @@ static void parse_value(struct loader *l, yaml_node_t *value, const struct key *
         parse_mapping(l, value, k->sub, field(base, k->offset), path);
         return;
     case KEY_SEQUENCE: {
-        if (value->type != YAML_SEQUENCE_NODE) {
-            fail(l, value, path, "expected a list");
+        yaml_node_item_t *start;
+        size_t n;
+        if (!sequence_items(l, value, k, path, "a list", &start, &n))
             return;
-        }
-        yaml_node_item_t *start = value->data.sequence.items.start;
-        size_t n = (size_t)(value->data.sequence.items.top - start);
-        if ((int64_t)n < k->min || (int64_t)n > k->max) {
-            fail(l, value, path, "needs between %lld and %lld entries, has %zu", (long long)k->min,
-                 (long long)k->max, n);
-            return;
-        }
         char *elems = calloc(n ? n : 1, k->elem_size);
-        if (!elems)
+        if (!elems) {
+            fail(l, value, path, "out of memory");
             return;
+        }
         *(void **)field(base, k->offset) = elems;
         *(size_t *)field(base, k->count_offset) = n;
         for (size_t i = 0; i < n; i++) {

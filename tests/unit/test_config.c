@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "hatchery/limits.h"
 #include "secret.h"
 
 /* The image is at a path no build machine has: one that holds an installed hatchery (a
@@ -190,6 +191,18 @@ static void test_bad_values(void **state)
                  ":14: pools[0].labels: expected a list of strings");
     expect_error(variant("    labels: [linux.ppc64le]", "    labels: []"),
                  ":14: pools[0].labels: needs between 1 and");
+    expect_error(variant(NULL, "github:\n  runner_scopes: {org: p}\n"),
+                 ":20: github.runner_scopes: expected a list");
+    /* One host more than a config may name: the list's length is refused before any of
+     * its entries is read. */
+    static char many_hosts[sizeof(good) + (CONFIG_MAX_HOSTS + 1) * 48];
+    const char *hosts = strstr(good, "hosts:\n"), *pools = strstr(good, "pools:\n");
+    int used = snprintf(many_hosts, sizeof(many_hosts), "%.*shosts:\n", (int)(hosts - good), good);
+    for (int i = 0; i <= CONFIG_MAX_HOSTS; i++)
+        used += snprintf(many_hosts + used, sizeof(many_hosts) - (size_t)used,
+                         "  - {name: h%d, uri: \"test:///default\"}\n", i);
+    snprintf(many_hosts + used, sizeof(many_hosts) - (size_t)used, "%s", pools);
+    expect_error(many_hosts, ":7: hosts: needs between 0 and 256 entries, has 257");
 }
 
 /* Paths and names that reach libvirt's XML, a shell or the filesystem: refused at their
