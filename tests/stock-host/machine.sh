@@ -5,7 +5,8 @@
 # network (no private network: the guest firewall's rules are the host's).
 #
 #   machine.sh root RELEASE CACHE_DIR   makes (or reuses) a clean RELEASE root as a tarball in
-#                                       CACHE_DIR, keyed by this script; prints its path
+#                                       CACHE_DIR (tests/package/cached-root.sh: keyed by the
+#                                       package list and the ISO week); prints its path
 #   machine.sh boot DIR                 boots the root extracted at DIR; returns once systemd
 #                                       says it is up
 #   machine.sh run DIR COMMAND...       runs COMMAND in it (all its namespaces, as root)
@@ -48,22 +49,12 @@ case "${1:-}" in
 root)
   release=${2:?usage: machine.sh root RELEASE CACHE_DIR}
   cache=${3:?usage: machine.sh root RELEASE CACHE_DIR}
-  mkdir -p "$cache"
-  key=$( { cat "$0"; echo "$release"; } | sha256sum | cut -c1-16)
-  tarball=$cache/$release-$key.tar
-  if [ ! -f "$tarball" ]; then
-    t0=$SECONDS
-    include=$(IFS=,; echo "${packages[*]}")
-    mmdebstrap --quiet --mode=root --variant=apt --format=tar \
-      --aptopt='Apt::Install-Recommends "false"' --include="$include" \
-      "$release" "$tarball.new" "deb http://deb.debian.org/debian $release main" \
-      "deb http://deb.debian.org/debian $release-updates main" \
-      "deb http://deb.debian.org/debian-security $release-security main" >&2
-    mv "$tarball.new" "$tarball"
-    find "$cache" -maxdepth 1 -name "$release-*.tar" ! -name "$(basename "$tarball")" -delete
-    log "a clean $release root in $((SECONDS - t0)) s ($(du -h "$tarball" | cut -f1))"
-  fi
-  echo "$tarball" ;;
+  include=$(IFS=,; echo "${packages[*]}")
+  HATCHERY_ROOT_CACHE=$cache "$here/../package/cached-root.sh" --tarball "$release" \
+    --variant=apt --aptopt='Apt::Install-Recommends "false"' --include="$include" \
+    "$release" "deb http://deb.debian.org/debian $release main" \
+    "deb http://deb.debian.org/debian $release-updates main" \
+    "deb http://deb.debian.org/debian-security $release-security main" ;;
 
 boot)
   dir=$(cd "${2:?usage: machine.sh boot DIR}" && pwd)

@@ -6,7 +6,8 @@
 # the production image (stock-host.test.mjs).
 #
 # The root is cached as a tarball under $HATCHERY_STOCK_CACHE (default
-# /var/cache/hatchery/stock-host), keyed by machine.sh; the images are production-image.sh's.
+# /var/cache/hatchery/stock-host), keyed by its package list and the ISO week (machine.sh
+# root); the images are production-image.sh's.
 #
 # usage: tests/stock-host/run.sh [RELEASE]
 set -euo pipefail
