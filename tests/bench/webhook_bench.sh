@@ -2,7 +2,8 @@
 # Benchmark: signed workflow_job deliveries per second into hatcheryd (2xx answers only: a
 # 503 is not throughput), with p50/p99 latency,
 # at concurrency 1 and 64, beside nginx answering a static 204 on loopback in the same run.
-# Then a paced run near 1,000 deliveries/s for the latency target. Finally checks that every
+# Then a paced run near 1,000 deliveries/s for the latency target, beside the disk's floor:
+# the same rows committed durably by SQLite alone (durable_commit.py). Finally checks that every
 # delivery answered 2xx is in the store. It prints figures; it asserts nothing about time.
 #
 # usage: tests/bench/webhook_bench.sh [SECONDS]   (default 10 per run)
@@ -93,6 +94,7 @@ for c in 1 64; do
   ratio=$(node -e "console.log((JSON.parse(process.argv[1]).ok_rps / JSON.parse(process.argv[2]).ok_rps).toFixed(3))" "$h" "$n")
   echo "ratio hatcheryd/nginx at c=$c, 2xx answers only: $ratio (target >= 0.28)"
   total_2xx=$(( total_2xx + $(field "$h" requests) - $(field "$h" non2xx) ))
+  [ "$c" != 1 ] || c1_ok_rps=$(field "$h" ok_rps)
 done
 
 # Paced: 10 connections each pausing 9 ms between requests, about 1,000 deliveries/s.
@@ -101,6 +103,13 @@ h=$(run $port_h 1 10 9 6)
 printf '%-26s %10s %9s %9s %8s\n' "hatcheryd paced ~1000/s" "$(field "$h" ok_rps)" "$(field "$h" p50_ms)" "$(field "$h" p99_ms)" "$(field "$h" non2xx)"
 echo "p99 at ~$(field "$h" ok_rps | cut -d. -f1) deliveries/s: $(field "$h" p99_ms) ms (target < 5 ms)"
 total_2xx=$(( total_2xx + $(field "$h" requests) - $(field "$h" non2xx) ))
+
+# The floor under those figures: a delivery's rows committed to SQLite as the store commits
+# them (hatcheryd's own schema, WAL, synchronous=FULL), one at a time, with nothing else:
+# what this disk allows a durable answer.
+f=$(python3 tests/bench/durable_commit.py "$work/state/hatchery.db" "$work" "$secs")
+printf '%-26s %10s %9s %9s %8s\n' "durable commit alone" "$(field "$f" commits_per_s)" "$(field "$f" p50_ms)" "$(field "$f" p99_ms)" "-"
+echo "hatcheryd c=1 / durable commits alone: $(node -e "console.log((process.argv[1] / process.argv[2]).toFixed(3))" "$c1_ok_rps" "$(field "$f" commits_per_s)"); paced p99 / a durable commit's p99: $(node -e "console.log((process.argv[1] / process.argv[2]).toFixed(2))" "$(field "$h" p99_ms)" "$(field "$f" p99_ms)")"
 
 # A flood of bad signatures (1 MiB bodies over 4 connections, from one address: what anyone
 # can send) while a monitor asks /healthz over one connection: its latency beside the same
