@@ -62,6 +62,8 @@ struct daemon {
     size_t n_retired;
     uv_timer_t watchdog_timer;
     uv_timer_t prune_timer;
+    uv_timer_t stop_timer; /* a stop that waits on a silent host ends at DAEMON_STOP_TIMEOUT_MS */
+    bool stop_abandoned;
     int lock_fd;
     int64_t started_at_ms;
     bool stopping;

@@ -974,9 +974,26 @@ static void on_prune(uv_timer_t *timer)
     prune_history(d);
 }
 
+/* The stop has waited DAEMON_STOP_TIMEOUT_MS: what holds it is a libvirt call to a host that
+ * does not answer (the provisioner named it as host.calls_pending), which nothing can
+ * interrupt. Everything of ours is written (the store commits on threads of its own), so
+ * the process ends here rather than at the supervisor's SIGKILL; the guests stay domains
+ * for the next start's reconciler, as on any stop. */
+static void on_stop_timeout(uv_timer_t *timer)
+{
+    struct daemon *d = timer->data;
+    log_warn("daemon.stop_abandoned",
+             "waited_ms=%d reason=\"libvirt calls to a host that does not answer are still "
+             "running\" action=\"exiting without them; the next start adopts what runs\"",
+             DAEMON_STOP_TIMEOUT_MS);
+    d->stop_abandoned = true;
+    uv_stop(d->loop);
+}
+
 static void daemon_stop(struct daemon *d)
 {
     d->stopping = true;
+    uv_timer_start(&d->stop_timer, on_stop_timeout, DAEMON_STOP_TIMEOUT_MS, 0);
     sd_notify_send("STOPPING=1");
     front_close(d->front);
     admin_server_stop(&d->admin);
@@ -1385,6 +1402,9 @@ static void start_timers(struct daemon *d)
     uv_signal_start(&d->sighup, on_sighup, SIGHUP);
     uv_timer_init(d->loop, &d->watchdog_timer);
     uv_timer_init(d->loop, &d->prune_timer);
+    uv_timer_init(d->loop, &d->stop_timer);
+    d->stop_timer.data = d;
+    uv_unref((uv_handle_t *)&d->stop_timer); /* it never keeps a finished stop waiting */
     d->prune_timer.data = d;
     uv_timer_start(&d->prune_timer, on_prune, 0, PRUNE_INTERVAL_MS);
     uint64_t watchdog_usec = sd_watchdog_usec();
@@ -1478,6 +1498,15 @@ int main(int argc, char **argv)
                  "reason=\"this kernel (or emulator) has no seccomp filter\" front_pid=%d",
                  (int)front_pid(d.front));
     uv_run(d.loop, UV_RUN_DEFAULT);
+    if (d.stop_abandoned) {
+        /* A thread is still inside libvirt with the provider's memory: nothing is freed
+         * under it. The store's last commits are all that must be finished. */
+        store_close(d.store);
+        log_info("daemon.stopped", "controller=%s", d.config->controller_id);
+        _exit(d.exit_code);
+    }
+    uv_close((uv_handle_t *)&d.stop_timer, NULL);
+    uv_run(d.loop, UV_RUN_NOWAIT);
 
     store_close(d.store);
     front_free(d.front);

@@ -487,7 +487,7 @@ void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, c
 {
     g->busy = true;
     g->work.data = g;
-    if (provisioner_queue_work(g->prov, &g->work, work, done) < 0) {
+    if (host_queue_work(g->host, &g->work, work, done) < 0) {
         g->busy = false;
         guest_fail(g, "cannot queue %s", what);
     }
@@ -841,7 +841,7 @@ void teardown_start(struct guest *g)
     g->channel_bridge = NULL;
     g->busy = true;
     g->work.data = g;
-    if (provisioner_queue_work(g->prov, &g->work, teardown_work, teardown_done) < 0) {
+    if (host_queue_work(g->host, &g->work, teardown_work, teardown_done) < 0) {
         g->busy = false;
         guest_gone(g);
     }

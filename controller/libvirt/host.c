@@ -15,6 +15,7 @@
 #include "libvirt_error.h"
 #include "guest_filter.h"
 #include "host_caps.h"
+#include "host_queue.h"
 #include "hatchery/limits.h"
 #include "stream_bridge.h"
 #include "log.h"
@@ -29,12 +30,11 @@ struct host *host_find(struct provisioner *p, const char *name)
     return NULL;
 }
 
-int provisioner_queue_work(struct provisioner *p, uv_work_t *w, uv_work_cb work,
-                           uv_after_work_cb done)
+int host_queue_work(struct host *h, uv_work_t *w, uv_work_cb work, uv_after_work_cb done)
 {
-    int r = uv_queue_work(p->loop, w, work, done);
+    int r = host_queue_submit(h->queue, w, work, done);
     if (r == 0)
-        p->works++;
+        h->prov->works++;
     return r;
 }
 
@@ -387,7 +387,7 @@ static void host_connect(struct host *h)
         return;
     h->connecting = true;
     h->work.data = h;
-    if (provisioner_queue_work(h->prov, &h->work, connect_work, connect_done) < 0)
+    if (host_queue_work(h, &h->work, connect_work, connect_done) < 0)
         h->connecting = false;
 }
 
@@ -406,7 +406,11 @@ int provisioner_host_add(struct provider *provider, const struct config_host *cf
     h->lxc = strncmp(cfg->uri, "lxc:", 4) == 0;
     h->simulated = strncmp(cfg->uri, "test:", 5) == 0;
     h->lifecycle_id = -1;
+    h->queue = host_queue_new(p->loop, cfg->name);
+    if (!h->queue)
+        return -ENOMEM;
     if (uv_mutex_init(&h->lock) < 0) {
+        host_queue_close(h->queue);
         free(h);
         return -ENOMEM;
     }

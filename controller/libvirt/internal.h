@@ -96,6 +96,7 @@ struct host {
     int64_t guest_moves_refused; /* guest_move's refusals on this host: a bug if not 0 */
     int64_t slot_moves_refused;  /* slot_move's, the same */
     struct guest *guests;
+    struct host_queue *queue; /* its libvirt calls' threads */
     unsigned long hypervisor_version, libvirt_version;
     struct image_check *images;  /* the VM pools' images, on a remote host */
     struct template_slot *slots; /* warm templates kept here */
@@ -258,8 +259,8 @@ struct boot_files {
 
 /* host.c */
 struct host *host_find(struct provisioner *p, const char *name);
-int provisioner_queue_work(struct provisioner *p, uv_work_t *w, uv_work_cb work,
-                           uv_after_work_cb done);
+/* A blocking libvirt call for `h`, on its own threads (host_queue.h). */
+int host_queue_work(struct host *h, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
 bool work_done_closing(struct provisioner *p);
 virConnectPtr host_conn_ref(struct host *h, bool even_dropped, bool ret_kvm[ARCH_MAX]);
 bool host_usable(struct host *h);

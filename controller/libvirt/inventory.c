@@ -199,7 +199,7 @@ static int names_async(struct provisioner *p, const char *host, bool volumes, pr
     nw->names_cb = cb;
     nw->data = data;
     nw->work.data = nw;
-    int r = provisioner_queue_work(p, &nw->work, tagged_work, tagged_done);
+    int r = host_queue_work(h, &nw->work, tagged_work, tagged_done);
     if (r < 0)
         free(nw);
     return r;
@@ -288,7 +288,7 @@ int provisioner_domain_remove(struct provider *provider, const char *host, const
     nw->done_cb = cb;
     nw->data = data;
     nw->work.data = nw;
-    int r = provisioner_queue_work(p, &nw->work, remove_work, remove_done);
+    int r = host_queue_work(h, &nw->work, remove_work, remove_done);
     if (r < 0)
         free(nw);
     return r;

@@ -9,6 +9,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "host_queue.h"
+#include "log.h"
+
 static const struct provider_ops libvirt_provider_ops;
 
 /* A host's guests cannot be reached (host.c): they fail. */
@@ -93,6 +96,7 @@ static void finalize(struct provisioner *p)
             g = gn;
         }
         host_conn_drop(h);
+        host_queue_close(h->queue);
         uv_close((uv_handle_t *)&h->reconnect, on_host_closed);
         uv_close((uv_handle_t *)&h->grace, on_host_closed);
         h = next;
@@ -111,6 +115,10 @@ void provisioner_free(struct provider *provider)
     for (struct host *h = p->hosts; h; h = h->next) {
         uv_timer_stop(&h->reconnect);
         uv_timer_stop(&h->grace);
+        int pending = host_queue_pending(h->queue);
+        if (pending > 0)
+            log_warn("host.calls_pending", "host=%s calls=%d action=\"the stop waits for them\"",
+                     h->cfg.name, pending);
     }
     if (p->works == 0)
         finalize(p);

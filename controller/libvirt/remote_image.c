@@ -131,7 +131,7 @@ static void image_probe_start(struct host *h, struct image_check *c)
     snprintf(pr->image, sizeof(pr->image), "%s", c->image);
     pr->arch = c->arch;
     pr->work.data = pr;
-    if (provisioner_queue_work(h->prov, &pr->work, image_probe_work, image_probe_done) < 0) {
+    if (host_queue_work(h, &pr->work, image_probe_work, image_probe_done) < 0) {
         free(pr);
         return;
     }

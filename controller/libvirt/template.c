@@ -503,7 +503,7 @@ void provisioner_templates_want(struct provider *provider, const char *host_name
         c->work.data = c;
         slot_move(slot, SLOT_CHECKING);
         h->slot_work = true;
-        if (provisioner_queue_work(p, &c->work, slot_check_work, slot_check_done) < 0) {
+        if (host_queue_work(h, &c->work, slot_check_work, slot_check_done) < 0) {
             free(c);
             slot_move(slot, SLOT_UNKNOWN);
             h->slot_work = false;
@@ -626,7 +626,7 @@ void provisioner_templates_sweep(struct provider *provider, const char *host_nam
         sc->work.data = sc;
         h->slots_scanned = true;
         h->slot_work = true;
-        if (provisioner_queue_work(p, &sc->work, slot_scan_work, slot_scan_done) < 0) {
+        if (host_queue_work(h, &sc->work, slot_scan_work, slot_scan_done) < 0) {
             h->slot_work = false;
             free(sc);
         }
@@ -643,7 +643,7 @@ void provisioner_templates_sweep(struct provider *provider, const char *host_nam
         slot->removing = true;
         h->slot_work = true;
         slot->work.data = slot;
-        if (provisioner_queue_work(p, &slot->work, slot_remove_work, slot_remove_done) < 0) {
+        if (host_queue_work(h, &slot->work, slot_remove_work, slot_remove_done) < 0) {
             slot->removing = false;
             h->slot_work = false;
         }

@@ -45,6 +45,10 @@
 #define ADMIN_MAX_RESPONSE_BYTES (64 * 1024 * 1024)
 #define ADMIN_MAX_LIST_ROWS      10000
 
+/* How long a stop waits for libvirt calls in flight before it exits without them (below
+ * the unit's TimeoutStopSec=30s). */
+#define DAEMON_STOP_TIMEOUT_MS 10000
+
 /* Config. */
 #define CONFIG_MAX_FILE_BYTES  (1024 * 1024)
 #define CONFIG_MAX_HOSTS       256

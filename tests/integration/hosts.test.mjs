@@ -3,8 +3,10 @@
 // reason while the daemon keeps serving.
 import assert from 'node:assert/strict';
 import {spawnSync} from 'node:child_process';
+import {createServer} from 'node:net';
+import {join} from 'node:path';
 import {after, before, describe, test} from 'node:test';
-import {Daemon} from './lib/daemon.mjs';
+import {Daemon, tempDir, workflowJob} from './lib/daemon.mjs';
 
 const hosts = `  - name: down-host
     uri: qemu+unix:///system?socket=/nonexistent/libvirt-sock
@@ -66,5 +68,71 @@ describe('hosts', () => {
             spawnSync('promtool', [ 'check', 'metrics' ], {input : text, encoding : 'utf8'});
         assert.equal(check.status, 0, check.stdout + check.stderr);
         assert.equal((await fetch(`http://127.0.0.1:${d.port}/healthz`)).status, 200);
+    });
+});
+
+// Hosts whose libvirt never answers (a hung libvirtd, a network that drops packets):
+// opening their connections blocks for good. Four of them once held every thread that
+// libvirt calls and the store's commits shared, so no delivery was acknowledged and the
+// stop never ended. Each host's calls now run on threads of its own, and a stop gives
+// them DAEMON_STOP_TIMEOUT_MS (10 s).
+describe('hosts that never answer', () => {
+    const dir = tempDir();
+    const sockets = [ 1, 2, 3, 4 ].map((i) => join(dir, `silent-${i}.sock`));
+    const held = [];
+    const servers = [];
+    const hostsExtra = sockets
+                           .map((path, i) => `  - name: silent-${i + 1}
+    uri: qemu+unix:///system?socket=${path}
+    vcpus: 4
+    memory_mib: 4096
+    max_guests: 2
+`).join('');
+    const d = new Daemon({dir, extra : '', hostsExtra});
+    before(async () => {
+        for (const path of sockets) {
+            // Accepts, reads nothing, answers nothing.
+            const server = createServer((c) => held.push(c));
+            await new Promise((resolve) => server.listen(path, resolve));
+            servers.push(server);
+        }
+        await d.start();
+        await d.until('every silent host is being connected to', () => held.length >= 4,
+                      {ms : 10000});
+    });
+    after(() => {
+        for (const c of held)
+            c.destroy();
+        for (const server of servers)
+            server.close();
+        d.cleanup();
+    });
+
+    test('deliveries are acknowledged and stored while four hosts hang', async () => {
+        for (let i = 0; i < 3; i++) {
+            const answer = await Promise.race([
+                d.post('workflow_job', workflowJob('queued', 91000 + i, [ 'linux.ppc64le' ])),
+                new Promise((resolve) => setTimeout(() => resolve({status : 'no answer in 5 s'}), 5000)),
+            ]);
+            assert.equal(answer.status, 202);
+        }
+        assert.deepEqual(d.jobs().map((j) => j.id).filter((id) => id >= 91000).sort(),
+                         [ 91000, 91001, 91002 ]);
+        const hosts = d.cliJson('hosts').hosts;
+        assert.equal(hosts.find((h) => h.name === 'host-a').state, 'up');
+        for (let i = 1; i <= 4; i++)
+            assert.equal(hosts.find((h) => h.name === `silent-${i}`).state, 'connecting');
+    });
+
+    test('a stop names the hosts it waits for and ends after 10 s without them', async () => {
+        const t0 = Date.now();
+        const {code} = await d.stop();
+        const waited = Date.now() - t0;
+        assert.equal(code, 0);
+        assert.ok(waited >= 9000 && waited < 20000, `stopped after ${waited} ms`);
+        for (let i = 1; i <= 4; i++)
+            assert.match(d.logs, new RegExp(`event=host.calls_pending host=silent-${i} calls=1 `));
+        assert.match(d.logs, /event=daemon.stop_abandoned waited_ms=10000 /);
+        assert.match(d.logs, /event=daemon.stopped /);
     });
 });
