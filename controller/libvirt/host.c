@@ -407,8 +407,10 @@ int provisioner_host_add(struct provider *provider, const struct config_host *cf
     h->simulated = strncmp(cfg->uri, "test:", 5) == 0;
     h->lifecycle_id = -1;
     h->queue = host_queue_new(p->loop, cfg->name);
-    if (!h->queue)
+    if (!h->queue) {
+        free(h);
         return -ENOMEM;
+    }
     if (uv_mutex_init(&h->lock) < 0) {
         host_queue_close(h->queue);
         free(h);
