@@ -315,20 +315,12 @@ int container_listen(struct guest *g)
 
 /* -- a remote host: the channel and the console through libvirt streams -- */
 
-static void stream_drop(virStreamPtr *stream)
-{
-    if (*stream) {
-        virStreamAbort(*stream);
-        virStreamFree(*stream);
-        *stream = NULL;
-    }
-}
-
 /* Streams a worker opened that no bridge took over (a teardown came first). */
 static void streams_release(struct guest *g)
 {
-    stream_drop(&g->opened_channel);
-    stream_drop(&g->opened_console);
+    stream_release(g->host->queue, g->opened_channel);
+    stream_release(g->host->queue, g->opened_console);
+    g->opened_channel = g->opened_console = NULL;
 }
 
 static void streams_on(struct guest *g, virConnectPtr conn)
@@ -373,10 +365,10 @@ static void streams_done(uv_work_t *w, int status)
 {
     struct guest *g = w->data;
     (void)status;
-    if (work_done_closing(g->prov)) {
+    if (g->prov->closing) /* before the last call's end closes the host's queue */
         streams_release(g);
+    if (work_done_closing(g->prov))
         return;
-    }
     g->busy = false;
     if (g->teardown_queued || g->state >= GUEST_DELETING || g->failed) {
         streams_release(g);
@@ -385,8 +377,8 @@ static void streams_done(uv_work_t *w, int status)
         return;
     }
     if (g->opened_console) {
-        if (stream_bridge_log(g->prov->loop, g->opened_console, g->console_log, CONSOLE_MAX_BYTES,
-                              &g->console_bridge) == 0)
+        if (stream_bridge_log(g->prov->loop, g->host->queue, g->opened_console, g->console_log,
+                              CONSOLE_MAX_BYTES, &g->console_bridge) == 0)
             g->opened_console = NULL;
         else
             log_warn("guest.console_lost", "guest=%s reason=\"cannot write\" path=%s", g->name,
@@ -402,7 +394,8 @@ static void streams_done(uv_work_t *w, int status)
     }
     int fd = -1;
     uv_pipe_t *pipe = malloc(sizeof(*pipe));
-    int r = pipe ? stream_bridge_channel(g->prov->loop, g->opened_channel, &fd, &g->channel_bridge)
+    int r = pipe ? stream_bridge_channel(g->prov->loop, g->host->queue, g->opened_channel, &fd,
+                                         &g->channel_bridge)
                  : -ENOMEM;
     if (r == 0)
         g->opened_channel = NULL;

@@ -944,7 +944,7 @@ int on_lifecycle(virConnectPtr conn, virDomainPtr dom, int event, int detail, vo
     (void)conn;
     (void)detail;
     struct host *h = opaque;
-    if (event != VIR_DOMAIN_EVENT_STOPPED)
+    if (h->finished || event != VIR_DOMAIN_EVENT_STOPPED) /* h->prov may be gone */
         return 0;
     struct guest *g = h->prov->closing ? NULL : guest_by_domain(h, virDomainGetName(dom));
     if (!g || g->state >= GUEST_DELETING || g->saving)

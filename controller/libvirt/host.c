@@ -146,8 +146,11 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
     /* Inside libvirt's callback the connection must not be closed (that deadlocks): the
      * reconnect, on a worker, drops the old one first. */
     uv_mutex_lock(&h->lock);
+    bool finished = h->finished;
     h->dropped = true;
     uv_mutex_unlock(&h->lock);
+    if (finished) /* the provisioner is gone; its connection is being closed */
+        return;
     const char *why = reason >= 0 && reason < 4 ? reasons[reason] : "connection closed";
     host_down(h, why);
     /* A libvirtd restart (an upgrade) or a short network cut must not kill running jobs:
@@ -167,22 +170,83 @@ static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
     }
 }
 
-/* On the connect worker: takes the host's old connection away and closes it (workers
- * still using it hold references of their own). */
-void host_conn_drop(struct host *h)
+/* Takes the host's connection away (NULL when it had none). */
+static virConnectPtr host_conn_take(struct host *h)
 {
     uv_mutex_lock(&h->lock);
     virConnectPtr old = h->conn;
     h->conn = NULL;
     h->dropped = false;
     uv_mutex_unlock(&h->lock);
+    return old;
+}
+
+/* Blocking: each is a call to the host (on a remote one, even dropping a callback), and
+ * on the loop thread it would wait without end, as libvirt's keepalive runs there. */
+static void conn_close(virConnectPtr conn, int lifecycle_id)
+{
+    if (lifecycle_id >= 0)
+        virConnectDomainEventDeregisterAny(conn, lifecycle_id);
+    virConnectUnregisterCloseCallback(conn, on_close_cb);
+    virConnectClose(conn);
+}
+
+/* On the connect worker: takes the host's old connection away and closes it (workers
+ * still using it hold references of their own). */
+void host_conn_drop(struct host *h)
+{
+    virConnectPtr old = host_conn_take(h);
     if (!old)
         return;
-    if (h->lifecycle_id >= 0)
-        virConnectDomainEventDeregisterAny(old, h->lifecycle_id);
+    conn_close(old, h->lifecycle_id);
     h->lifecycle_id = -1;
-    virConnectUnregisterCloseCallback(old, on_close_cb);
-    virConnectClose(old);
+}
+
+struct conn_closing {
+    uv_work_t work;
+    struct host *host;
+    virConnectPtr conn;
+    int lifecycle_id;
+    void (*then)(struct host *h);
+};
+
+static void conn_closing_work(uv_work_t *w)
+{
+    struct conn_closing *c = w->data;
+    conn_close(c->conn, c->lifecycle_id);
+}
+
+static void conn_closing_done(uv_work_t *w, int status)
+{
+    struct conn_closing *c = w->data;
+    (void)status;
+    c->then(c->host);
+    free(c);
+}
+
+int host_conn_close_queued(struct host *h, void (*then)(struct host *h))
+{
+    uv_mutex_lock(&h->lock);
+    h->finished = true; /* the callbacks that still come drop what they bring */
+    uv_mutex_unlock(&h->lock);
+    virConnectPtr old = host_conn_take(h);
+    if (!old)
+        return -ENOENT;
+    struct conn_closing *c = malloc(sizeof(*c));
+    if (c) {
+        *c = (struct conn_closing){
+            .host = h, .conn = old, .lifecycle_id = h->lifecycle_id, .then = then};
+        c->work.data = c;
+        if (host_queue_submit(h->queue, &c->work, conn_closing_work, conn_closing_done) == 0) {
+            h->lifecycle_id = -1;
+            return 0;
+        }
+        free(c);
+    }
+    conn_close(old, h->lifecycle_id); /* no memory or no thread: here */
+    h->lifecycle_id = -1;
+    then(h);
+    return 0;
 }
 
 void quiet_libvirt(void *data, virErrorPtr error)

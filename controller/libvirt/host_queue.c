@@ -31,9 +31,11 @@ struct host_queue {
     size_t todo_len;       /* under lock */
     int threads, idle;     /* under lock */
     int refs;              /* under lock: the loop's, and one per thread */
-    bool closing;          /* under lock */
+    bool closing;          /* under lock: the threads end once `todo` is empty */
     uv_async_t async;      /* loop side: done calls are waiting */
     int pending;           /* loop side: submitted, `done` not yet called */
+    bool close_asked;      /* loop side: host_queue_close came; no more submits */
+    bool shut;             /* loop side: `closing` set, the async handle closing */
     char name[64];
 };
 
@@ -99,10 +101,6 @@ static void *host_thread(void *arg)
         uv_mutex_unlock(&q->lock);
         c->work(c->w);
         uv_mutex_lock(&q->lock);
-        if (q->closing) { /* the loop has gone (see host_queue_close) */
-            free(c);
-            continue;
-        }
         list_push(&q->done, c);
         uv_async_send(&q->async);
     }
@@ -113,6 +111,8 @@ static void *host_thread(void *arg)
         queue_free(q);
     return NULL;
 }
+
+static void queue_shut(struct host_queue *q);
 
 static void on_calls_done(uv_async_t *async)
 {
@@ -130,6 +130,8 @@ static void on_calls_done(uv_async_t *async)
             uv_unref((uv_handle_t *)&q->async);
         cb(w, 0);
     }
+    if (q->close_asked && q->pending == 0)
+        queue_shut(q);
 }
 
 struct host_queue *host_queue_new(uv_loop_t *loop, const char *name)
@@ -182,12 +184,11 @@ int host_queue_submit(struct host_queue *q, uv_work_t *w, uv_work_cb work, uv_af
     if (!c)
         return -ENOMEM;
     *c = (struct queued_call){.w = w, .work = work, .done = done};
-    uv_mutex_lock(&q->lock);
-    if (q->closing) {
-        uv_mutex_unlock(&q->lock);
+    if (q->close_asked) {
         free(c);
         return -ECANCELED;
     }
+    uv_mutex_lock(&q->lock);
     list_push(&q->todo, c);
     q->todo_len++;
     if (q->todo_len > (size_t)q->idle && q->threads < HOST_QUEUE_MAX_THREADS) {
@@ -223,13 +224,24 @@ static void on_async_closed(uv_handle_t *handle)
         queue_free(q);
 }
 
-void host_queue_close(struct host_queue *q)
+/* No call is pending: the threads end, and the last of them or the handle frees. */
+static void queue_shut(struct host_queue *q)
 {
-    if (!q)
+    if (q->shut)
         return;
+    q->shut = true;
     uv_mutex_lock(&q->lock);
     q->closing = true;
     uv_cond_broadcast(&q->wake);
     uv_mutex_unlock(&q->lock);
     uv_close((uv_handle_t *)&q->async, on_async_closed);
+}
+
+void host_queue_close(struct host_queue *q)
+{
+    if (!q)
+        return;
+    q->close_asked = true;
+    if (q->pending == 0)
+        queue_shut(q);
 }

@@ -22,13 +22,15 @@ struct host_queue;
 
 /* `name` (the host's) is for its threads' name and log lines. NULL on failure. */
 struct host_queue *host_queue_new(uv_loop_t *loop, const char *name);
-/* 0, or a negative errno (-ECANCELED once closed, -EAGAIN when no thread can be made). */
+/* 0, or a negative errno (-ECANCELED once closing, -EAGAIN when no thread can be made). */
 int host_queue_submit(struct host_queue *q, uv_work_t *w, uv_work_cb work, uv_after_work_cb done);
 /* Calls submitted and not yet done (loop thread). */
 int host_queue_pending(const struct host_queue *q);
-/* From the loop, once no call is pending: its threads end and it is freed after them. A
- * call still running then (a host that never answered) finishes on its own thread, and
- * its `done` is not called. */
+/* From the loop: no call is taken after this. The calls already submitted still run and
+ * get their `done` (the loop stays alive for them, as for any pending call); then the
+ * threads end and the queue is freed after them. A call that never returns (a host that
+ * never answers) keeps it, and the loop, until the process ends: hatcheryd's stop gives
+ * up after DAEMON_STOP_TIMEOUT_MS. */
 void host_queue_close(struct host_queue *q);
 
 #endif

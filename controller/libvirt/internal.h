@@ -82,7 +82,8 @@ struct host {
     int64_t reconnects;
     uv_timer_t reconnect;
     uv_timer_t grace; /* guests kept through a drop are given up when it fires */
-    int open_handles; /* the two timers: the host is freed when both have closed */
+    int open_handles; /* the two timers and a connection closing: freed when all are done */
+    bool finished;    /* under lock: the provisioner is gone, callbacks that come are dropped */
     bool ever_up;
     /* On a reconnect, the worker lists the running domains here; the loop compares them
      * with the guests it kept, because their stop events were lost with the connection. */
@@ -267,6 +268,13 @@ bool host_usable(struct host *h);
 bool host_dropped(struct host *h);
 void quiet_libvirt(void *data, virErrorPtr error);
 void host_conn_drop(struct host *h);
+/* At the provisioner's end, from the loop: the host's connection is closed on the host's
+ * own queue (dropping its callbacks are calls that wait for the host's answer; on the loop
+ * a silent host would hold it for good). Callbacks that still come are dropped
+ * (h->finished), and `h` stays allocated for them until `then`.
+ * `then` runs on the loop once it is closed. -ENOENT: there was no connection, and
+ * `then` is not called. */
+int host_conn_close_queued(struct host *h, void (*then)(struct host *h));
 void host_active_free(struct host *h);
 /* 0 when a guest of `pool` fits on `h` now; -ENODEV (down) or -ENOSPC. */
 int host_capacity_for(const struct host *h, const struct config_pool *pool);

@@ -53,9 +53,8 @@ int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct
     return 0;
 }
 
-static void on_host_closed(uv_handle_t *handle)
+static void host_unref(struct host *h)
 {
-    struct host *h = handle->data;
     if (--h->open_handles == 0) {
         host_active_free(h);
         while (h->slots) {
@@ -71,6 +70,11 @@ static void on_host_closed(uv_handle_t *handle)
         uv_mutex_destroy(&h->lock);
         free(h);
     }
+}
+
+static void on_host_closed(uv_handle_t *handle)
+{
+    host_unref(handle->data);
 }
 
 static void on_guest_handle_closed(uv_handle_t *handle)
@@ -95,7 +99,9 @@ static void finalize(struct provisioner *p)
             uv_close((uv_handle_t *)&g->timer, on_guest_handle_closed);
             g = gn;
         }
-        host_conn_drop(h);
+        h->open_handles++; /* until its connection is closed */
+        if (host_conn_close_queued(h, host_unref) < 0)
+            h->open_handles--;
         host_queue_close(h->queue);
         uv_close((uv_handle_t *)&h->reconnect, on_host_closed);
         uv_close((uv_handle_t *)&h->grace, on_host_closed);

@@ -10,12 +10,14 @@
 #include <openssl/crypto.h>
 #include <unistd.h>
 
+#include "host_queue.h"
 #include "secret.h"
 
 #define CHUNK (16 * 1024)
 
 struct stream_bridge {
     uv_loop_t *loop;
+    struct host_queue *queue; /* its host's: where the stream is released */
     virStreamPtr stream;
     bool log;       /* one way, into a file; else a channel over a socketpair */
     int fd;         /* our end of the socketpair, or the log file */
@@ -191,12 +193,50 @@ static void on_poll(uv_poll_t *poll, int status, int events)
 
 /* ---- the end ----------------------------------------------------------------------------- */
 
+/* Blocking calls to the stream's host (each waits for its answer, as long as libvirt's
+ * keepalive lets a silent host take): on that host's threads, never on the loop or on
+ * libuv's pool, where the store commits. */
+static void stream_abort_free(virStreamPtr stream)
+{
+    virStreamAbort(stream);
+    virStreamFree(stream);
+}
+
+struct stream_release {
+    uv_work_t work;
+    virStreamPtr stream;
+};
+
+static void stream_release_work(uv_work_t *w)
+{
+    stream_abort_free(((struct stream_release *)w->data)->stream);
+}
+
+static void stream_release_done(uv_work_t *w, int status)
+{
+    (void)status;
+    free(w->data);
+}
+
+void stream_release(struct host_queue *queue, virStreamPtr stream)
+{
+    if (!stream)
+        return;
+    struct stream_release *r = malloc(sizeof(*r));
+    if (r) {
+        r->stream = stream;
+        r->work.data = r;
+        if (host_queue_submit(queue, &r->work, stream_release_work, stream_release_done) == 0)
+            return;
+        free(r);
+    }
+    stream_abort_free(stream); /* no memory or no thread: here, rather than leak it */
+}
+
 static void release_work(uv_work_t *w)
 {
     struct stream_bridge *b = w->data;
-    /* Blocking calls on a remote connection: off the loop. */
-    virStreamAbort(b->stream);
-    virStreamFree(b->stream);
+    stream_abort_free(b->stream);
 }
 
 static void release_done(uv_work_t *w, int status)
@@ -233,7 +273,7 @@ static void bridge_end(struct stream_bridge *b)
     }
     b->work.data = b;
     b->ops++;
-    if (uv_queue_work(b->loop, &b->work, release_work, release_done) < 0) {
+    if (host_queue_submit(b->queue, &b->work, release_work, release_done) < 0) {
         release_work(&b->work);
         b->ops--;
         b->stream = NULL;
@@ -259,8 +299,8 @@ static int bridge_start(struct stream_bridge *b)
     return 0;
 }
 
-int stream_bridge_channel(uv_loop_t *loop, virStreamPtr stream, int *ret_fd,
-                          struct stream_bridge **ret_bridge)
+int stream_bridge_channel(uv_loop_t *loop, struct host_queue *queue, virStreamPtr stream,
+                          int *ret_fd, struct stream_bridge **ret_bridge)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
@@ -272,6 +312,7 @@ int stream_bridge_channel(uv_loop_t *loop, virStreamPtr stream, int *ret_fd,
         return -ENOMEM;
     }
     b->loop = loop;
+    b->queue = queue;
     b->stream = stream;
     b->fd = sv[0];
     int r = uv_poll_init(loop, &b->poll, b->fd);
@@ -296,8 +337,8 @@ int stream_bridge_channel(uv_loop_t *loop, virStreamPtr stream, int *ret_fd,
     return 0;
 }
 
-int stream_bridge_log(uv_loop_t *loop, virStreamPtr stream, const char *path, int64_t max_bytes,
-                      struct stream_bridge **ret_bridge)
+int stream_bridge_log(uv_loop_t *loop, struct host_queue *queue, virStreamPtr stream,
+                      const char *path, int64_t max_bytes, struct stream_bridge **ret_bridge)
 {
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (fd < 0)
@@ -308,6 +349,7 @@ int stream_bridge_log(uv_loop_t *loop, virStreamPtr stream, const char *path, in
         return -ENOMEM;
     }
     b->loop = loop;
+    b->queue = queue;
     b->stream = stream;
     b->log = true;
     b->fd = fd;

@@ -14,6 +14,7 @@ export HATCHERY_TEST_LOG
 HATCHERY_TEST_LOG=$(mktemp /tmp/hatchery-prov-log-XXXXXX)
 rc=0
 export LIBVIRTD_SH="$root/tests/libvirt/libvirtd.sh"
+export SILENT_PROXY="$here/silent-proxy.py"
 "$1" real 2> >(tee "$HATCHERY_TEST_LOG" >&2) || rc=$?
 sleep 0.2
 rm -f "$HATCHERY_TEST_LOG"

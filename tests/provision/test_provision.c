@@ -9,8 +9,10 @@
  *                              boot timeout; a flooding and a lying guest are cut off; a
  *                              twin (another live guest's machine-id) gets no config; the
  *                              LXC variant works; a host reached only through libvirt
- *                              has its image found there, not here; the JIT config shows up in no
- * log, no domain XML, no kernel command line and no process argv. */
+ *                              has its image found there, not here; a remote host that
+ *                              goes silent holds only its own threads; the JIT config
+ *                              shows up in no log, no domain XML, no kernel command line
+ *                              and no process argv. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +26,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "libvirt/libvirt_loop.h"
@@ -223,9 +226,9 @@ static void wait_host_up(const char *name, int rounds)
 /* The provisioner borrows the host's config: it lives here. */
 static void add_host_cfg(struct config_host cfg)
 {
-    static struct config_host hosts[8];
+    static struct config_host hosts[16];
     static int n;
-    assert_true(n < 8);
+    assert_true(n < 16);
     hosts[n] = cfg;
     assert_int_equal(provider_host_add(provisioner_provider(prov), &hosts[n]), 0);
     wait_host_up(hosts[n++].name, 200);
@@ -910,6 +913,101 @@ static void test_lxc_container(void **state)
     rmdir(bare);
 }
 
+/* A remote host that goes silent while its guest runs (its libvirtd hung, its network
+ * dropping packets): the guest's streams are released, and the guest torn down, with
+ * calls that wait for the host's answer. They must wait on that host's own threads: the
+ * loop and libuv's pool (where hatcheryd's store commits) stay free. The host is reached
+ * through a proxy (silent-proxy.py) that SIGSTOP silences; main runs this with a pool of
+ * one thread, so a release stuck there shows at once. Seen failing with the stream
+ * release put back on uv_queue_work. */
+static pid_t silent_proxy;
+
+static void on_probe(uv_work_t *w)
+{
+    (void)w;
+}
+
+static void on_probe_done(uv_work_t *w, int status)
+{
+    (void)status;
+    *(bool *)w->data = true;
+}
+
+static void test_streams_of_a_silent_host(void **state)
+{
+    (void)state;
+    char listen_path[PATH_MAX], uri[PATH_MAX + 64];
+    snprintf(listen_path, sizeof(listen_path), "%s/silent-host.sock", state_dir);
+    const char *proxy = getenv("SILENT_PROXY");
+    assert_non_null(proxy);
+    silent_proxy = fork();
+    if (silent_proxy == 0) {
+        execl(proxy, proxy, listen_path, "/run/libvirt/libvirt-sock", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 50 && access(listen_path, F_OK) < 0; i++)
+        usleep(100000);
+    snprintf(uri, sizeof(uri), "qemu+unix:///system?socket=%s", listen_path);
+    add_host_via("silent", uri, 2, TRANSPORT_STREAM);
+
+    struct config_pool pool = real_pool("s390x");
+    assert_int_equal(image_on("silent", &pool, IMAGE_CHECKING).state, IMAGE_READY);
+    struct run r = {.jit = "sleep=60 exit=0"};
+    struct guest *g = NULL;
+    struct guest_spec spec = {.name = "hatchery-ptest-silent", .runner_id = 9, .pool = &pool};
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), "silent", &spec, &events, &r, &g), 0);
+    wait_for(&r.started, 120);
+    if (!r.started)
+        fail_msg("not started (failed=%d: %s)", r.failed, r.reason);
+
+    assert_int_equal(kill(silent_proxy, SIGSTOP), 0);
+    provider_guest_teardown(provisioner_provider(prov), g, "the test tears it down");
+    uv_work_t probe;
+    bool probed = false;
+    probe.data = &probed;
+    uint64_t t0 = uv_now(&loop);
+    assert_int_equal(uv_queue_work(&loop, &probe, on_probe, on_probe_done), 0);
+    wait_for(&probed, 10);
+    uint64_t waited = uv_now(&loop) - t0;
+    fprintf(stderr, "# libuv's pool while the host is silent: a probe done in %llu ms\n",
+            (unsigned long long)waited);
+    assert_int_equal(kill(silent_proxy, SIGCONT), 0);
+    assert_true(probed);
+    assert_true(waited < 3000); /* stuck behind a release, it waits for keepalive: 15-20 s */
+
+    /* The host answers again: the release and the teardown finish, the guest is gone. */
+    wait_for(&r.gone, 60);
+    assert_true(r.gone);
+    assert_false(domain_exists("hatchery-ptest-silent"));
+
+    /* Silent again, idle this time, as hatcheryd stops: closing the connection is a call
+     * to the host too (its event callback is dropped there). The provisioner's end must
+     * not wait for it on the loop; the close finishes on the host's thread once it
+     * answers. */
+    assert_int_equal(kill(silent_proxy, SIGSTOP), 0);
+    pid_t waker = fork(); /* on the loop, the wait would have no end: the host answers at 5 s */
+    if (waker == 0) {
+        sleep(5);
+        kill(silent_proxy, SIGCONT);
+        _exit(0);
+    }
+    uint64_t t1 = uv_hrtime();
+    provider_free(provisioner_provider(prov));
+    uint64_t free_ms = (uv_hrtime() - t1) / 1000000;
+    fprintf(stderr, "# the provisioner's end with a silent host: %llu ms on the loop\n",
+            (unsigned long long)free_ms);
+    assert_int_equal(kill(silent_proxy, SIGCONT), 0);
+    kill(waker, SIGKILL);
+    waitpid(waker, NULL, 0);
+    bool never = false;
+    wait_for(&never, 1);
+    struct provisioner_options o = {.controller_id = "ptest", .state_dir = state_dir};
+    assert_int_equal(provisioner_new(&loop, &o, &prov), 0);
+    add_host("local", "qemu:///system", 4);
+    assert_true(free_ms < 3000);
+}
+
 /* A host that stays away longer than down_grace_s: its guests are given up (failed, and
  * gone from the provisioner), though their domains may still run there; when the host
  * returns, those are the reconciler's to remove. */
@@ -1010,6 +1108,10 @@ static void test_stale_container_after_libvirtd_restart(void **state)
 static int teardown_real(void **state)
 {
     (void)state;
+    if (silent_proxy > 0) {
+        kill(silent_proxy, SIGKILL);
+        waitpid(silent_proxy, NULL, 0);
+    }
     /* The transient storage pool this run made goes with it. */
     virConnectPtr c = virConnectOpen("qemu:///system");
     virStoragePoolPtr p = c ? virStoragePoolLookupByName(c, storage_pool_name) : NULL;
@@ -1215,6 +1317,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_twin_guest_gets_no_config),
         cmocka_unit_test(test_guests_through_streams),
         cmocka_unit_test(test_adoption_through_streams),
+        cmocka_unit_test(test_streams_of_a_silent_host),
         cmocka_unit_test(test_image_found_through_libvirt),
         cmocka_unit_test(test_lxc_container),
         cmocka_unit_test(test_host_away_past_its_grace),
@@ -1226,6 +1329,10 @@ int main(int argc, char **argv)
     /* One test or a few, by cmocka's pattern: PROVISION_TEST_FILTER='test_template_*'. */
     if (getenv("PROVISION_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PROVISION_TEST_FILTER"));
+    /* One pool thread: a libvirt call that blocks there (see the silent host) shows. Set
+     * before the loop's first use of the pool. */
+    if (argc > 1 && strcmp(argv[1], "real") == 0)
+        setenv("UV_THREADPOOL_SIZE", "1", 1);
     if (argc > 1 && strcmp(argv[1], "real") == 0)
         return cmocka_run_group_tests_name("real", real, setup, teardown_real);
     return cmocka_run_group_tests_name("testdriver", testdriver, setup, NULL);
