@@ -137,19 +137,32 @@ static void on_grace_timer(uv_timer_t *t)
     }
 }
 
+/* libvirt calls this from whichever thread finds the connection closed: a worker whose
+ * call failed as often as the loop. The loop is told (dropped_async), and acts there. */
 static void on_close_cb(virConnectPtr conn, int reason, void *opaque)
 {
     (void)conn;
     struct host *h = opaque;
-    static const char *const reasons[] = {"error", "end of file", "keepalive timeout",
-                                          "client closed"};
     /* Inside libvirt's callback the connection must not be closed (that deadlocks): the
      * reconnect, on a worker, drops the old one first. */
     uv_mutex_lock(&h->lock);
-    bool finished = h->finished;
     h->dropped = true;
+    h->drop_reason = reason;
+    if (!h->finished) /* else the provisioner is gone, its connection being closed */
+        uv_async_send(&h->dropped_async);
     uv_mutex_unlock(&h->lock);
-    if (finished) /* the provisioner is gone; its connection is being closed */
+}
+
+static void on_dropped(uv_async_t *async)
+{
+    struct host *h = async->data;
+    static const char *const reasons[] = {"error", "end of file", "keepalive timeout",
+                                          "client closed"};
+    uv_mutex_lock(&h->lock);
+    int reason = h->drop_reason;
+    bool finished = h->finished;
+    uv_mutex_unlock(&h->lock);
+    if (finished)
         return;
     const char *why = reason >= 0 && reason < 4 ? reasons[reason] : "connection closed";
     host_down(h, why);
@@ -480,10 +493,17 @@ int provisioner_host_add(struct provider *provider, const struct config_host *cf
         free(h);
         return -ENOMEM;
     }
+    if (uv_async_init(p->loop, &h->dropped_async, on_dropped) < 0) {
+        uv_mutex_destroy(&h->lock);
+        host_queue_close(h->queue);
+        free(h);
+        return -ENOMEM;
+    }
+    uv_unref((uv_handle_t *)&h->dropped_async); /* it alone must not keep the loop */
     uv_timer_init(p->loop, &h->reconnect);
     uv_timer_init(p->loop, &h->grace);
-    h->reconnect.data = h->grace.data = h;
-    h->open_handles = 2;
+    h->reconnect.data = h->grace.data = h->dropped_async.data = h;
+    h->open_handles = 3;
     h->next = p->hosts;
     p->hosts = h;
     host_connect(h);

@@ -81,9 +81,11 @@ struct host {
     int attempt;
     int64_t reconnects;
     uv_timer_t reconnect;
-    uv_timer_t grace; /* guests kept through a drop are given up when it fires */
-    int open_handles; /* the two timers and a connection closing: freed when all are done */
-    bool finished;    /* under lock: the provisioner is gone, callbacks that come are dropped */
+    uv_timer_t grace;         /* guests kept through a drop are given up when it fires */
+    uv_async_t dropped_async; /* libvirt closed the connection (told from any thread) */
+    int drop_reason;          /* under lock: its VIR_CONNECT_CLOSE_REASON_* */
+    int open_handles;         /* the timers, the async and a connection closing: freed when done */
+    bool finished; /* under lock: the provisioner is gone, callbacks that come are dropped */
     bool ever_up;
     /* On a reconnect, the worker lists the running domains here; the loop compares them
      * with the guests it kept, because their stop events were lost with the connection. */

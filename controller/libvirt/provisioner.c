@@ -105,6 +105,7 @@ static void finalize(struct provisioner *p)
         host_queue_close(h->queue);
         uv_close((uv_handle_t *)&h->reconnect, on_host_closed);
         uv_close((uv_handle_t *)&h->grace, on_host_closed);
+        uv_close((uv_handle_t *)&h->dropped_async, on_host_closed);
         h = next;
     }
     free(p->controller_id);

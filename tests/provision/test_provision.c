@@ -26,6 +26,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,9 +139,20 @@ static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *
     r->resumed_as = *resumed;
 }
 
+/* Every event must reach its owner on the loop (this test's main thread), whichever of
+ * libvirt's or a host's threads saw its cause first. */
+static bool event_off_loop;
+
+static void note_thread(void)
+{
+    if ((pid_t)syscall(SYS_gettid) != getpid())
+        event_off_loop = true;
+}
+
 static void ev_failed(void *data, struct guest *g, const char *reason)
 {
     (void)g;
+    note_thread();
     struct run *r = data;
     r->failed = true;
     snprintf(r->reason, sizeof(r->reason), "%s", reason);
@@ -164,6 +176,7 @@ static void ev_ended(void *data, struct guest *g, const char *why)
 static void ev_gone(void *data, struct guest *g)
 {
     (void)g;
+    note_thread();
     struct run *r = data;
     r->gone = true;
     secret_free(r->jit_secret);
@@ -933,6 +946,25 @@ static void on_probe_done(uv_work_t *w, int status)
     *(bool *)w->data = true;
 }
 
+static void on_listed(void *data, const char *host, char **names, size_t n)
+{
+    (void)host, (void)names, (void)n;
+    *(bool *)data = true;
+}
+
+static pid_t silent_proxy_start(const char *proxy, const char *listen_path)
+{
+    unlink(listen_path);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(proxy, proxy, listen_path, "/run/libvirt/libvirt-sock", (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 50 && access(listen_path, F_OK) < 0; i++)
+        usleep(100000);
+    return pid;
+}
+
 static void test_streams_of_a_silent_host(void **state)
 {
     (void)state;
@@ -940,13 +972,7 @@ static void test_streams_of_a_silent_host(void **state)
     snprintf(listen_path, sizeof(listen_path), "%s/silent-host.sock", state_dir);
     const char *proxy = getenv("SILENT_PROXY");
     assert_non_null(proxy);
-    silent_proxy = fork();
-    if (silent_proxy == 0) {
-        execl(proxy, proxy, listen_path, "/run/libvirt/libvirt-sock", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 50 && access(listen_path, F_OK) < 0; i++)
-        usleep(100000);
+    silent_proxy = silent_proxy_start(proxy, listen_path);
     snprintf(uri, sizeof(uri), "qemu+unix:///system?socket=%s", listen_path);
     add_host_via("silent", uri, 2, TRANSPORT_STREAM);
 
@@ -981,6 +1007,41 @@ static void test_streams_of_a_silent_host(void **state)
     assert_true(r.gone);
     assert_false(domain_exists("hatchery-ptest-silent"));
 
+    /* Silent again under a running guest, and then gone: the connection ends while a
+     * call (a listing of the host's domains) waits on it, so libvirt reports the close
+     * from that call's thread. The host goes down and its guest is failed (no
+     * down_grace_s here) on the loop, like every event; the domain left running there is
+     * the reconciler's. */
+    struct run r2 = {.jit = "sleep=60 exit=0"};
+    spec.name = "hatchery-ptest-vanish";
+    assert_int_equal(
+        provider_guest_create(provisioner_provider(prov), "silent", &spec, &events, &r2, &g), 0);
+    wait_for(&r2.started, 120);
+    if (!r2.started)
+        fail_msg("not started (failed=%d: %s)", r2.failed, r2.reason);
+    assert_int_equal(kill(silent_proxy, SIGSTOP), 0);
+    bool listed = false;
+    assert_int_equal(
+        provider_tagged_async(provisioner_provider(prov), "silent", on_listed, &listed), 0);
+    bool never = false;
+    wait_for(&never, 1);
+    assert_int_equal(kill(silent_proxy, SIGKILL), 0);
+    waitpid(silent_proxy, NULL, 0);
+    wait_for(&r2.gone, 30);
+    assert_true(r2.gone);
+    assert_true(r2.failed);
+    if (!strstr(r2.reason, "host silent went down"))
+        fail_msg("reason: %s", r2.reason);
+    assert_false(provider_host_up(provisioner_provider(prov), "silent"));
+    assert_false(event_off_loop);
+    silent_proxy = silent_proxy_start(proxy, listen_path);
+    wait_host_up("silent", 600);
+    bool removed = false;
+    assert_int_equal(
+        provider_remove(provisioner_provider(prov), "silent", spec.name, on_removed, &removed), 0);
+    wait_for(&removed, 30);
+    assert_false(domain_exists(spec.name));
+
     /* Silent again, idle this time, as hatcheryd stops: closing the connection is a call
      * to the host too (its event callback is dropped there). The provisioner's end must
      * not wait for it on the loop; the close finishes on the host's thread once it
@@ -1000,7 +1061,6 @@ static void test_streams_of_a_silent_host(void **state)
     assert_int_equal(kill(silent_proxy, SIGCONT), 0);
     kill(waker, SIGKILL);
     waitpid(waker, NULL, 0);
-    bool never = false;
     wait_for(&never, 1);
     struct provisioner_options o = {.controller_id = "ptest", .state_dir = state_dir};
     assert_int_equal(provisioner_new(&loop, &o, &prov), 0);
