@@ -271,11 +271,11 @@ bool host_dropped(struct host *h);
 void quiet_libvirt(void *data, virErrorPtr error);
 void host_conn_drop(struct host *h);
 /* At the provisioner's end, from the loop: the host's connection is closed on the host's
- * own queue (dropping its callbacks are calls that wait for the host's answer; on the loop
- * a silent host would hold it for good). Callbacks that still come are dropped
- * (h->finished), and `h` stays allocated for them until `then`.
- * `then` runs on the loop once it is closed. -ENOENT: there was no connection, and
- * `then` is not called. */
+ * own queue (dropping its callbacks and closing it are calls that wait for the host's
+ * answer; on the loop a silent host would hold it for good). Callbacks that still come
+ * are dropped (h->finished), and `h` stays allocated for them until `then` runs on the
+ * loop, once the connection is closed. -ENOENT: there was none, and `then` is not
+ * called. */
 int host_conn_close_queued(struct host *h, void (*then)(struct host *h));
 void host_active_free(struct host *h);
 /* 0 when a guest of `pool` fits on `h` now; -ENODEV (down) or -ENOSPC. */
