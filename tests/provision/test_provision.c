@@ -931,8 +931,10 @@ static void test_lxc_container(void **state)
  * calls that wait for the host's answer. They must wait on that host's own threads: the
  * loop and libuv's pool (where hatcheryd's store commits) stay free. The host is reached
  * through a proxy (silent-proxy.py) that SIGSTOP silences; main runs this with a pool of
- * one thread, so a release stuck there shows at once. Seen failing with the stream
- * release put back on uv_queue_work. */
+ * one thread, so a release stuck there shows at once. Seen failing three ways: the stream
+ * release put back on uv_queue_work (the probe: 10 s), the connection's close put back
+ * on the loop (the provisioner's end: 5 s, until the waker), the close callback's work
+ * done on the thread libvirt calls it from (an event off the loop). */
 static pid_t silent_proxy;
 
 static void on_probe(uv_work_t *w)
@@ -989,8 +991,8 @@ static void test_streams_of_a_silent_host(void **state)
 
     assert_int_equal(kill(silent_proxy, SIGSTOP), 0);
     provider_guest_teardown(provisioner_provider(prov), g, "the test tears it down");
-    uv_work_t probe;
-    bool probed = false;
+    static uv_work_t probe; /* static: if this fails, the probe still ends somewhere */
+    static bool probed;
     probe.data = &probed;
     uint64_t t0 = uv_now(&loop);
     assert_int_equal(uv_queue_work(&loop, &probe, on_probe, on_probe_done), 0);
@@ -1389,11 +1391,11 @@ int main(int argc, char **argv)
     /* One test or a few, by cmocka's pattern: PROVISION_TEST_FILTER='test_template_*'. */
     if (getenv("PROVISION_TEST_FILTER"))
         cmocka_set_test_filter(getenv("PROVISION_TEST_FILTER"));
-    /* One pool thread: a libvirt call that blocks there (see the silent host) shows. Set
-     * before the loop's first use of the pool. */
-    if (argc > 1 && strcmp(argv[1], "real") == 0)
+    if (argc > 1 && strcmp(argv[1], "real") == 0) {
+        /* One pool thread: a libvirt call that blocks there (see the silent host) shows.
+         * Set before the loop's first use of the pool. */
         setenv("UV_THREADPOOL_SIZE", "1", 1);
-    if (argc > 1 && strcmp(argv[1], "real") == 0)
         return cmocka_run_group_tests_name("real", real, setup, teardown_real);
+    }
     return cmocka_run_group_tests_name("testdriver", testdriver, setup, NULL);
 }
