@@ -471,13 +471,13 @@ static const struct filter_rule {
     {"drop", "-680", NULL, NULL, "240.0.0.0", "4"},
 };
 
-char *domain_xml_guest_filter(const char *name)
+char *domain_xml_guest_filter(const char *name, const char *uuid)
 {
     xmlBufferPtr buf;
     xmlTextWriterPtr w = xml_begin(&buf);
     bool ok = w && start(w, "filter") >= 0 && attr(w, "name", name) >= 0 &&
-              attr(w, "chain", "root") >= 0 && start(w, "filterref") >= 0 &&
-              attr(w, "filter", "clean-traffic") >= 0 && end(w) >= 0;
+              attr(w, "chain", "root") >= 0 && (!uuid || element(w, "uuid", uuid) >= 0) &&
+              start(w, "filterref") >= 0 && attr(w, "filter", "clean-traffic") >= 0 && end(w) >= 0;
     for (size_t i = 0; ok && i < sizeof(guest_filter_rules) / sizeof(guest_filter_rules[0]); i++) {
         const struct filter_rule *r = &guest_filter_rules[i];
         ok = start(w, "rule") >= 0 && attr(w, "action", r->action) >= 0 &&

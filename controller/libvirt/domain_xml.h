@@ -68,7 +68,9 @@ char *domain_xml_dir_pool(const char *name, const char *path, const char *mode);
 /* A qcow2 overlay volume of `capacity_mib` on the qcow2 image `backing`: */
 char *domain_xml_overlay_volume(const char *name, const char *backing, int64_t capacity_mib);
 
-/* The guest filter (guest_filter.h) named `name`, as an nwfilter definition: */
-char *domain_xml_guest_filter(const char *name);
+/* The guest filter (guest_filter.h) named `name`, as an nwfilter definition; `uuid` (NULL:
+ * none, libvirt picks one) is the defined filter's when it replaces it: libvirt refuses a
+ * filter whose name is taken under another UUID. */
+char *domain_xml_guest_filter(const char *name, const char *uuid);
 
 #endif

@@ -14,14 +14,20 @@
 
 int guest_filter_ensure(virConnectPtr conn, bool redefine, char *why, size_t why_size)
 {
-    if (!redefine) {
-        virNWFilterPtr found = virNWFilterLookupByName(conn, GUEST_FILTER_NAME);
-        if (found) {
-            virNWFilterFree(found);
+    /* A filter defined before (by an earlier start, or an earlier connection) is replaced
+     * under its own UUID: under a new one, libvirt refuses the name ("already exists with
+     * uuid"), and the host would count as one without guest isolation. */
+    char uuid[VIR_UUID_STRING_BUFLEN] = "";
+    virNWFilterPtr found = virNWFilterLookupByName(conn, GUEST_FILTER_NAME);
+    if (found) {
+        int r = virNWFilterGetUUIDString(found, uuid);
+        virNWFilterFree(found);
+        if (!redefine)
             return 0;
-        }
+        if (r < 0)
+            uuid[0] = '\0';
     }
-    char *xml = domain_xml_guest_filter(GUEST_FILTER_NAME);
+    char *xml = domain_xml_guest_filter(GUEST_FILTER_NAME, uuid[0] ? uuid : NULL);
     if (!xml) {
         snprintf(why, why_size, "nwfilter %s: out of memory", GUEST_FILTER_NAME);
         return -1;

@@ -109,7 +109,7 @@ static void test_s390x(void **state)
 static void test_guest_filter(void **state)
 {
     (void)state;
-    char *xml = domain_xml_guest_filter("hatchery-guest-isolation");
+    char *xml = domain_xml_guest_filter("hatchery-guest-isolation", NULL);
     assert_non_null(xml);
     /* DHCP and DNS first, then the drops, all before clean-traffic's accept at -650. */
     const char *dhcp = strstr(xml, "dstportstart=\"67\"");
@@ -127,6 +127,13 @@ static void test_guest_filter(void **state)
     /* The host's own addresses, whatever their range, are dropped too. */
     assert_non_null(strstr(xml, "<ip dstipaddr=\"$HOST_IP\"/>"));
     check_xml("guest-filter", xml, "nwfilter");
+    /* Replacing a defined filter keeps its UUID (libvirt refuses the name under another). */
+    xml =
+        domain_xml_guest_filter("hatchery-guest-isolation", "27e3167b-18e2-4d06-a02e-adf7843c7828");
+    assert_non_null(xml);
+    assert_non_null(strstr(xml, "<filter name=\"hatchery-guest-isolation\" chain=\"root\">"
+                                "<uuid>27e3167b-18e2-4d06-a02e-adf7843c7828</uuid>"));
+    check_xml("guest-filter-replacing", xml, "nwfilter");
 }
 
 /* A remote host: the channel's path is libvirt's to choose, the console a pty, and no
