@@ -313,6 +313,10 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
   test('a hostile job on libvirt\'s NAT network reaches the outside only, through hatcheryd\'s nwfilter, on the image built here', { timeout: 1800000 }, async () => {
     // Defined by hatcheryd when it connected: the host is in place for the NAT pool too.
     assert.match(journal(), /event=host\.guest_filter host=local filter=hatchery-guest-isolation state=defined/);
+    // The remote host is a second connection to the same libvirtd: it finds the filter the
+    // first one defined and must replace it (under its UUID; libvirt refuses the name under
+    // a new one), not count as a host without isolation.
+    assert.match(journal(), /event=host\.guest_filter host=remote filter=hatchery-guest-isolation state=defined/);
     assert.equal(cli('hosts').hosts.find((h) => h.name === 'local').guest_isolation, 'in_place');
     // Taken away behind hatcheryd's back (no guest uses it yet): put back at the next create.
     machine('virsh -c qemu:///system nwfilter-undefine hatchery-guest-isolation');
