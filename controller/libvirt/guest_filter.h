@@ -32,8 +32,7 @@ void guest_filter_host_addresses(virConnectPtr conn, bool local, struct guest_fi
 /* Makes sure the filter is defined on `conn`: (re)defined as hatcheryd writes it when
  * `redefine` (at each connection, so an upgrade's rules and a changed definition are put
  * right, under the defined filter's UUID) or when it is missing. 0, 1 when it was missing
- * and is defined again, or -1 with
- * libvirt's reason in `why`. Blocking. */
+ * and is defined again, or -1 with libvirt's reason in `why`. Blocking. */
 int guest_filter_ensure(virConnectPtr conn, bool redefine, char *why, size_t why_size);
 
 #endif
