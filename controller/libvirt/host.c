@@ -245,19 +245,18 @@ int host_conn_close_queued(struct host *h, void (*then)(struct host *h))
     virConnectPtr old = host_conn_take(h);
     if (!old)
         return -ENOENT;
+    int lifecycle_id = h->lifecycle_id;
+    h->lifecycle_id = -1;
     struct conn_closing *c = malloc(sizeof(*c));
     if (c) {
         *c = (struct conn_closing){
-            .host = h, .conn = old, .lifecycle_id = h->lifecycle_id, .then = then};
+            .host = h, .conn = old, .lifecycle_id = lifecycle_id, .then = then};
         c->work.data = c;
-        if (host_queue_submit(h->queue, &c->work, conn_closing_work, conn_closing_done) == 0) {
-            h->lifecycle_id = -1;
+        if (host_queue_submit(h->queue, &c->work, conn_closing_work, conn_closing_done) == 0)
             return 0;
-        }
         free(c);
     }
-    conn_close(old, h->lifecycle_id); /* no memory or no thread: here */
-    h->lifecycle_id = -1;
+    conn_close(old, lifecycle_id); /* no memory or no thread: here */
     then(h);
     return 0;
 }

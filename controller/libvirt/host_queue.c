@@ -35,7 +35,6 @@ struct host_queue {
     uv_async_t async;      /* loop side: done calls are waiting */
     int pending;           /* loop side: submitted, `done` not yet called */
     bool close_asked;      /* loop side: host_queue_close came; no more submits */
-    bool shut;             /* loop side: `closing` set, the async handle closing */
     char name[64];
 };
 
@@ -227,9 +226,8 @@ static void on_async_closed(uv_handle_t *handle)
 /* No call is pending: the threads end, and the last of them or the handle frees. */
 static void queue_shut(struct host_queue *q)
 {
-    if (q->shut)
+    if (uv_is_closing((uv_handle_t *)&q->async))
         return;
-    q->shut = true;
     uv_mutex_lock(&q->lock);
     q->closing = true;
     uv_cond_broadcast(&q->wake);

@@ -30,8 +30,7 @@ struct stream_bridge {
     int64_t written, max_bytes;
     bool ended;  /* the stream is released, or being released */
     bool closed; /* the owner is done with us */
-    int ops;     /* a handle close or a release still to finish */
-    uv_work_t work;
+    int ops;     /* a handle close still to finish */
 };
 
 static void bridge_end(struct stream_bridge *b);
@@ -233,21 +232,6 @@ void stream_release(struct host_queue *queue, virStreamPtr stream)
     stream_abort_free(stream); /* no memory or no thread: here, rather than leak it */
 }
 
-static void release_work(uv_work_t *w)
-{
-    struct stream_bridge *b = w->data;
-    stream_abort_free(b->stream);
-}
-
-static void release_done(uv_work_t *w, int status)
-{
-    struct stream_bridge *b = w->data;
-    (void)status;
-    b->stream = NULL;
-    b->ops--;
-    maybe_free(b);
-}
-
 static void on_poll_closed(uv_handle_t *h)
 {
     struct stream_bridge *b = h->data;
@@ -271,13 +255,9 @@ static void bridge_end(struct stream_bridge *b)
         b->ops++;
         uv_close((uv_handle_t *)&b->poll, on_poll_closed);
     }
-    b->work.data = b;
-    b->ops++;
-    if (host_queue_submit(b->queue, &b->work, release_work, release_done) < 0) {
-        release_work(&b->work);
-        b->ops--;
-        b->stream = NULL;
-    }
+    /* Its callback is removed: nothing of the bridge is touched by the release. */
+    stream_release(b->queue, b->stream);
+    b->stream = NULL;
 }
 
 void stream_bridge_close(struct stream_bridge *b)

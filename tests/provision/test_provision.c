@@ -975,6 +975,19 @@ static pid_t silent_proxy_start(const char *proxy, const char *listen_path)
     return pid;
 }
 
+/* A guest made on `host` whose runner has started. */
+static struct guest *runner_started_on(const char *host, const struct guest_spec *spec,
+                                       struct run *r)
+{
+    struct guest *g = NULL;
+    assert_int_equal(provider_guest_create(provisioner_provider(prov), host, spec, &events, r, &g),
+                     0);
+    wait_for(&r->started, 120);
+    if (!r->started)
+        fail_msg("%s: not started (failed=%d: %s)", spec->name, r->failed, r->reason);
+    return g;
+}
+
 static void test_streams_of_a_silent_host(void **state)
 {
     (void)state;
@@ -989,13 +1002,8 @@ static void test_streams_of_a_silent_host(void **state)
     struct config_pool pool = real_pool("s390x");
     assert_int_equal(image_on("silent", &pool, IMAGE_CHECKING).state, IMAGE_READY);
     struct run r = {.jit = "sleep=60 exit=0"};
-    struct guest *g = NULL;
     struct guest_spec spec = {.name = "hatchery-ptest-silent", .runner_id = 9, .pool = &pool};
-    assert_int_equal(
-        provider_guest_create(provisioner_provider(prov), "silent", &spec, &events, &r, &g), 0);
-    wait_for(&r.started, 120);
-    if (!r.started)
-        fail_msg("not started (failed=%d: %s)", r.failed, r.reason);
+    struct guest *g = runner_started_on("silent", &spec, &r);
 
     assert_int_equal(kill(silent_proxy, SIGSTOP), 0);
     provider_guest_teardown(provisioner_provider(prov), g, "the test tears it down");
@@ -1024,11 +1032,7 @@ static void test_streams_of_a_silent_host(void **state)
      * the reconciler's. */
     struct run r2 = {.jit = "sleep=60 exit=0"};
     spec.name = "hatchery-ptest-vanish";
-    assert_int_equal(
-        provider_guest_create(provisioner_provider(prov), "silent", &spec, &events, &r2, &g), 0);
-    wait_for(&r2.started, 120);
-    if (!r2.started)
-        fail_msg("not started (failed=%d: %s)", r2.failed, r2.reason);
+    runner_started_on("silent", &spec, &r2);
     assert_int_equal(kill(silent_proxy, SIGSTOP), 0);
     bool listed = false;
     assert_int_equal(
