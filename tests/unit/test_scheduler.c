@@ -3,7 +3,8 @@
  * this file defines the GitHub client's functions itself (the linker takes these before
  * the library's); both record what the scheduler asks of them, and the tests play their
  * answers back as the real ones would. The store is real SQLite,
- * the config is a real file, the loop is libuv's. */
+ * the config is a real file, the loop is libuv's; its clock is moved on by the tests
+ * (spin()), so a 15 s heartbeat timeout takes milliseconds and fires in its true order. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -24,6 +26,7 @@
 #include "scheduler.h"
 #include "secret.h"
 #include "store.h"
+#include "wall_clock.h"
 
 /* ---- the fake provider ---------------------------------------------------------------- */
 
@@ -367,12 +370,82 @@ static struct provider *provider = &fake_provider;
 static struct github_scope scope = {.repo = "pytorch/pytorch"};
 static char dir[] = "/tmp/hatchery-test-scheduler-XXXXXX";
 
+/* ---- the clock: time the tests move on, not time they wait out ------------------------- */
+
+/* Every clock this process reads (libuv's loop time, the wall clock that runner deadlines
+ * and the store's records use) is the kernel's plus `clock_skip_ns`. The definition below
+ * takes the place of libc's for libuv and for the daemon's code (an executable's symbol
+ * comes first), so the boot timeout's 5 s or a 15 s heartbeat pass in the time it takes to
+ * run what falls due within them, in the order it falls due. */
+static int64_t clock_skip_ns;
+static bool virtual_time = true;
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    if (syscall(SYS_clock_gettime, id, ts) != 0)
+        return -1;
+    int64_t ns = (int64_t)ts->tv_nsec + clock_skip_ns % 1000000000;
+    ts->tv_sec += clock_skip_ns / 1000000000 + ns / 1000000000;
+    ts->tv_nsec = ns % 1000000000;
+    return 0;
+}
+
+/* Lets `ms` of the loop's time pass. Work on libuv's pool (the store's commits) is waited
+ * for in real time first; then the clock jumps to the next timer's deadline, or to the end.
+ * With virtual_time off (the libvirt test driver's test, whose host threads the loop cannot
+ * see as pending work), the time is waited out for real. */
+static uv_timer_t spin_end; /* a timer at the end keeps the loop's next deadline in view */
+
+static void on_spin_end(uv_timer_t *t)
+{
+    (void)t;
+}
+
 static void spin(int ms)
 {
-    for (int i = 0; i < ms / 10; i++) {
+    uv_update_time(&loop);
+    uint64_t end = uv_now(&loop) + (uint64_t)ms;
+    uv_timer_start(&spin_end, on_spin_end, (uint64_t)ms, 0);
+    for (;;) {
         uv_run(&loop, UV_RUN_NOWAIT);
-        usleep(10000);
+        if (loop.active_reqs.count > 0) {
+            uv_run(&loop, UV_RUN_ONCE); /* returns when the work is done, or a timer fires */
+            continue;
+        }
+        uv_update_time(&loop);
+        uint64_t now = uv_now(&loop);
+        if (now >= end) {
+            uv_timer_stop(&spin_end);
+            return;
+        }
+        int next = uv_backend_timeout(&loop);
+        if (next == 0)
+            continue;
+        uint64_t step = end - now;
+        if (next > 0 && (uint64_t)next < step)
+            step = (uint64_t)next;
+        if (virtual_time) {
+            clock_skip_ns += (int64_t)step * 1000000;
+            uv_update_time(&loop);
+            if (uv_now(&loop) < now + step)
+                fail_msg("the clock did not move: libuv does not read this test's clock_gettime");
+        } else
+            usleep(step > 10 ? 10000 : (useconds_t)step * 1000);
     }
+}
+
+/* The clock the scheduler reads is the one spin() moves: failed, every test above would
+ * wait out nothing and prove less than it says. */
+static void the_clock_moves_with_spin(void **state)
+{
+    (void)state;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    uint64_t loop0 = uv_hrtime();
+    spin(60000);
+    clock_gettime(CLOCK_REALTIME, &t1);
+    assert_true(t1.tv_sec - t0.tv_sec >= 60);
+    assert_true(uv_hrtime() - loop0 >= 60ull * 1000000000);
 }
 
 static void write_config(const char *extra_pool)
@@ -439,6 +512,7 @@ static int setup(void **state)
     (void)state;
     assert_non_null(mkdtemp(dir));
     uv_loop_init(&loop);
+    uv_timer_init(&loop, &spin_end);
     char err[256];
     assert_int_equal(store_open(&loop, dir, &store, err, sizeof(err)), 0);
     write_config("");
@@ -450,6 +524,7 @@ static int setup(void **state)
     host_up = true;
     host_image_state = IMAGE_UNCHECKED;
     host_image_sha[0] = 0;
+    virtual_time = true;
     return 0;
 }
 
@@ -458,6 +533,8 @@ static int teardown(void **state)
     (void)state;
     store_close(store);
     spin(50);
+    uv_close((uv_handle_t *)&spin_end, NULL);
+    uv_run(&loop, UV_RUN_NOWAIT);
     uv_loop_close(&loop);
     config_free(config);
     char cmd[300];
@@ -511,7 +588,7 @@ static void store_job(int64_t id, enum job_status status)
     ev->repository = strdup("pytorch/pytorch");
     ev->labels_json = strdup("[\"p\"]");
     ev->pool = strdup("p");
-    ev->received_at_ms = (int64_t)time(NULL) * 1000;
+    ev->received_at_ms = wall_clock_ms();
     assert_int_equal(store_job_event_submit(store, ev, NULL, NULL), 0);
 }
 
@@ -778,7 +855,7 @@ static void a_silent_agent_is_hung(void **state)
 static void adoption_after_a_restart(void **state)
 {
     (void)state;
-    int64_t now = (int64_t)time(NULL) * 1000;
+    int64_t now = wall_clock_ms();
     char sql[1024];
     snprintf(
         sql, sizeof(sql),
@@ -971,6 +1048,7 @@ static size_t tagged_on(struct provisioner *libvirt, const char *name)
 static void the_libvirt_provider_on_the_test_driver(void **state)
 {
     (void)state;
+    virtual_time = false; /* the host's calls run on threads of its own */
     assert_int_equal(libvirt_loop_register(&loop), 0);
     struct provisioner *libvirt = NULL;
     struct provisioner_options o = {.controller_id = "t", .state_dir = dir};
@@ -1017,6 +1095,7 @@ static void the_libvirt_provider_on_the_test_driver(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(the_clock_moves_with_spin, setup, teardown),
         cmocka_unit_test_setup_teardown(one_runner_through_every_state, setup, teardown),
         cmocka_unit_test_setup_teardown(news_of_another_job_is_not_believed, setup, teardown),
         cmocka_unit_test_setup_teardown(illegal_moves_are_refused, setup, teardown),
