@@ -598,6 +598,9 @@ static void runner_start(struct runner *r)
 static void on_runner_inserted(void *data, int result)
 {
     struct runner *r = data;
+    if (!hold_release(r))
+        return; /* the scheduler stopped while the record was written: it is repaired at
+                 * the next start, as a pending runner */
     if (result < 0) {
         runner_fail(r, FAILURE_STORE, "cannot record the runner: %s", strerror(-result));
         return;
@@ -653,9 +656,13 @@ void runner_create(struct scheduler *s, const struct config_pool *pool, const ch
                                          .memory_mib = pool->memory_mib,
                                          .image = r->image,
                                          .created_ms = r->created_ms};
-    /* Written before anything is done: a crash from here on leaves a record to repair. */
-    if (store_runner_insert(s->deps.store, &row, on_runner_inserted, r) < 0)
+    /* Written before anything is done: a crash from here on leaves a record to repair.
+     * Held until the write comes back, so that a stop in between frees it only then. */
+    r->holds++;
+    if (store_runner_insert(s->deps.store, &row, on_runner_inserted, r) < 0) {
+        r->holds--;
         runner_fail(r, FAILURE_STORE, "the store is busy");
+    }
 }
 
 bool runner_image_now(struct scheduler *s, const struct config_pool *pool, const char *host,
