@@ -7,16 +7,29 @@
 # Prints the image's path; its .kernel, .initrd and .json are beside it.
 #
 # usage: tests/e2e/production-image.sh ARCH
+#        tests/e2e/production-image.sh both   (ppc64le and s390x side by side, as the
+#                                              prepare.production_images test does; each
+#                                              under qemu-user, one core each)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-arch=${1:?usage: production-image.sh ARCH}
+arch=${1:?usage: production-image.sh ARCH|both}
 cache=${HATCHERY_IMAGE_CACHE:-/var/cache/hatchery/test-images}
 runner_version=${HATCHERY_STAND_IN_VERSION:-2.330.0}
 mkdir -p "$cache"
 
-# One build at a time per cache, whoever asks (a CI run and a developer's run).
-exec 9>"$cache/.lock"
+if [ "$arch" = both ]; then
+  "$0" ppc64le & ppc=$!
+  "$0" s390x & s390=$!
+  rc=0
+  wait "$ppc" || rc=$?
+  wait "$s390" || rc=$?
+  exit "$rc"
+fi
+
+# One build at a time per cache and architecture, whoever asks (a CI run and a
+# developer's run); each architecture's files are its own.
+exec 9>"$cache/.lock-$arch"
 flock 9
 tarball=$("$root/images/runner/stand-in/make-tarball.sh" "$arch" "$runner_version" "$cache/stand-in")
 preload=$("$here/make-preload.sh" "$arch" "$cache/preload")

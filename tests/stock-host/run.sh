@@ -1,22 +1,81 @@
 #!/usr/bin/env bash
 # Day one on a stock host: a clean Debian RELEASE root (default trixie, the current
 # stable), booted under its own systemd with libvirt as Debian configures it, our packages
-# built there from this checkout (with their unit tests, on that release's libraries) and
-# installed with apt, then configured by the runbook's own blocks and serving real jobs on
-# the production image (stock-host.test.mjs).
+# built in that root from this checkout (with their unit tests, on that release's
+# libraries) and installed with apt, then configured by the runbook's own blocks and
+# serving real jobs on the production image (stock-host.test.mjs).
+#
+# Two steps, two ctest tests (tests/CMakeLists.txt):
+#   run.sh --prepare RELEASE OUT   the root (made or found), and our packages built in a
+#                                  copy of it as the operator does: an unprivileged user,
+#                                  no network, dpkg-buildpackage with the unit tests. Boots
+#                                  nothing; the packages and the build log go to OUT.
+#   run.sh RELEASE OUT             the machine: a fresh copy of the root, booted, with
+#                                  OUT's packages where the operator built them; then the
+#                                  test. Prepares first when OUT has no packages.
 #
 # The root is cached as a tarball under $HATCHERY_STOCK_CACHE (default
 # /var/cache/hatchery/stock-host), keyed by its package list and the ISO week (machine.sh
 # root); the images are production-image.sh's.
 #
-# usage: tests/stock-host/run.sh [RELEASE]
+# usage: tests/stock-host/run.sh [--prepare] [RELEASE [OUT]]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+prepare=
+[ "${1:-}" = --prepare ] && { prepare=yes; shift; }
 release=${1:-trixie}
+out=${2:-$root/build-test/stock-host}
 cache=${HATCHERY_STOCK_CACHE:-/var/cache/hatchery/stock-host}
 log() { echo "stock-host($release): $*" >&2; }
 timed() { local t0=$SECONDS; "$@"; log "$(basename "$1") ${2:-}: $((SECONDS - t0)) s"; }
+debs=$out/$release
+
+# The operator's build: this checkout, built in RELEASE by an unprivileged user
+# (Rules-Requires-Root: no), without the network, the unit tests included.
+b=
+build_cleanup() {
+  [ -n "$b" ] || return 0
+  for mnt in dev/pts dev proc; do mountpoint -q "$b/$mnt" && umount -l "$b/$mnt"; done
+  rm -rf --one-file-system "$b"
+}
+build_packages() {
+  local t0=$SECONDS
+  local tarball
+  tarball=$("$here/machine.sh" root "$release" "$cache")
+  b=$(mktemp -d /var/tmp/hatchery-stock-build-XXXXXX)
+  trap build_cleanup EXIT
+  tar -xpf "$tarball" --numeric-owner -C "$b"
+  log "root ready in $((SECONDS - t0)) s"
+  mount -t proc proc "$b/proc"
+  mount --bind /dev "$b/dev"
+  mount --bind /dev/pts "$b/dev/pts"
+  chroot "$b" useradd --create-home builder
+  mkdir -p "$b/home/builder/src/hatchery"
+  (cd "$root" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) |
+    tar -xf - -C "$b/home/builder/src/hatchery"
+  chroot "$b" chown -R builder:builder /home/builder/src
+  local t1=$SECONDS
+  rm -rf "$debs"
+  mkdir -p "$debs"
+  if ! chroot "$b" unshare --net runuser -u builder -- \
+       sh -c 'cd ~/src/hatchery && dpkg-buildpackage -b -us -uc >../build.log 2>&1'; then
+    cp "$b/home/builder/src/build.log" "$out/build-$release.log" || true
+    tail -n 60 "$b/home/builder/src/build.log" >&2
+    log "dpkg-buildpackage failed in $release"
+    exit 1
+  fi
+  cp "$b/home/builder/src/build.log" "$out/build-$release.log"
+  grep -E 'tests passed' "$b/home/builder/src/build.log" | sed "s/^/stock-host($release): unit tests: /" >&2 || true
+  cp "$b"/home/builder/src/*.deb "$debs/"
+  log "built $(cd "$debs" && ls ./*.deb | tr '\n' ' ')in $((SECONDS - t1)) s"
+}
+
+if [ -n "$prepare" ]; then
+  build_packages
+  exit 0
+fi
+ls "$debs"/hatchery_*.deb >/dev/null 2>&1 || { log "no packages in $debs: preparing first"; (build_packages); }
 
 t0=$SECONDS
 tarball=$("$here/machine.sh" root "$release" "$cache")
@@ -40,11 +99,11 @@ trap cleanup EXIT
 
 mkdir -p "$m"
 tar -xpf "$tarball" --numeric-owner -C "$m"
-# The operator's checkout, built by an unprivileged user (Rules-Requires-Root: no).
+# The operator's build (prepared above, in a copy of this root): its packages where the
+# operator built them.
 chroot "$m" useradd --create-home builder
-mkdir -p "$m/home/builder/src/hatchery"
-(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) |
-  tar -xf - -C "$m/home/builder/src/hatchery"
+mkdir -p "$m/home/builder/src"
+cp "$debs"/*.deb "$m/home/builder/src/"
 chroot "$m" chown -R builder:builder /home/builder/src
 # What the operator brings to the host: the images (each with its .kernel, .initrd and
 # .json) and the App's private key, in the directory the runbook's blocks run in.
@@ -67,18 +126,6 @@ mkdir -p "$m/var/cache/hatchery-image"
 cp --reflink=auto "$image_cache"/debian/debian-ppc64le-*.tar "$m/var/cache/hatchery-image/"
 
 timed "$here/machine.sh" boot "$m"
-# Built without the network, this architecture's packages (on amd64: hatchery and the
-# arch-all hatchery-image-tools; the guest agent is a package of ppc64el and s390x, which
-# tests/package builds).
-t1=$SECONDS
-if ! "$here/machine.sh" run "$m" unshare --net runuser -u builder -- \
-     sh -c 'cd ~/src/hatchery && dpkg-buildpackage -b -us -uc >../build.log 2>&1'; then
-  tail -n 60 "$m/home/builder/src/build.log" >&2
-  log "dpkg-buildpackage failed in $release"
-  exit 1
-fi
-grep -E 'tests passed' "$m/home/builder/src/build.log" | sed "s/^/stock-host($release): unit tests: /" >&2 || true
-log "built $(cd "$m/home/builder/src" && ls hatchery*.deb | tr '\n' ' ')in $((SECONDS - t1)) s"
 cp "$m"/home/builder/src/hatchery-image-tools_*_all.deb "$m/root/rollout/"
 
 export STOCK_HOST_MACHINE=$m STOCK_HOST_RELEASE=$release
