@@ -28,6 +28,7 @@ timing_summary() {
   echo "== timing by phase =="
   printf '%s\n' "${phases[@]}"
   local log="$root/build-test/Testing/Temporary/LastTest.log"
+  [ -f "$log" ] || log=$log.tmp # ctest was stopped before its end
   if [ -n "${ctest_ran:-}" ] && [ -f "$log" ]; then
     # The tests by group (the part of their name before the first dot), from ctest's log.
     awk '/^[0-9]+\/[0-9]+ Test: / {name=$3}
