@@ -61,7 +61,9 @@ function script(name, body) {
 
 after(() => rmSync(dir, { recursive: true, force: true }));
 
-describe('the Listener return codes', () => {
+// Each test below is a conversation of its own (its own socket, state and scripts), so
+// they run side by side: the re-launches' real 5 s waits overlap instead of adding up.
+describe('the Listener return codes', { concurrency: true }, () => {
   const meanings = {
     0: /^success/, 1: /^terminated error/, 5: /^session conflict/, 6: /^runner configuration refreshed/,
     9: /^unknown return code/,
