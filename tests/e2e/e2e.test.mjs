@@ -14,6 +14,12 @@ import { Daemon, githubConfig, memoryHolds, workflowJob } from '../integration/l
 import { QEMU_GID, firewall, isolationTargets } from './isolation.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
+// ctest runs this file as two tests (tests/CMakeLists.txt): e2e.isolation (E2E_PART=
+// isolation) runs the one test that changes this machine's firewall and egress network,
+// under the host_network lock; e2e.real_guests (E2E_PART=guests) the others, which need
+// only the test libvirtd and so run beside the stock host. Without E2E_PART, all of them.
+const part = process.env.E2E_PART ?? 'all';
+const inPart = (isolation) => ({ skip: part !== 'all' && (part === 'isolation') !== isolation && `run by the other part (E2E_PART=${part})` });
 const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
 const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
 
@@ -132,7 +138,7 @@ describe('end to end on real guests', () => {
     assert.equal(code, 0);
   });
 
-  test('one ppc64le job: a fresh Power guest serves it and is gone afterwards', async () => {
+  test('one ppc64le job: a fresh Power guest serves it and is gone afterwards', inPart(false), async () => {
     // This job's JIT config carries a mark no other byte in hatcheryd has.
     const mark = `jitmark-${randomBytes(12).toString('hex')}`;
     await fetch(`${api}/__double/jit`, { method: 'POST', body: `sleep=4 exit=0 ${mark}` });
@@ -173,13 +179,13 @@ describe('end to end on real guests', () => {
     assert.match(text, /^hatchery_job_start_seconds_bucket\{pool="linux.ppc64le",le="14400"\} 1$/m);
   });
 
-  test('one s390x job', async () => {
+  test('one s390x job', inPart(false), async () => {
     const { runner } = await serve('linux.s390x', 'linux.s390x', taken);
     await until(`${runner} deleted`, () => runners().find((r) => r.name === runner).state === 'deleted');
     assert.ok(!domains().includes(runner));
   });
 
-  test('a burst of 4 jobs into a pool with max_runners 2: all served, never more than 2 guests', async () => {
+  test('a burst of 4 jobs into a pool with max_runners 2: all served, never more than 2 guests', inPart(false), async () => {
     let most = 0;
     let watching = true;
     const watcher = (async () => {
@@ -198,7 +204,7 @@ describe('end to end on real guests', () => {
     assert.equal(jobs.length, 4);
   });
 
-  test('min_idle 1 keeps one registered runner waiting', async () => {
+  test('min_idle 1 keeps one registered runner waiting', inPart(false), async () => {
     // The stand-in runner ends after its `sleep=4` even without a job, so the warm runner is
     // replaced every few seconds and is idle for about four: the CLI and /metrics are read
     // together until both show it (once, read a moment apart, the metric missed it).
@@ -212,7 +218,7 @@ describe('end to end on real guests', () => {
     assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: text }).status, 0);
   });
 
-  test('without the guest firewall no networked guest starts; with it a hostile job reaches the internet, and nothing of its host', async () => {
+  test('without the guest firewall no networked guest starts; with it a hostile job reaches the internet, and nothing of its host', inPart(true), async () => {
     const { targets, loPort, egress, guarded: want, close } = await isolationTargets(d.port);
     try {
       // Beside the network, what the job sees of its host, as e2e.containers asks in a
@@ -267,7 +273,7 @@ describe('end to end on real guests', () => {
     }
   });
 
-  test('an image built for another arch, or without a manifest, gets no runner, with the reason', async () => {
+  test('an image built for another arch, or without a manifest, gets no runner, with the reason', inPart(false), async () => {
     const id = nextJob++;
     writeFileSync(badManifest, goodManifest.replace('"arch": "ppc64le"', '"arch": "s390x"'));
     assert.equal((await d.post('workflow_job', payload('queued', id, 'image.checked'))).status, 202);
@@ -292,7 +298,7 @@ describe('end to end on real guests', () => {
     assert.equal((await d.post('workflow_job', payload('completed', id, 'image.checked'))).status, 202);
   });
 
-  test('an image without its runner: the runner fails with exit 127 and its meaning, and nothing is left', async () => {
+  test('an image without its runner: the runner fails with exit 127 and its meaning, and nothing is left', inPart(false), async () => {
     const id = nextJob++;
     assert.equal((await d.post('workflow_job', payload('queued', id, 'no.runner'))).status, 202);
     // Several may come and go meanwhile: look for one that has ended.
@@ -306,7 +312,7 @@ describe('end to end on real guests', () => {
     assert.ok(!domains().includes(r.name));
   });
 
-  test('a Listener return code is the runner\'s reason: 5, session conflict', async () => {
+  test('a Listener return code is the runner\'s reason: 5, session conflict', inPart(false), async () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=3 exit=5' });
     const { runner } = await serve('linux.ppc64le', 'linux.ppc64le', taken);
     await until(`${runner} deleted`, () => runners().find((r) => r.name === runner).state === 'deleted');
@@ -316,7 +322,7 @@ describe('end to end on real guests', () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
   });
 
-  test('hatcheryd killed (SIGKILL) under a busy ppc64le runner: the next hatcheryd adopts it and its job finishes', async () => {
+  test('hatcheryd killed (SIGKILL) under a busy ppc64le runner: the next hatcheryd adopts it and its job finishes', inPart(false), async () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=30 exit=0' });
     const { id, runner } = await busyRunner('linux.ppc64le');
     const logFrom = d.logs.length;
@@ -343,7 +349,7 @@ describe('end to end on real guests', () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
   });
 
-  test('a job that ends while hatcheryd is down is reported at the restart', async () => {
+  test('a job that ends while hatcheryd is down is reported at the restart', inPart(false), async () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=8 exit=0' });
     const { id, runner } = await busyRunner('linux.ppc64le');
     const logFrom = d.logs.length;
@@ -359,7 +365,7 @@ describe('end to end on real guests', () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
   });
 
-  test('libvirtd restarted mid-run: a guest that kept running goes on, one that died meanwhile is failed and replaced', async () => {
+  test('libvirtd restarted mid-run: a guest that kept running goes on, one that died meanwhile is failed and replaced', inPart(false), async () => {
     // Runners that outlive the restart: the stand-in runner waits 90 s before exiting (40 s
     // was seen to run out once, at 53 s from the keeper's start to its check, with the
     // warm s390x replacement booting on a loaded machine).
@@ -410,7 +416,7 @@ describe('end to end on real guests', () => {
     assert.ok(!domains().includes(keeper.name));
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=4 exit=0' });
   });
-  test('SIGHUP raises max_runners, adds a pool and removes one whose runner is busy: that runner finishes and is not replaced', async () => {
+  test('SIGHUP raises max_runners, adds a pool and removes one whose runner is busy: that runner finishes and is not replaced', inPart(false), async () => {
     // A busy runner in linux.ppc64le, the pool about to be removed.
     await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=40 exit=0' });
     const before = new Set(runners().map((r) => r.name));
