@@ -87,9 +87,11 @@ cmake -S . -B build-test -DHATCHERY_SANITIZE=ON -DHATCHERY_WERROR=ON -DCMAKE_BUI
 cmake --build build-test -j"$jobs"
 phase_done "build: ASan+UBSan"
 
-# The test guests (Debian's kernels, busybox and the static agent; cached in build-images/
-# by their inputs): the guest tests and the production images' agent share their
-# downloads, made here before those tests run side by side.
+# The test guests (Debian's kernels, busybox and the static agent), cached by their inputs
+# outside the checkout, as the images are, so a fresh clone finds them: the guest tests
+# and the production images' agent share their downloads, made here before those tests
+# run side by side.
+export HATCHERY_TEST_GUEST_CACHE=$cache_root/test-guests
 for arch in ppc64le s390x; do ./images/test-guest/build.sh "$arch" >/dev/null; done
 phase_done "test guests"
 

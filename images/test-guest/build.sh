@@ -5,14 +5,15 @@
 #
 # usage: images/test-guest/build.sh ARCH [CACHE_DIR]
 # Prints the directory holding `kernel`, `initrd` and `hatchery-agent`. The result is
-# cached under CACHE_DIR (default build-images/) by a hash of every input (this script,
+# cached under CACHE_DIR (default $HATCHERY_TEST_GUEST_CACHE, which tests/run.sh sets to
+# /var/cache/hatchery/test-guests, or else build-images/) by a hash of every input (this script,
 # the init, the stand-in runner, the agent's sources and the Debian package versions),
 # so it is rebuilt exactly when an input changes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 arch=${1:?usage: build.sh ppc64le|s390x [CACHE_DIR]}
-cache=${2:-$root/build-images}
+cache=${2:-${HATCHERY_TEST_GUEST_CACHE:-$root/build-images}}
 case "$arch" in
   ppc64le) deb_arch=ppc64el; flavour=powerpc64le; kernel_glob='boot/vmlinux-*'
            modules="virtio virtio_ring virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci virtio_console failover net_failover virtio_net" ;;
@@ -45,11 +46,14 @@ log "building ($key)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$cache/debs" "$work/x"
+# The versions the key names, exactly (a cache that outlives a point release keeps the
+# older .deb beside the new one): apt-get download's file name, the epoch's colon as %3a.
+deb_of() { local v; v=$(sed -n "s/^$1=//p" <<<"$versions"); echo "$cache/debs/${1%%:*}_${v//:/%3a}_$deb_arch.deb"; }
 (cd "$cache/debs" && for p in "${pkgs[@]}"; do
-   name=${p%%:*}; ls "${name}"_*_"$deb_arch".deb >/dev/null 2>&1 || apt-get download -qq "$p" 2>/dev/null; done)
+   [ -f "$(deb_of "$p")" ] || apt-get download -qq "$p" 2>/dev/null; done)
 for p in "${pkgs[@]}"; do
-  name=${p%%:*}
-  dpkg-deb -x "$(ls -t "$cache/debs/${name}"_*_"$deb_arch".deb | head -n 1)" "$work/x"
+  [ -f "$(deb_of "$p")" ] || { log "no $(basename "$(deb_of "$p")") after apt-get download"; exit 1; }
+  dpkg-deb -x "$(deb_of "$p")" "$work/x"
 done
 
 # The agent, cross-built static.
