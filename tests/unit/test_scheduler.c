@@ -443,8 +443,8 @@ static void spin(int ms)
     spin_until(NULL, NULL, ms);
 }
 
-/* The clock the scheduler reads is the one spin() moves: failed, every test above would
- * wait out nothing and prove less than it says. */
+/* The clocks the scheduler reads (the wall clock, libuv's) are the one spin() moves: were
+ * they not, the tests below would prove nothing of their timeouts. */
 static void the_clock_moves_with_spin(void **state)
 {
     (void)state;
