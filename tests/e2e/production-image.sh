@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The production runner image for ARCH (ppc64le or s390x), built with
-# images/runner/build-image.sh from the runner stand-in and a small preloaded OCI archive,
+# images/runner/build-image.sh from the runner stand-in and a preloaded build image,
 # or reused: images are cached by a hash of every input under $HATCHERY_IMAGE_CACHE
 # (default /var/cache/hatchery/test-images, outside the checkout, so CI's fresh clones
 # reuse them), and the Debian stage by its package list (build-image.sh --debian-cache).

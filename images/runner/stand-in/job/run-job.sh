@@ -1,12 +1,11 @@
 #!/bin/bash
 # The stand-in runner's job: what a `ciflow/ppc64le` job does, in miniature, run as the
 # runner's user inside the guest:
-#   1. import a base image from the guest's own root (no registry is reachable here);
-#   2. `docker build` job/Dockerfile with UBI_IMAGE switched to that base, compiling and
-#      running a program in a RUN step;
+#   1. list what the image's container storage already had (the preloaded build images);
+#   2. `docker build` job/Dockerfile with UBI_IMAGE switched to the preloaded build image
+#      (no registry is reachable here), compiling and running a program in a RUN step;
 #   3. `docker run` the result;
-#   4. list what the image's container storage already had (the preloaded build images);
-#   5. write the report (result, uid, image digest, the container's output) to
+#   4. write the report (result, uid, image digest, the container's output) to
 #      $HATCHERY_REPORT_FILE, which the agent sends to hatcheryd.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,34 +25,15 @@ cd "$work"
 preloaded=$(podman images --noheading --format '{{.Repository}}:{{.Tag}}' | paste -sd ' ' -) || fail images
 step "preloaded images: ${preloaded:-none}"
 
-step "importing the base image from this guest's root"
-# A compiler's worth of the guest's root: the files of gcc, libc6-dev and a shell, with
-# everything they depend on (dpkg's own records), the usr-merge links and cc's alternative.
-declare -A seen=()
-queue=(gcc libc6-dev dash coreutils)
-while [ "${#queue[@]}" -gt 0 ]; do
-  p=${queue[0]}; queue=("${queue[@]:1}")
-  [ -z "${seen[$p]:-}" ] || continue
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || continue
-  seen[$p]=1
-  for d in $(dpkg-query -W -f='${Pre-Depends},${Depends}' "$p" | tr ',|' '\n\n' | sed -e 's/([^)]*)//g' -e 's/:any//g' -e 's/ //g'); do
-    [ -n "$d" ] && [ -z "${seen[$d]:-}" ] && queue+=("$d")
-  done
-done
-# (dpkg still names some files by their pre-merge paths, /bin/dash: the merged path is
-# the file, and the top-level links are added once.)
-{ dpkg-query -L "${!seen[@]}" 2>/dev/null | grep -v '^/\.*$' |
-    sed -e 's|^/||' -e 's|^bin/|usr/bin/|' -e 's|^sbin/|usr/sbin/|' -e 's|^lib/|usr/lib/|' -e 's|^lib64/|usr/lib64/|' |
-    grep -v -e 'lto-dump' -e '/lib[altu]*san\.so' -e '^usr/share/'
-  printf '%s\n' bin sbin lib lib64 usr/bin/cc etc/alternatives/cc etc/ld.so.cache etc/passwd etc/group; } |
-  sort -u | while read -r f; do [ -e "/$f" ] || [ -L "/$f" ] && echo "$f"; done >"$work/files"
-step "$(wc -l <"$work/files") files of ${#seen[@]} packages"
-tar -C / --no-recursion -cf - -T "$work/files" |
-  podman import --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-    - localhost/hatchery-base:latest >/dev/null || fail import
+# The base: the build image the runner image preloaded (build-image.sh --preload), found by
+# its title, as a real job builds FROM the PyTorch build image; nothing is pulled.
+base=$(podman images --noheading --filter label=org.opencontainers.image.title=hatchery-preload-test \
+  --format '{{.Repository}}:{{.Tag}}' | head -n 1) || fail images
+[ -n "$base" ] || fail "no preloaded build image (hatchery-build-image --preload)"
+step "building from the preloaded $base"
 
 step "docker build (compiles in a RUN step)"
-docker build --network=none --build-arg UBI_IMAGE=localhost/hatchery-base:latest \
+docker build --network=none --build-arg UBI_IMAGE="$base" \
   -t localhost/hatchery-job:latest -f Dockerfile . || fail build
 
 step "docker run"
