@@ -30,7 +30,7 @@ sed "s/@PROJECT_VERSION@/$version/" "$root/include/hatchery/version.h.in" >"$wor
 flags=(-static -Os -s -std=gnu11 -Wall -Wextra -Werror -I"$root/include" -I"$work/generated")
 if [ "$(dpkg --print-architecture)" = "$deb_arch" ]; then
   [ -f "/usr/lib/$triplet/libjansson.a" ] || { echo "build-static: install libjansson-dev" >&2; exit 1; }
-  gcc "${flags[@]}" "$root/agent/hatchery-agent.c" "/usr/lib/$triplet/libjansson.a" -o "$out"
+  gcc "${flags[@]}" "$root/agent/hatchery-agent.c" "$root/agent/confine.c" "/usr/lib/$triplet/libjansson.a" -o "$out"
   exit 0
 fi
 command -v "$triplet-gcc" >/dev/null ||
@@ -47,5 +47,5 @@ if [ -z "$deb" ]; then
   deb=$(ls -t "$cache/debs/"libjansson-dev_*_"$deb_arch".deb | head -n 1)
 fi
 dpkg-deb -x "$deb" "$work/jansson"
-"$triplet-gcc" "${flags[@]}" -I"$work/jansson/usr/include" "$root/agent/hatchery-agent.c" \
+"$triplet-gcc" "${flags[@]}" -I"$work/jansson/usr/include" "$root/agent/hatchery-agent.c" "$root/agent/confine.c" \
   "$work/jansson/usr/lib/$triplet/libjansson.a" -o "$out"

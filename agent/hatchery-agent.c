@@ -21,6 +21,9 @@
  *     run-helper.sh does, at most RELAUNCH_MAX times; 0, 1, 5 and the rest end the job,
  *     and the exit report carries the code's meaning.
  *
+ * In a container the runner also gets no_new_privs and a seccomp filter that refuses new
+ * namespaces (confine.h); in a VM it does not (rootless podman needs them there).
+ *
  * Small and static on purpose: POSIX, poll(), and jansson for the JSON. No libcurl: it
  * talks only to the channel. It never prints the JIT config. */
 #define _GNU_SOURCE
@@ -50,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "confine.h"
 #include "hatchery/agent_protocol.h"
 #include "hatchery/hex.h"
 #include "hatchery/version.h"
@@ -67,6 +71,7 @@
 
 static int channel = -1;
 static const char *channel_socket; /* a container: the controller's socket, to reconnect to */
+static bool confine_runner;        /* a container: the runner makes no namespace (confine.h) */
 static int sigchld_pipe[2] = {-1, -1};
 /* The controller's protocol version, from its last message (config or resume). */
 static int controller_version = AGENT_PROTOCOL_MIN_VERSION;
@@ -552,6 +557,12 @@ static pid_t launch_start(const struct launch *l)
             _exit(126);
         if (u && chdir(u->home) < 0 && chdir("/") < 0)
             _exit(126);
+        if (confine_runner && confine_no_new_namespaces() < 0) {
+            static const char why[] = "hatchery-agent: the runner cannot be confined "
+                                      "(no_new_privs, seccomp): not started\n";
+            (void)!write(STDERR_FILENO, why, sizeof(why) - 1);
+            _exit(126);
+        }
         execve(l->argv[0], l->argv, envp);
         _exit(127);
     }
@@ -821,8 +832,10 @@ static int parse_args(int argc, char **argv, struct agent_args *a)
             return 2;
         }
     }
-    if (a->socket_path)
+    if (a->socket_path) {
         power_off = false; /* a container just ends */
+        confine_runner = true;
+    }
     channel_socket = a->socket_path;
     return -1;
 }
@@ -955,8 +968,9 @@ static void on_config(struct session *ss, json_t *msg)
         json_object_set_new(m, "uid", json_integer(ss->user->uid));
     send_msg(m);
     ss->next_heartbeat = runner->started_at + AGENT_HEARTBEAT_S;
-    say("runner %s started (pid %d, uid %u)", ss->runner_name[0] ? ss->runner_name : "?", (int)pid,
-        ss->user ? (unsigned)ss->user->uid : (unsigned)getuid());
+    say("runner %s started (pid %d, uid %u%s)", ss->runner_name[0] ? ss->runner_name : "?",
+        (int)pid, ss->user ? (unsigned)ss->user->uid : (unsigned)getuid(),
+        confine_runner ? ", no new namespaces" : "");
 }
 
 /* resume: a new controller asks where things stand; an exit it may have missed follows. */

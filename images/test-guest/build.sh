@@ -35,7 +35,7 @@ fi
 kernel_pkg=${kernel_pkg%%:*}
 pkgs=("$kernel_pkg:$deb_arch" "busybox-static:$deb_arch" "libjansson-dev:$deb_arch")
 versions=$(for p in "${pkgs[@]}"; do echo "$p=$(apt-cache policy "$p" | awk '/Candidate:/ {print $2}')"; done)
-key=$( { cat "$here/build.sh" "$here/init" "$here/fake-runner" "$root/agent/hatchery-agent.c" "$root/agent/build-static.sh" \
+key=$( { cat "$here/build.sh" "$here/init" "$here/fake-runner" "$root/agent/hatchery-agent.c" "$root/agent/confine.c" "$root/agent/confine.h" "$root/agent/build-static.sh" \
          "$root/include/hatchery/agent_protocol.h" "$root/include/hatchery/hex.h" "$root/include/hatchery/version.h.in"; "$root/agent/build-static.sh" --version
          echo "$versions"; echo "$modules"; } | sha256sum | cut -c1-16)
 out="$cache/test-guest-$arch-$key"

@@ -118,6 +118,32 @@ describe('how the runner is started', () => {
     assert.ok(!names.some((n) => n.startsWith('NODE') || n === 'INVOCATION_ID'), `clean environment: ${names}`);
     assert.equal(r.messages.find((m) => m.type === 'started').uid, Number(nobody));
   });
+  // Each of these succeeds for `nobody` on this machine without the agent's filter (a user
+  // namespace gives its creator every capability inside it); root's `unshare -n` and
+  // `nsenter` (setns into its own network namespace) too.
+  const namespaceProbes = {
+    userns: 'unshare -Ur true',
+    netdev: 'unshare -Urn ip link add v0 type veth peer name v1',
+    mount: 'unshare -Urm sh -c "mount -t tmpfs probe /mnt"',
+    setns: 'nsenter -t $$ -n true',
+    netns: 'unshare -n true',
+  };
+  const probeScript = (out) => `{ grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -d '\\t';
+${Object.entries(namespaceProbes).map(([k, cmd]) => `  if ${cmd} 2>/dev/null; then echo ${k}=made; else echo ${k}=refused; fi`).join('\n')}
+  (true) && echo child=ran; } > ${out}.tmp; mv ${out}.tmp ${out}`;
+  for (const user of ['nobody', null]) {
+    test(`in a container the runner (${user ?? 'root'}) has no_new_privs and makes no namespace; its own processes still run`, async () => {
+      const out = join(dir, `namespaces-${user ?? 'root'}`);
+      const r = await converse({ user, command: [script(`namespaces-${user ?? 'root'}`, probeScript(out))] });
+      assert.equal(r.exited?.code, 0, r.stderr);
+      const seen = Object.fromEntries(readFileSync(out, 'utf8').trim().split('\n').map((l) => l.split(/[:=]/)));
+      assert.deepEqual(seen, {
+        NoNewPrivs: '1', Seccomp: '2', child: 'ran',
+        ...Object.fromEntries(Object.keys(namespaceProbes).map((k) => [k, 'refused'])),
+      });
+      assert.match(r.stderr, /started \(pid \d+, uid \d+, no new namespaces\)/);
+    });
+  }
   test('--user root is refused', async () => {
     const r = spawnSync(agentBin, ['--socket', join(dir, 'none.sock'), '--user', 'root'], { encoding: 'utf8', timeout: 10000 });
     assert.equal(r.status, 1);

@@ -4,7 +4,8 @@
 // its capabilities and its agent's (no CAP_SYS_ADMIN), its network (loopback only with
 // `network: none`: not the host's loopback, not the host's address, not the outside), the
 // host's processes and files, the other container, the agent's socket, the root directory,
-// and mounts. tests/e2e/e2e.test.mjs runs the same probes in a VM.
+// mounts, and namespaces of its own (a user namespace, a network device, a mount in one).
+// tests/e2e/e2e.test.mjs runs the same probes in a VM.
 import assert from 'node:assert/strict';
 import { readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -79,6 +80,11 @@ test('a job in a container: its own users and network, no CAP_SYS_ADMIN, nothing
       assert.equal((BigInt(`0x${seen.capabilities}`) >> CAP_SYS_ADMIN) & 1n, 0n);
       assert.equal(BigInt(`0x${seen.agent_capabilities}`), AGENT_CAPABILITIES);
       assert.equal(seen.mount, 'no');
+      // Nor by a namespace of its own: the agent's no_new_privs and seccomp filter
+      // (agent/confine.h) refuse them, where a user namespace would give it every capability.
+      assert.equal(seen.no_new_privs, '1');
+      assert.equal(seen.seccomp, '2');
+      assert.deepEqual([seen.userns, seen.netdev, seen.userns_mount], ['refused', 'refused', 'refused']);
       // A network of its own: loopback only; nothing of the host's, nor the outside.
       assert.equal(seen.interfaces, 'lo');
       assert.deepEqual(seen.probes, Object.fromEntries(targets.map((t) => [t, 'closed'])));

@@ -34,7 +34,7 @@ flock 9
 tarball=$("$root/images/runner/stand-in/make-tarball.sh" "$arch" "$runner_version" "$cache/stand-in")
 preload=$("$here/make-preload.sh" "$arch" "$cache/preload")
 key=$( { cat "$root/images/runner/build-image.sh" "$root/images/runner/hatchery-agent.service" \
-           "$root/agent/hatchery-agent.c" "$root/agent/build-static.sh" \
+           "$root/agent/hatchery-agent.c" "$root/agent/confine.c" "$root/agent/confine.h" "$root/agent/build-static.sh" \
            "$root/include/hatchery/agent_protocol.h" "$root/include/hatchery/hex.h" "$root/include/hatchery/version.h.in" \
            "$tarball" "$preload"; "$root/agent/build-static.sh" --version; } | sha256sum | cut -c1-16)
 image="$cache/runner-$arch-$key.qcow2"
