@@ -34,9 +34,9 @@
 
 /* Every namespace clone can make. CLONE_NEWTIME shares its bit with clone's exit signal,
  * so it is unshare's (and clone3's) alone. */
-#define CLONE_NAMESPACES                                                                       \
-    (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |           \
-     CLONE_NEWPID | CLONE_NEWNET)
+#define CLONE_NAMESPACES                                                                           \
+    (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |  \
+     CLONE_NEWNET)
 #define UNSHARE_NAMESPACES (CLONE_NAMESPACES | CLONE_NEWTIME)
 
 /* The flags' 32 low bits (every namespace flag is among them), in the 64-bit argument. */
@@ -50,10 +50,10 @@
 #define NO_SYS (SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA))
 #define ALLOW  SECCOMP_RET_ALLOW
 
-#define LOAD(offset)         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (offset))
-#define RETURN(what)         BPF_STMT(BPF_RET | BPF_K, (what))
-#define IF_EQUAL_SKIP(k, n)  BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (k), 0, (n)) /* else skip n */
-#define IF_ANY_BITS(k)       BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (k), 0, 1)  /* else skip 1 */
+#define LOAD(offset)        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (offset))
+#define RETURN(what)        BPF_STMT(BPF_RET | BPF_K, (what))
+#define IF_EQUAL_SKIP(k, n) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (k), 0, (n)) /* else skip n */
+#define IF_ANY_BITS(k)      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, (k), 0, 1)  /* else skip 1 */
 
 /* Each block tests the call's number (in the accumulator) and ends in a return, or skips
  * itself whole. */

@@ -2,6 +2,7 @@
  * are front_frame.h's). */
 #define _GNU_SOURCE /* close_range */
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -505,10 +506,16 @@ int front_spawn(const struct config *config, struct front **ret, char *err, size
         return -e;
     }
     if (pid == 0) {
+        /* Its stdio is its own: nothing to read, and every line it writes goes through the
+         * core's relay (relay_line), never straight to the core's journal stream. */
         close(sv[0]);
         close(logs[0]);
-        if (dup2(logs[1], STDERR_FILENO) < 0)
+        int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(logs[1], STDOUT_FILENO) < 0 ||
+            dup2(logs[1], STDERR_FILENO) < 0)
             _exit(1);
+        if (null > STDERR_FILENO)
+            close(null);
         front_main(config, &user, sv[1]);
     }
     close(sv[1]);
@@ -662,10 +669,18 @@ static int take_rejected(struct front *f, const struct frame *fr)
     char *reason = frame_field_dup(&fr->fields[1]), *peer = frame_field_dup(&fr->fields[2]),
          *latency = frame_field_dup(&fr->fields[3]);
     if (reason && peer && latency && f->cb.on_rejected) {
-        struct front_rejection rej = {.status = (int)status,
-                                      .reason = reason,
-                                      .peer = peer,
-                                      .latency_s = strtod(latency, NULL)};
+        char *end = NULL;
+        double latency_s = strtod(latency, &end);
+        /* A figure the front made up (NaN, infinite, negative, or not a number) would spoil
+         * the core's latency sums: the frame is refused. */
+        if (end == latency || *end || !isfinite(latency_s) || latency_s < 0) {
+            free(reason);
+            free(peer);
+            free(latency);
+            return -EPROTO;
+        }
+        struct front_rejection rej = {
+            .status = (int)status, .reason = reason, .peer = peer, .latency_s = latency_s};
         f->cb.on_rejected(f->data, &rej);
     }
     free(reason);

@@ -4,9 +4,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "log.h"
 
 const char *const guest_isolation_state_names[GUEST_ISOLATION_STATE_MAX] = {
     "not_needed", "in_place", "unchecked", "missing"};
@@ -45,7 +48,19 @@ static const char *boot_id(void)
     return id[0] ? id : NULL;
 }
 
-int guest_firewall_record_check(const char *path, char *why, size_t why_size)
+/* The record's "gid N" line: N, or -1. */
+static long long record_gid(const char *record)
+{
+    const char *line = strstr(record, "\ngid ");
+    if (!line)
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long long gid = strtoll(line + 5, &end, 10);
+    return errno == 0 && end != line + 5 && *end == '\n' && gid >= 0 ? gid : -1;
+}
+
+int guest_firewall_record_check(const char *path, long long qemu_gid, char *why, size_t why_size)
 {
     char record[RECORD_MAX_BYTES];
     struct stat st;
@@ -84,6 +99,36 @@ int guest_firewall_record_check(const char *path, char *why, size_t why_size)
                  path);
         return -ESTALE;
     }
+    /* The rules match one group's sockets: they keep guests off the host only if that is
+     * the group QEMU runs in, and must not be this daemon's. */
+    if (qemu_gid < 0) {
+        snprintf(why, why_size,
+                 "the group QEMU runs in is not known (libvirt's capabilities give no DAC "
+                 "label): the guest firewall cannot be matched to it");
+        return -ENOENT;
+    }
+    if (qemu_gid == (long long)getegid()) {
+        snprintf(why, why_size,
+                 "QEMU runs in hatcheryd's own group (gid %lld): a firewall for that group would "
+                 "match hatcheryd too; give QEMU a group of its own (qemu.conf group)",
+                 qemu_gid);
+        return -EINVAL;
+    }
+    long long gid = record_gid(record);
+    if (gid < 0) {
+        snprintf(why, why_size,
+                 "the guest firewall's record %s names no gid (an older guest-firewall.sh): "
+                 "apply it again",
+                 path);
+        return -EINVAL;
+    }
+    if (gid != qemu_gid) {
+        snprintf(why, why_size,
+                 "the guest firewall matches gid %lld, but QEMU runs in gid %lld here: apply it "
+                 "with --group %lld",
+                 gid, qemu_gid, qemu_gid);
+        return -EINVAL;
+    }
     return 0;
 }
 
@@ -95,13 +140,42 @@ static bool named_network(const struct config_pool *pool)
 
 bool guest_isolation_filtered(const struct config_host *host, const struct config_pool *pool)
 {
-    return named_network(pool) && host->guest_isolation != ISOLATION_UNCHECKED &&
-           strncmp(host->uri, "test:", 5) != 0;
+    return named_network(pool) && strncmp(host->uri, "test:", 5) != 0;
+}
+
+/* A libvirt network: the guest filter defined on the host, on a network it filters. */
+static enum guest_isolation_state network_check(const struct config_pool *pool,
+                                                const struct host_status *st, char *why,
+                                                size_t why_size)
+{
+    if (!st->guest_filter) {
+        snprintf(why, why_size, "network '%s': the guest filter is not in place: %s", pool->network,
+                 st->guest_filter_error);
+        return GUEST_ISOLATION_MISSING;
+    }
+    if (st->networks_error[0]) {
+        snprintf(why, why_size, "network '%s': %s", pool->network, st->networks_error);
+        return GUEST_ISOLATION_MISSING;
+    }
+    for (size_t i = 0; i < st->n_networks; i++) {
+        if (strcmp(st->networks[i].name, pool->network) != 0)
+            continue;
+        if (!st->networks[i].unfilterable[0])
+            return GUEST_ISOLATION_IN_PLACE;
+        snprintf(why, why_size, "network '%s': the guest filter cannot apply: %s", pool->network,
+                 st->networks[i].unfilterable);
+        return GUEST_ISOLATION_MISSING;
+    }
+    snprintf(why, why_size,
+             "network '%s' is not among the host's libvirt networks%s (as found at its last "
+             "connection)",
+             pool->network, st->n_networks >= HOST_NETWORKS_MAX ? " (the first 16 read)" : "");
+    return GUEST_ISOLATION_MISSING;
 }
 
 enum guest_isolation_state guest_isolation_check(const struct config_host *host,
                                                  const struct config_pool *pool,
-                                                 const char *filter_missing, char *why,
+                                                 const struct host_status *st, char *why,
                                                  size_t why_size)
 {
     why[0] = '\0';
@@ -109,15 +183,14 @@ enum guest_isolation_state guest_isolation_check(const struct config_host *host,
      * network takes the guest filter as a VM does (the config refuses `user` for one). */
     if (strncmp(host->uri, "test:", 5) == 0 || !pool->network || strcmp(pool->network, "none") == 0)
         return GUEST_ISOLATION_NOT_NEEDED;
+    bool known = st && st->up;
+    if (named_network(pool)) {
+        if (!known)
+            snprintf(why, why_size, "network '%s': the host is not connected", pool->network);
+        return known ? network_check(pool, st, why, why_size) : GUEST_ISOLATION_MISSING;
+    }
     if (host->guest_isolation == ISOLATION_UNCHECKED)
         return GUEST_ISOLATION_UNCHECKED;
-    if (named_network(pool)) {
-        if (!filter_missing)
-            return GUEST_ISOLATION_IN_PLACE;
-        snprintf(why, why_size, "network '%s': the guest filter is not in place: %s", pool->network,
-                 filter_missing);
-        return GUEST_ISOLATION_MISSING;
-    }
     if (!config_host_is_local(host->uri)) {
         snprintf(why, why_size,
                  "user-mode networking on a remote host: its guest firewall cannot be verified "
@@ -126,14 +199,18 @@ enum guest_isolation_state guest_isolation_check(const struct config_host *host,
                  host->name);
         return GUEST_ISOLATION_MISSING;
     }
-    return guest_firewall_record_check(GUEST_FIREWALL_RECORD, why, why_size) == 0
+    if (!known) {
+        snprintf(why, why_size, "the host is not connected: the group QEMU runs in is not known");
+        return GUEST_ISOLATION_MISSING;
+    }
+    return guest_firewall_record_check(GUEST_FIREWALL_RECORD, st->qemu_gid, why, why_size) == 0
                ? GUEST_ISOLATION_IN_PLACE
                : GUEST_ISOLATION_MISSING;
 }
 
 enum guest_isolation_state guest_isolation_host(const struct config *config,
                                                 const struct config_host *host,
-                                                const char *filter_missing, char *why,
+                                                const struct host_status *st, char *why,
                                                 size_t why_size)
 {
     enum guest_isolation_state state = GUEST_ISOLATION_NOT_NEEDED;
@@ -144,7 +221,7 @@ enum guest_isolation_state guest_isolation_host(const struct config *config,
             continue;
         char reason[256];
         enum guest_isolation_state s =
-            guest_isolation_check(host, pool, filter_missing, reason, sizeof(reason));
+            guest_isolation_check(host, pool, st, reason, sizeof(reason));
         if (s > state) {
             state = s;
             if (s == GUEST_ISOLATION_MISSING)
@@ -154,4 +231,61 @@ enum guest_isolation_state guest_isolation_host(const struct config *config,
             break;
     }
     return state;
+}
+
+struct isolation_noted {
+    char *host;
+    enum guest_isolation_state state;
+    char why[512];
+    struct isolation_noted *next;
+};
+
+struct guest_isolation_log {
+    struct isolation_noted *hosts;
+};
+
+struct guest_isolation_log *guest_isolation_log_new(void)
+{
+    return calloc(1, sizeof(struct guest_isolation_log));
+}
+
+void guest_isolation_log_free(struct guest_isolation_log *log)
+{
+    if (!log)
+        return;
+    while (log->hosts) {
+        struct isolation_noted *n = log->hosts;
+        log->hosts = n->next;
+        free(n->host);
+        free(n);
+    }
+    free(log);
+}
+
+int guest_isolation_log_note(struct guest_isolation_log *log, const char *host,
+                             enum guest_isolation_state state, const char *why)
+{
+    struct isolation_noted *n = log->hosts;
+    while (n && strcmp(n->host, host) != 0)
+        n = n->next;
+    bool first = !n;
+    if (first) {
+        n = calloc(1, sizeof(*n));
+        if (!n || !(n->host = strdup(host))) {
+            free(n);
+            return -ENOMEM;
+        }
+        n->state = GUEST_ISOLATION_NOT_NEEDED;
+        n->next = log->hosts;
+        log->hosts = n;
+    }
+    bool was_missing = n->state == GUEST_ISOLATION_MISSING;
+    if (state == GUEST_ISOLATION_MISSING && (!was_missing || strcmp(n->why, why) != 0))
+        log_warn("host.unsafe", "host=%s guest_isolation=missing reason=\"%s\"", host, why);
+    else if (state != GUEST_ISOLATION_MISSING && was_missing)
+        log_info("host.isolation", "host=%s guest_isolation=%s", host,
+                 guest_isolation_state_names[state]);
+    n->state = state;
+    snprintf(n->why, sizeof(n->why), "%s", state == GUEST_ISOLATION_MISSING ? why : "");
+    return 0;
 }

@@ -4,14 +4,19 @@
  * With user-mode networking (a pool's `network: user`) the guest's connections are made
  * by the QEMU process on the host, so only the host's firewall keeps a job off the host's
  * own services: deploy/guest-firewall.sh applies it, checks it, and leaves a record for
- * this boot in GUEST_FIREWALL_RECORD, which only root can write. A host whose record is
- * missing, stale (an earlier boot) or not root's is unsafe. A remote host's firewall cannot
- * be seen from here: user-mode networking there is unsafe unless the operator says
- * `guest_isolation: unchecked` for the host.
+ * this boot in GUEST_FIREWALL_RECORD, which only root can write, naming the group its
+ * rules match. A host is unsafe when the record is missing, stale (an earlier boot), not
+ * root's, or for a group other than the one QEMU's guests run in there (the gid of
+ * libvirt's DAC label, which must also not be hatcheryd's own: its rules would match
+ * hatcheryd). A remote host's firewall cannot be seen from here: user-mode networking
+ * there is unsafe unless the operator says `guest_isolation: unchecked` for the host,
+ * which waives this check alone.
  *
  * On a libvirt network (`network: NAME`) the guest's traffic crosses the host's bridge,
  * where libvirt's nwfilter applies hatcheryd's guest filter (guest_filter.h), local or
- * remote alike: in place once hatcheryd has defined it on the host's current connection. */
+ * remote alike, whatever `guest_isolation` says: in place once hatcheryd has defined it on
+ * the host's current connection and the network is one whose interfaces libvirt filters
+ * (libvirt/network_kind.h: not macvtap, hostdev or Open vSwitch). */
 #ifndef HATCHERY_GUEST_ISOLATION_H
 #define HATCHERY_GUEST_ISOLATION_H
 
@@ -19,6 +24,7 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "provider.h"
 
 #define GUEST_FIREWALL_RECORD "/run/hatchery-guest-firewall"
 
@@ -31,27 +37,40 @@ enum guest_isolation_state {
 };
 extern const char *const guest_isolation_state_names[GUEST_ISOLATION_STATE_MAX];
 
-/* Whether `pool`'s guests on `host` take the guest filter: a VM on a libvirt network, on a
- * host whose isolation is required. */
+/* Whether `pool`'s guests on `host` take the guest filter: a guest on a libvirt network,
+ * on any host but libvirt's test driver. */
 bool guest_isolation_filtered(const struct config_host *host, const struct config_pool *pool);
 
-/* Whether a guest of `pool` may start on `host`: the state, with the reason in `why` when
- * it is GUEST_ISOLATION_MISSING. `filter_missing` is NULL when the guest filter is defined
- * on the host's current connection, else why it is not. */
+/* Whether a guest of `pool` may start on `host`, from the host's status `st` (NULL, or a
+ * host that is not up: not known, which is missing where a check is needed): the state, with the
+ * reason in `why` when it is GUEST_ISOLATION_MISSING. */
 enum guest_isolation_state guest_isolation_check(const struct config_host *host,
                                                  const struct config_pool *pool,
-                                                 const char *filter_missing, char *why,
+                                                 const struct host_status *st, char *why,
                                                  size_t why_size);
 
 /* The host's state over every pool of `config` that may use it: MISSING if any of them
  * would be refused there (the first reason in `why`). */
 enum guest_isolation_state guest_isolation_host(const struct config *config,
                                                 const struct config_host *host,
-                                                const char *filter_missing, char *why,
+                                                const struct host_status *st, char *why,
                                                 size_t why_size);
 
-/* The firewall's record at `path`: 0 when it is root's, not writable by others and of this
- * boot; else a negative errno with the reason in `why`. */
-int guest_firewall_record_check(const char *path, char *why, size_t why_size);
+/* What the journal was last told of each host's isolation, so that a host refused for it
+ * is said once per change, at warning level, where the runbook's troubleshooting starts
+ * (`journalctl -u hatcheryd -p warning`). Hosts are kept by name: a reload keeps them. */
+struct guest_isolation_log;
+struct guest_isolation_log *guest_isolation_log_new(void);
+void guest_isolation_log_free(struct guest_isolation_log *log);
+
+/* Logs host.unsafe (warning, with `why`) when `host`'s state became MISSING or its reason
+ * changed, and host.isolation (info) when it is no longer MISSING. 0, or -ENOMEM. */
+int guest_isolation_log_note(struct guest_isolation_log *log, const char *host,
+                             enum guest_isolation_state state, const char *why);
+
+/* The firewall's record at `path`: 0 when it is root's, not writable by others, of this
+ * boot, and for `qemu_gid` (the group QEMU runs in; -1 when not known, which fails), which
+ * is not this process's own; else a negative errno with the reason in `why`. */
+int guest_firewall_record_check(const char *path, long long qemu_gid, char *why, size_t why_size);
 
 #endif

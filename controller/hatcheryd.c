@@ -759,9 +759,8 @@ static json_t *admin_hosts(struct daemon *d, enum admin_command command, json_t 
             (json_int_t)st.reconnects, "drained",
             d->scheduler && scheduler_host_drained(d->scheduler, h->name));
         /* Whether what keeps guests off the host is in place (guest_isolation.h). */
-        char why[256];
-        enum guest_isolation_state iso =
-            guest_isolation_host(d->config, h, host_status_filter_missing(&st), why, sizeof(why));
+        char why[512];
+        enum guest_isolation_state iso = guest_isolation_host(d->config, h, &st, why, sizeof(why));
         json_object_set_new(row, "guest_isolation", json_string(guest_isolation_state_names[iso]));
         json_object_set_new(row, "unsafe", why[0] ? json_string(why) : json_null());
         /* Its warm templates: their files, state and use. */

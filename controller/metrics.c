@@ -421,10 +421,9 @@ static void host_metrics(struct textbuf *b, struct daemon *d)
                "1 for the host's guest isolation state (in_place, unchecked, not_needed, or "
                "missing: then it gets no networked guest).");
         for (size_t i = 0; i < d->config->n_hosts; i++) {
-            char why[256];
+            char why[512];
             enum guest_isolation_state iso = guest_isolation_host(
-                d->config, &d->config->hosts[i],
-                st ? host_status_filter_missing(&st[i]) : "host status unknown", why, sizeof(why));
+                d->config, &d->config->hosts[i], st ? &st[i] : NULL, why, sizeof(why));
             for (int k = 0; k < GUEST_ISOLATION_STATE_MAX; k++)
                 textbuf_printf(b, "hatchery_host_guest_isolation{host=\"%s\",state=\"%s\"} %d\n",
                                d->config->hosts[i].name, guest_isolation_state_names[k],

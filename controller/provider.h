@@ -35,6 +35,13 @@ struct host_usage {
     int64_t vcpus, memory_mib, guests;
 };
 
+/* A libvirt network of a host, as found at its last connection. */
+#define HOST_NETWORKS_MAX 16
+struct host_network {
+    char name[64];
+    char unfilterable[192]; /* why the guest filter cannot apply on it; empty when it can */
+};
+
 struct host_status {
     bool up;
     bool connecting; /* the first connection attempt is in flight */
@@ -47,13 +54,11 @@ struct host_status {
     bool streams;                   /* agent channels and consoles through libvirt streams */
     bool guest_filter; /* the guest filter (libvirt/guest_filter.h) is defined on the host */
     char guest_filter_error[256]; /* else why not */
+    long long qemu_gid; /* the group QEMU's guests run in (libvirt's DAC label); -1 not known */
+    struct host_network networks[HOST_NETWORKS_MAX]; /* its first HOST_NETWORKS_MAX */
+    size_t n_networks;
+    char networks_error[192]; /* why they could not be listed, or empty */
 };
-
-/* What guest_isolation_check() takes: NULL when the guest filter is in place, else why not. */
-static inline const char *host_status_filter_missing(const struct host_status *st)
-{
-    return st->guest_filter ? NULL : st->guest_filter_error;
-}
 
 /* A VM pool's image on one host. On a host whose files are this machine's, the caller
  * reads them (IMAGE_LOCAL); on libvirt's test driver there are none (IMAGE_UNCHECKED). On a

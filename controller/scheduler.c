@@ -78,9 +78,8 @@ static int place(struct scheduler *s, const struct host_view *views, const struc
             continue;
         }
         /* No networked guest where what keeps it off its host is not in place. */
-        char reason[256];
-        if (guest_isolation_check(h, pool, host_status_filter_missing(st), reason,
-                                  sizeof(reason)) == GUEST_ISOLATION_MISSING) {
+        char reason[384];
+        if (guest_isolation_check(h, pool, st, reason, sizeof(reason)) == GUEST_ISOLATION_MISSING) {
             if (!unsafe++)
                 snprintf(unsafe_why, sizeof(unsafe_why), "host %s unsafe: %s", h->name, reason);
             continue;
@@ -236,14 +235,14 @@ static void keep_templates(struct scheduler *s)
             continue;
         for (size_t i = 0; i < c->n_hosts; i++) {
             const struct config_host *h = &c->hosts[i];
-            char why[256];
+            char why[512];
             /* A template boots the pool's guest, network and all. While the host is away,
-             * its guest filter is not known: its templates are kept wanted meanwhile. */
+             * its isolation is not known: its templates are kept wanted meanwhile. */
             struct host_status st;
             bool up = provider_host_status(prov(s), h->name, &st) == 0 && st.up;
             if (!config_pool_uses_host(pool, h->name) || s->drained[i] ||
-                guest_isolation_check(h, pool, up ? host_status_filter_missing(&st) : NULL, why,
-                                      sizeof(why)) == GUEST_ISOLATION_MISSING)
+                (up &&
+                 guest_isolation_check(h, pool, &st, why, sizeof(why)) == GUEST_ISOLATION_MISSING))
                 continue;
             int64_t n = pool->max_runners < h->max_guests ? pool->max_runners : h->max_guests;
             provider_templates_want(prov(s), h->name, pool, (int)n);
@@ -253,10 +252,27 @@ static void keep_templates(struct scheduler *s)
         provider_templates_sweep(prov(s), c->hosts[i].name);
 }
 
+/* Each connected host's guest isolation, told to the journal when it changes: a host
+ * that gets no networked guest says why where operators look first. */
+static void note_isolation(struct scheduler *s)
+{
+    const struct config *c = cfg(s);
+    for (size_t i = 0; i < c->n_hosts; i++) {
+        struct host_status st;
+        if (provider_host_status(prov(s), c->hosts[i].name, &st) < 0 || !st.up)
+            continue;
+        char why[512];
+        enum guest_isolation_state state =
+            guest_isolation_host(c, &c->hosts[i], &st, why, sizeof(why));
+        guest_isolation_log_note(s->isolation_log, c->hosts[i].name, state, why);
+    }
+}
+
 static void tick(struct scheduler *s)
 {
     const struct config *c = cfg(s);
     check_heartbeats(s);
+    note_isolation(s);
     retire_removed(s);
     if (c->rotate_outdated && wall_clock_ms() - s->rotated_ms >= ROTATE_EVERY_MS) {
         s->rotated_ms = wall_clock_ms();
@@ -435,7 +451,10 @@ int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
     s->failures = calloc(cfg(s)->n_pools + 1, sizeof(int));
     s->retry_at_ms = calloc(cfg(s)->n_pools + 1, sizeof(int64_t));
     s->org_repos = calloc(s->deps.n_scopes + 1, sizeof(*s->org_repos));
-    if (!s->drained || !s->why || !s->failures || !s->retry_at_ms || !s->org_repos) {
+    s->isolation_log = guest_isolation_log_new();
+    if (!s->drained || !s->why || !s->failures || !s->retry_at_ms || !s->org_repos ||
+        !s->isolation_log) {
+        guest_isolation_log_free(s->isolation_log);
         free(s->drained);
         free(s->why);
         free(s->failures);
@@ -491,6 +510,7 @@ void scheduler_free(struct scheduler *s)
         r = next;
     }
     s->runners = NULL;
+    guest_isolation_log_free(s->isolation_log);
     free(s->drained);
     free(s->why);
     free(s->failures);

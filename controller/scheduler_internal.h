@@ -78,9 +78,10 @@ struct scheduler {
     char prefix[64]; /* hatchery-<controller>- */
     uv_timer_t tick;
     uv_timer_t reconcile;
-    bool *drained;           /* per config host */
-    char (*why)[512];        /* per pool: why queued jobs wait, or "" */
-    int *failures;           /* per pool: runners that failed in a row */
+    bool *drained;                             /* per config host */
+    struct guest_isolation_log *isolation_log; /* what the journal was told of each host */
+    char (*why)[512];                          /* per pool: why queued jobs wait, or "" */
+    int *failures;                             /* per pool: runners that failed in a row */
     int64_t *retry_at_ms;    /* per pool: no new runner before this, after failures */
     bool recovered;          /* reconcile_recover() ran: earlier records are adopted or failed */
     int64_t rotated_ms;      /* when the tick last looked for outdated idle runners */

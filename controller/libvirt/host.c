@@ -14,6 +14,7 @@
 #include "domain_xml.h"
 #include "libvirt_error.h"
 #include "guest_filter.h"
+#include "network_kind.h"
 #include "host_caps.h"
 #include "host_queue.h"
 #include "hatchery/limits.h"
@@ -298,7 +299,7 @@ static void connect_work(uv_work_t *w)
     host_conn_drop(h);
     struct host_found *f = &h->found;
     memset(f, 0, sizeof(*f));
-    f->qemu_uid = -1;
+    f->qemu_uid = f->qemu_gid = -1;
     f->conn = virConnectOpen(h->cfg.uri);
     if (!f->conn) {
         snprintf(f->error, sizeof(f->error), "%s", libvirt_error());
@@ -326,6 +327,10 @@ static void connect_work(uv_work_t *w)
     free(caps);
     memcpy(f->kvm, found.kvm, sizeof(f->kvm));
     f->qemu_uid = found.qemu_uid;
+    f->qemu_gid = found.qemu_gid;
+    if (!h->simulated)
+        f->n_networks = network_kinds_find(f->conn, f->networks, HOST_NETWORKS_MAX,
+                                           f->networks_error, sizeof(f->networks_error));
     /* The guest filter, as this hatcheryd writes it, on every host: a guest (VM or
      * container) on one of its libvirt networks starts only once it is there
      * (guest_isolation.h). */
@@ -422,6 +427,11 @@ static void connect_done(uv_work_t *w, int status)
     h->n_active = f->n_active;
     h->inventory_failed = f->inventory_failed;
     host_transport(h, f->qemu_uid);
+    h->qemu_gid = f->qemu_gid;
+    h->n_networks = f->n_networks > 0 ? (size_t)f->n_networks : 0;
+    memcpy(h->networks, f->networks, sizeof(h->networks));
+    snprintf(h->networks_error, sizeof(h->networks_error), "%s",
+             f->n_networks < 0 ? f->networks_error : "");
     h->guest_filter = f->filter_tried && !f->filter_error[0];
     snprintf(h->guest_filter_error, sizeof(h->guest_filter_error), "%s",
              f->filter_tried ? f->filter_error : "");
@@ -482,6 +492,7 @@ int provisioner_host_add(struct provider *provider, const struct config_host *cf
     h->lxc = strncmp(cfg->uri, "lxc:", 4) == 0;
     h->simulated = strncmp(cfg->uri, "test:", 5) == 0;
     h->lifecycle_id = -1;
+    h->qemu_gid = -1;
     h->queue = host_queue_new(p->loop, cfg->name);
     if (!h->queue) {
         free(h);
@@ -561,6 +572,11 @@ int provisioner_host_status(struct provider *provider, const char *name, struct 
              !h->up                     ? "the host is not connected"
              : h->guest_filter_error[0] ? h->guest_filter_error
                                         : "not defined on this host");
+    ret->qemu_gid = h->up ? h->qemu_gid : -1;
+    ret->n_networks = h->up ? h->n_networks : 0;
+    memcpy(ret->networks, h->networks, sizeof(ret->networks));
+    snprintf(ret->networks_error, sizeof(ret->networks_error), "%s",
+             h->up ? h->networks_error : "the host is not connected");
     return 0;
 }
 

@@ -2,52 +2,38 @@
 #include "host_caps.h"
 
 #include <errno.h>
-#include <libxml/parser.h>
-#include <libxml/xpath.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* The XPath expression's value as a string (caller frees), or NULL. */
-static char *xpath_string(xmlXPathContextPtr ctx, const char *expr)
-{
-    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST expr, ctx);
-    char *s =
-        o && o->type == XPATH_STRING && o->stringval ? strdup((const char *)o->stringval) : NULL;
-    xmlXPathFreeObject(o);
-    return s;
-}
+#include "xml_query.h"
 
-static bool xpath_true(xmlXPathContextPtr ctx, const char *expr)
+/* libvirt's DAC label "+UID:+GID" to its two ids; both -1 unless the whole label reads. */
+static void label_ids(const char *label, long long *ret_uid, long long *ret_gid)
 {
-    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST expr, ctx);
-    bool yes = o && o->type == XPATH_BOOLEAN && o->boolval;
-    xmlXPathFreeObject(o);
-    return yes;
-}
-
-/* "+UID:+GID" (libvirt's DAC label) to UID, or -1. */
-static long long label_uid(const char *label)
-{
+    *ret_uid = *ret_gid = -1;
     if (!label || label[0] != '+')
-        return -1;
+        return;
     char *end = NULL;
     errno = 0;
-    long long v = strtoll(label + 1, &end, 10);
-    return errno == 0 && end != label + 1 && *end == ':' && v >= 0 ? v : -1;
+    long long uid = strtoll(label + 1, &end, 10);
+    if (errno || end == label + 1 || uid < 0 || end[0] != ':' || end[1] != '+')
+        return;
+    const char *g = end + 2;
+    long long gid = strtoll(g, &end, 10);
+    if (errno || end == g || gid < 0 || *end != '\0')
+        return;
+    *ret_uid = uid;
+    *ret_gid = gid;
 }
 
 int host_caps_parse(const char *xml, struct host_caps *ret)
 {
     memset(ret, 0, sizeof(*ret));
-    ret->qemu_uid = -1;
-    xmlDocPtr doc = xml ? xmlReadMemory(xml, (int)strlen(xml), "capabilities.xml", NULL,
-                                        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING)
-                        : NULL;
-    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
-    if (!ctx || !xpath_true(ctx, "boolean(/capabilities)")) {
-        xmlXPathFreeContext(ctx);
-        xmlFreeDoc(doc);
+    ret->qemu_uid = ret->qemu_gid = -1;
+    struct xml_query q;
+    if (xml_query_open(&q, xml) < 0 || !xml_query_true(&q, "boolean(/capabilities)")) {
+        xml_query_close(&q);
         return -EINVAL;
     }
     for (int a = 0; a < ARCH_MAX; a++) {
@@ -55,13 +41,12 @@ int host_caps_parse(const char *xml, struct host_caps *ret)
         snprintf(expr, sizeof(expr),
                  "boolean(/capabilities/guest/arch[@name='%s']/domain[@type='kvm'])",
                  pool_arch_names[a]);
-        ret->kvm[a] = xpath_true(ctx, expr);
+        ret->kvm[a] = xml_query_true(&q, expr);
     }
-    char *label = xpath_string(
-        ctx, "string(/capabilities/host/secmodel[model='dac']/baselabel[@type='qemu'])");
-    ret->qemu_uid = label_uid(label);
+    char *label = xml_query_string(
+        &q, "string(/capabilities/host/secmodel[model='dac']/baselabel[@type='qemu'])");
+    label_ids(label, &ret->qemu_uid, &ret->qemu_gid);
     free(label);
-    xmlXPathFreeContext(ctx);
-    xmlFreeDoc(doc);
+    xml_query_close(&q);
     return 0;
 }

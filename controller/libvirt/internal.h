@@ -48,8 +48,11 @@ struct host_found {
     size_t n_active;
     bool inventory_failed;
     unsigned long hypervisor_version, libvirt_version; /* a template is tied to both */
-    long long qemu_uid; /* the uid QEMU's guests run as (libvirt's DAC label), or -1 */
-    bool filter_tried;  /* a QEMU host: the guest filter was defined, or `filter_error` */
+    long long qemu_uid, qemu_gid; /* QEMU's guests' ids (libvirt's DAC label), or -1 */
+    struct host_network networks[HOST_NETWORKS_MAX];
+    int n_networks; /* -1: `networks_error` */
+    char networks_error[192];
+    bool filter_tried; /* a QEMU host: the guest filter was defined, or `filter_error` */
     char filter_error[256];
     struct guest_filter_host filter_host;
 };
@@ -77,6 +80,12 @@ struct host {
     bool guest_filter;
     char guest_filter_error[256];
     struct guest_filter_host filter_host;
+    long long qemu_gid; /* the group QEMU's guests run in, or -1 (host_caps.h) */
+    /* Its libvirt networks, as found at this connection, and whether the filter applies on
+     * each (network_kind.h); or why they could not be listed. */
+    struct host_network networks[HOST_NETWORKS_MAX];
+    size_t n_networks;
+    char networks_error[192];
     int lifecycle_id;
     int attempt;
     int64_t reconnects;

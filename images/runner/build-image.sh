@@ -217,8 +217,9 @@ mkdir -p "$rootfs/etc/containers"
 touch "$rootfs/etc/containers/nodocker"
 
 # 6. Build images baked in (mission: no pull per job), in a read-only store that every
-#    user's podman reads as an additional image store. Written by this machine's buildah
-#    (the same containers/storage as the guest's podman), so no emulation is involved.
+#    user's podman reads as an additional image store, its files owned as the runner's
+#    rootless podman sees them. Written by this machine's buildah (the same
+#    containers/storage as the guest's podman), so no emulation is involved.
 preloaded=()
 if [ "${#preloads[@]}" -gt 0 ]; then
   log "preloading ${#preloads[@]} image archive(s)"
@@ -232,6 +233,20 @@ if [ "${#preloads[@]}" -gt 0 ]; then
   mapfile -t preloaded < <(buildah --root "$rootfs$store" --runroot "$work/preload-run" \
     --storage-driver overlay images --noheading --format '{{.Name}}:{{.Tag}}' 2>/dev/null)
   rm -rf "$rootfs$store/mounts" "$rootfs$store/tmp"
+  # The jobs' podman is the runner's, rootless: in its user namespace, container root is
+  # the runner (uid 1000) and id N its subordinate 100000+N-1. Files left owned by this
+  # machine's root would be nobody's there, and a RUN step or a `docker run` could not
+  # write even /usr. So the layers' owners are shifted as the runner's own pull would
+  # have left them (set-id bits kept; a link itself, not what it points at; ids past 65536
+  # left as they are).
+  find "$rootfs$store"/overlay/*/diff -print0 | perl -0 -MPOSIX -ne '
+    chomp;
+    sub shifted { my $id = shift; $id == 0 ? 1000 : $id <= 65536 ? 100000 + $id - 1 : $id }
+    my @st = lstat($_) or die "lstat $_: $!\n";
+    if (-l _) { POSIX::lchown(shifted($st[4]), shifted($st[5]), $_) or die "lchown $_: $!\n"; next }
+    chown(shifted($st[4]), shifted($st[5]), $_) or die "chown $_: $!\n";
+    chmod($st[2] & 07777, $_) or die "chmod $_: $!\n";' ||
+    die "cannot give the preloaded images' files to the runner's user namespace"
   chmod -R a+rX "$rootfs$store"
   # Root's podman reads /etc/containers; a rootless podman reads only its user's file.
   mkdir -p "$rootfs/home/runner/.config/containers"

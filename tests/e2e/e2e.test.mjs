@@ -239,6 +239,14 @@ describe('end to end on real guests', () => {
       assert.match(d.cli('hosts').stdout, /missing/);
       const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
       assert.match(metrics, new RegExp(`hatchery_host_guest_isolation\\{host="${host.name}",state="missing"\\} 1`));
+      // Applied for another group than the one QEMU runs in (its DAC label, gid 64057):
+      // its rules keep nothing off the host, and the host stays unsafe, saying why.
+      const wrong = String(Number(QEMU_GID) + 1);
+      const misapplied = spawnSync(firewall, ['apply', '--group', wrong], { encoding: 'utf8' });
+      assert.equal(misapplied.status, 0, misapplied.stderr);
+      await until('the wrong-group reason', () =>
+        why().includes(`the guest firewall matches gid ${wrong}, but QEMU runs in gid ${QEMU_GID} here`), 30000);
+      assert.equal(spawnSync(firewall, ['remove', '--group', wrong]).status, 0);
       await new Promise((r) => setTimeout(r, 3000));
       assert.equal(runners().filter((r) => r.pool === 'net.ppc64le' && !before.has(r.name)).length, 0,
         'a networked guest started on a host without its firewall');

@@ -201,7 +201,7 @@ describe('the production runner image, booted and serving jobs', () => {
     assert.equal(r.exit_code, 0, `${name}: ${r.reason}`);
     const rep = report(name);
     assert.ok(rep, `${name}: a job report in its log\n${d.cli('logs', name).stdout.slice(-3000)}`);
-    assert.equal(rep.result, 'succeeded', JSON.stringify(rep));
+    assert.equal(rep.result, 'succeeded', `${JSON.stringify(rep)}\n${d.cli('logs', name).stdout.slice(-4000)}`);
     assert.equal(rep.uid, 1000);
     assert.equal(rep.output, 'hatchery-hello: built in a container on s390x (big-endian)');
     // The clone took an identity of its own: not the template's machine-id.
@@ -226,7 +226,7 @@ describe('the production runner image, booted and serving jobs', () => {
       assert.equal(r.exit_code, 0, `${name}: ${r.reason}`);
       const rep = report(name);
       assert.ok(rep, `${name}: a job report in its log\n${d.cli('logs', name).stdout.slice(-3000)}`);
-      assert.equal(rep.result, 'succeeded', JSON.stringify(rep));
+      assert.equal(rep.result, 'succeeded', `${JSON.stringify(rep)}\n${d.cli('logs', name).stdout.slice(-4000)}`);
       assert.notEqual(rep.uid, 0, 'the runner is not root');
       assert.equal(rep.uid, 1000);
       assert.match(rep.image_digest, /^sha256:[0-9a-f]{64}$/, 'an image was built in the guest');

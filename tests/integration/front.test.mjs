@@ -62,6 +62,20 @@ describe('the HTTP front', () => {
     assert.ok(fdsOf(d.proc.pid).some((l) => l.endsWith('hatchery.db')), 'the core holds the store (the check can fail)');
   });
 
+  test('cannot speak for the core: its stdin is /dev/null, its stdout and stderr its own pipe to the core', () => {
+    const link = (pid, fd) => readlinkSync(`/proc/${pid}/fd/${fd}`);
+    const core = d.proc.pid;
+    assert.equal(link(front, 0), '/dev/null');
+    // The core's stdout is its journal stream under systemd (here node's pipe): the front's
+    // lines reach it only through the core's relay, which quotes and throttles them.
+    assert.notEqual(link(front, 1), link(core, 1), 'the front writes to the core\'s stdout');
+    assert.notEqual(link(front, 2), link(core, 2), 'the front writes to the core\'s stderr');
+    assert.equal(link(front, 1), link(front, 2), 'stdout and stderr: the one pipe the core relays');
+    assert.match(link(front, 1), /^pipe:/);
+    const coreFds = readdirSync(`/proc/${core}/fd`).map((fd) => { try { return link(core, fd); } catch { return ''; } });
+    assert.ok(coreFds.includes(link(front, 1)), 'the pipe\'s other end is the core\'s');
+  });
+
   // The front holds no webhook secret to sign with: the core checks every delivery. The
   // secret is a string the scan can find in the core, and must not find in the front.
   test('holds no webhook secret: the core checks the signature, and the refusal is counted', async () => {

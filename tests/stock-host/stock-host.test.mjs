@@ -108,7 +108,7 @@ function assertServed(name, arch) {
   const m = /hatchery: job report: (\{.*\})/.exec(logs);
   assert.ok(m, `${name}: a job report in its log (through the console stream)\n${logs.slice(-3000)}`);
   const rep = JSON.parse(m[1]);
-  assert.equal(rep.result, 'succeeded', JSON.stringify(rep));
+  assert.equal(rep.result, 'succeeded', `${JSON.stringify(rep)}\n${logs.slice(-4000)}`);
   assert.match(rep.output, new RegExp(`built in a container on ${arch}`));
   assert.ok(!machine('ls /var/lib/hatchery/volumes').stdout.includes(name), 'overlay deleted');
   assert.ok(!logs.includes(JIT) && !journal().includes(JIT), 'the JIT config is in no log');
@@ -320,11 +320,12 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
     assert.equal(cli('hosts').hosts.find((h) => h.name === 'local').guest_isolation, 'in_place');
     // Taken away behind hatcheryd's back (no guest uses it yet): put back at the next create.
     machine('virsh -c qemu:///system nwfilter-undefine hatchery-guest-isolation');
-    const { anyPort, hostIp, egress, close } = await isolationTargets(port);
+    const { anyPort, hostIp, egress, lan, close } = await isolationTargets(port);
     // The host on the network's bridge, the host at its own address (here a documentation
-    // range, which is no private one: HOST_IP drops it), and the outside.
+    // range, which is no private one: HOST_IP drops it), a machine of its LAN, and the
+    // outside.
     const gateway = /ip address='([0-9.]+)'/.exec(machine('virsh -c qemu:///system net-dumpxml default').stdout)[1];
-    const targets = [`${gateway}:${anyPort}`, `${gateway}:${port}`, `${hostIp}:${anyPort}`, egress.target];
+    const targets = [`${gateway}:${anyPort}`, `${gateway}:${port}`, `${hostIp}:${anyPort}`, lan.target, egress.target];
     try {
       await fetch(`${api}/__double/jit`, { method: 'POST', body: `${JIT} probe=${targets.join('+')}` });
       const name = await serve('linux.ppc64le.prod.nat', 'prod-ppc64le-nat', taken);
@@ -355,6 +356,9 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
   });
 
   test('with the guest firewall removed, the host is unsafe and no guest starts', { timeout: 600000 }, async () => {
+    const warnings = () => machine('journalctl -u hatcheryd -o cat --no-pager -p warning').stdout
+      .split('\n').filter((l) => /event=host\.unsafe host=local /.test(l));
+    const earlier = warnings().length; // an earlier test took the rules away for a moment
     machine('/usr/lib/hatchery/guest-firewall.sh remove');
     const id = nextJob++;
     const before = runners().length;
@@ -363,10 +367,15 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
       cli('jobs').jobs.find((j) => j.id === id && /host local unsafe/.test(j.waiting ?? '')), 120000);
     assert.match(job.waiting, /guest firewall/);
     assert.equal(cli('hosts').hosts.find((h) => h.name === 'local').guest_isolation, 'missing');
+    // Where the runbook's troubleshooting starts: the journal's warnings say why, once.
+    await until('the host.unsafe warning in the journal', () => warnings().length > earlier, 60000);
+    assert.match(warnings()[earlier], /guest_isolation=missing reason=".*the guest firewall is not applied/);
     await sleep(15000);
+    assert.equal(warnings().length, earlier + 1, 'said once, not at every tick');
     assert.equal(runners().length, before, 'no runner was made');
     await post(workflowJob('completed', id, ['linux.s390x.prod']));
     machine('systemctl restart hatchery-guest-firewall');
     assert.equal(machine('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 0);
+    await until('host.isolation in the journal', () => /event=host\.isolation host=local guest_isolation=in_place/.test(journal()), 60000);
   });
 });

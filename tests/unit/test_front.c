@@ -292,6 +292,71 @@ static void test_core_bounds_the_calls_a_front_opens(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+struct rejections {
+    int n;
+    double latency_s;
+    bool gone;
+};
+
+static void count_rejected(void *data, const struct front_rejection *rej)
+{
+    struct rejections *r = data;
+    r->n++;
+    r->latency_s = rej->latency_s;
+}
+
+static void note_gone(void *data, const char *why)
+{
+    struct rejections *r = data;
+    r->gone = strstr(why, "protocol") != NULL;
+}
+
+/* A rejection's latency from a front taken over: a figure that is not a finite,
+ * non-negative number of seconds would spoil the core's sums. The frame is refused as a
+ * breach of the protocol; a good one is counted. */
+static void test_core_refuses_a_latency_that_is_no_figure(void **state)
+{
+    (void)state;
+    const char *bad[] = {"nan", "-nan", "inf", "-1", "1e999", "", "0.5s"};
+    for (size_t i = 0; i <= sizeof(bad) / sizeof(*bad); i++) {
+        const char *latency = i < sizeof(bad) / sizeof(*bad) ? bad[i] : "0.25";
+        int sv[2];
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        struct config c = {.http = {.max_connections = 2, .max_body_bytes = 1024}};
+        struct front *f = front_wrap(sv[0], -1, &c);
+        assert_non_null(f);
+        uv_loop_t loop;
+        uv_loop_init(&loop);
+        struct rejections r = {0};
+        const struct front_callbacks cb = {hold_request, count_rejected, note_gone};
+        assert_int_equal(front_attach(f, &loop, &cb, &r), 0);
+        struct frame_out o;
+        frame_begin(&o, FRAME_REJECTED, 0);
+        frame_out_string(&o, "401");
+        frame_out_string(&o, "bad signature");
+        frame_out_string(&o, "192.0.2.9");
+        frame_out_string(&o, latency);
+        frame_end(&o, NULL, 0);
+        assert_false(o.error);
+        assert_int_equal(write(sv[1], o.buf, o.len), (ssize_t)o.len);
+        free(o.buf);
+        for (int k = 0; k < 100 && r.n == 0 && !r.gone; k++)
+            uv_run(&loop, UV_RUN_NOWAIT), usleep(2000);
+        if (i < sizeof(bad) / sizeof(*bad)) {
+            if (r.n != 0 || !r.gone)
+                fail_msg("latency \"%s\": counted %d, refused %d", latency, r.n, r.gone);
+        } else {
+            assert_int_equal(r.n, 1);
+            assert_true(r.latency_s == 0.25);
+        }
+        front_close(f);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        front_free(f);
+        close(sv[1]);
+        assert_int_equal(uv_loop_close(&loop), 0);
+    }
+}
+
 /* The front's stderr, read by the core as untrusted text: a front taken over writes an
  * emergency priority, terminal escapes, an endless line and a flood; the core's log gets
  * each as one escaped value at warn at most, cut, and at most LOG_THROTTLE_LINES lines. */
@@ -366,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_io_uring_refused_and_the_loop_runs_confined),
         cmocka_unit_test(test_core_bounds_the_calls_a_front_opens),
         cmocka_unit_test(test_core_relays_the_fronts_lines_as_untrusted),
+        cmocka_unit_test(test_core_refuses_a_latency_that_is_no_figure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,6 +47,7 @@ static void a_power_host_offers_kvm_for_ppc64le(void **state)
     assert_false(c.kvm[ARCH_S390X]);
     assert_false(c.kvm[ARCH_X86_64]);
     assert_int_equal(c.qemu_uid, 64055);
+    assert_int_equal(c.qemu_gid, 64055);
 }
 
 static void an_x86_host_emulates_power_and_z(void **state)
@@ -58,6 +59,22 @@ static void an_x86_host_emulates_power_and_z(void **state)
     assert_false(c.kvm[ARCH_S390X]);
     assert_true(c.kvm[ARCH_X86_64]);
     assert_int_equal(c.qemu_uid, 0);
+    assert_int_equal(c.qemu_gid, 0);
+}
+
+/* QEMU as root in a group of its own (the tests' libvirtd: qemu.conf user root, group
+ * hatchery-qemu): the guest firewall must match that group, not root's. */
+static void qemu_as_root_in_a_group_of_its_own(void **state)
+{
+    (void)state;
+    struct host_caps c;
+    assert_int_equal(host_caps_parse("<capabilities><host><secmodel><model>dac</model>"
+                                     "<baselabel type='qemu'>+0:+64057</baselabel></secmodel>"
+                                     "</host></capabilities>",
+                                     &c),
+                     0);
+    assert_int_equal(c.qemu_uid, 0);
+    assert_int_equal(c.qemu_gid, 64057);
 }
 
 /* libvirt's own document, from its test driver: no kvm, no DAC label. */
@@ -73,6 +90,7 @@ static void the_test_drivers_capabilities(void **state)
     for (int a = 0; a < ARCH_MAX; a++)
         assert_false(c.kvm[a]);
     assert_int_equal(c.qemu_uid, -1);
+    assert_int_equal(c.qemu_gid, -1);
     free(xml);
     virConnectClose(conn);
 }
@@ -80,16 +98,21 @@ static void the_test_drivers_capabilities(void **state)
 static void what_is_not_capabilities_offers_nothing(void **state)
 {
     (void)state;
-    const char *bad[] = {NULL, "", "not xml", "<domain type='kvm'/>",
-                         "<capabilities><host><secmodel><model>dac</model><baselabel "
-                         "type='qemu'>+x:+0</baselabel></secmodel></host></capabilities>"};
+#define LABEL(l)                                                                                   \
+    "<capabilities><host><secmodel><model>dac</model><baselabel type='qemu'>" l                    \
+    "</baselabel></secmodel></host></capabilities>"
+    const char *bad[] = {
+        NULL,           "",          "not xml",          "<domain type='kvm'/>", LABEL("+x:+0"),
+        LABEL("+0:+x"), LABEL("+0"), LABEL("+0:+5junk"), LABEL("+0:-5"),         LABEL("0:0")};
+#undef LABEL
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
-        struct host_caps c = {.qemu_uid = 7, .kvm = {true, true, true}};
+        struct host_caps c = {.qemu_uid = 7, .qemu_gid = 7, .kvm = {true, true, true}};
         int r = host_caps_parse(bad[i], &c);
         assert_int_equal(r, i < 4 ? -EINVAL : 0);
         for (int a = 0; a < ARCH_MAX; a++)
             assert_false(c.kvm[a]);
         assert_int_equal(c.qemu_uid, -1);
+        assert_int_equal(c.qemu_gid, -1);
     }
 }
 
@@ -98,6 +121,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(a_power_host_offers_kvm_for_ppc64le),
         cmocka_unit_test(an_x86_host_emulates_power_and_z),
+        cmocka_unit_test(qemu_as_root_in_a_group_of_its_own),
         cmocka_unit_test(the_test_drivers_capabilities),
         cmocka_unit_test(what_is_not_capabilities_offers_nothing),
     };
