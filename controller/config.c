@@ -941,6 +941,15 @@ static void check_top_level(struct loader *l, struct config *c)
              "tls_cert_file and tls_key_file must be given together");
 }
 
+/* Whether a libvirt URI's transport is tcp (driver+tcp://), in any case: libvirt reads
+ * the transport case-insensitively, so qemu+TCP:// is tcp too. */
+static bool uri_transport_is_tcp(const char *uri)
+{
+    const char *end = strstr(uri, "://");
+    const char *plus = end ? memchr(uri, '+', (size_t)(end - uri)) : NULL;
+    return plus && end - plus - 1 == 3 && strncasecmp(plus + 1, "tcp", 3) == 0;
+}
+
 static void check_host(struct loader *l, const struct config *c, size_t i)
 {
     yaml_node_t at;
@@ -952,7 +961,7 @@ static void check_host(struct loader *l, const struct config *c, size_t i)
         if (h->name && c->hosts[j].name && strcmp(h->name, c->hosts[j].name) == 0)
             fail(l, line_node(h->line, &at), "hosts[].name", "host '%s' is defined twice", h->name);
     /* Through streams the JIT config crosses libvirt's connection: never in clear. */
-    if (h->uri && config_host_streams(h) && strstr(h->uri, "+tcp://"))
+    if (h->uri && config_host_streams(h) && uri_transport_is_tcp(h->uri))
         fail(l, line_node(h->line, &at), "hosts[].uri",
              "host '%s': agent channels go through this connection, and %s is not "
              "encrypted: the runners' JIT configs would cross the network in clear; use "

@@ -37,6 +37,7 @@ static int boot_file(json_t *boot, const char *key, const char *dir, char *out, 
                      const char *path, char *err, size_t err_size)
 {
     char name[256];
+    out[0] = '\0'; /* none named: an empty path, not what the caller's memory held */
     int r = field(boot, key, false, name, sizeof(name), path, err, err_size);
     if (r < 0 || !name[0])
         return r;
@@ -78,7 +79,7 @@ int image_manifest_parse(const char *image, const char *text, size_t len,
         json_decref(m);
         return -EINVAL;
     }
-    struct image_manifest out;
+    struct image_manifest out = {0};
     json_t *boot = json_object_get(m, "boot");
     int r = 0;
     if (boot && !json_is_object(boot)) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "image_manifest.h"
 #include "hatchery/limits.h"
 #include "secret.h"
 
@@ -292,6 +293,9 @@ static void test_missing_and_cross_references(void **state)
     expect_error(variant("    uri: qemu:///system", "    uri: qemu+tcp://p10-a/system"),
                  ":7: hosts[].uri: host 'p10-a': agent channels go through this connection, and "
                  "qemu+tcp://p10-a/system is not encrypted");
+    /* libvirt takes the transport in any case. */
+    expect_error(variant("    uri: qemu:///system", "    uri: qemu+TCP://p10-a/system"),
+                 "qemu+TCP://p10-a/system is not encrypted");
 }
 
 /* Which runner group a pool joins decides which workflows reach it: no pool falls into a
@@ -517,6 +521,40 @@ static void test_image_manifest(void **state)
     rmdir(dir);
 }
 
+/* Fills the stack below the caller with 3s, as an earlier call leaves its frame. */
+static void __attribute__((noinline)) dirty_stack(void)
+{
+    volatile char junk[32768];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = 3;
+}
+
+/* A manifest that names no boot files gives empty paths, whatever the stack held: the
+ * parser's own result was once left uninitialised there, and `hatchery pools --json`
+ * printed "\u0003" for an initrd no manifest named. */
+static void test_image_manifest_without_boot_files(void **state)
+{
+    (void)state;
+    const char *texts[] = {
+        "{\"arch\": \"ppc64le\", \"runner_version\": \"2.330.0\", \"agent_version\": \"0.3.0\"}",
+        "{\"arch\": \"ppc64le\", \"runner_version\": \"2.330.0\", \"agent_version\": \"0.3.0\", "
+        "\"boot\": {\"kernel\": \"runner.qcow2.kernel\"}}",
+    };
+    for (size_t i = 0; i < sizeof(texts) / sizeof(*texts); i++) {
+        dirty_stack();
+        struct image_manifest m;
+        memset(&m, 3, sizeof(m));
+        char err[256];
+        assert_int_equal(image_manifest_parse("/images/runner.qcow2", texts[i], strlen(texts[i]),
+                                              &m, err, sizeof(err)),
+                         0);
+        assert_string_equal(m.kernel, i == 0 ? "" : "/images/runner.qcow2.kernel");
+        assert_string_equal(m.initrd, "");
+        assert_string_equal(m.cmdline, "");
+        assert_string_equal(m.debian, "");
+    }
+}
+
 static char *read_whole(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -615,6 +653,7 @@ int main(void)
         cmocka_unit_test(test_listen_parse),
         cmocka_unit_test(test_secret_file_permissions),
         cmocka_unit_test(test_image_manifest),
+        cmocka_unit_test(test_image_manifest_without_boot_files),
         cmocka_unit_test(test_every_key_is_documented),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
