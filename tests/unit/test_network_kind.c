@@ -16,33 +16,42 @@ static const struct {
     const char *name, *xml;
     const char *refused; /* a slice of the reason, or NULL: the filter applies */
 } networks[] = {
-    {"nat", "<network><name>nat</name><forward mode='nat'/><bridge name='virbr7'/>"
-            "<ip address='192.168.77.1' netmask='255.255.255.0'/></network>",
+    {"nat",
+     "<network><name>nat</name><forward mode='nat'/><bridge name='virbr7'/>"
+     "<ip address='192.168.77.1' netmask='255.255.255.0'/></network>",
      NULL},
-    {"plain", "<network><name>plain</name><forward/><bridge name='virbr8'/>"
-              "<ip address='192.168.78.1' netmask='255.255.255.0'/></network>",
+    {"plain",
+     "<network><name>plain</name><forward/><bridge name='virbr8'/>"
+     "<ip address='192.168.78.1' netmask='255.255.255.0'/></network>",
      NULL},
-    {"routed", "<network><name>routed</name><forward mode='route'/><bridge name='virbr9'/>"
-               "<ip address='192.168.79.1' netmask='255.255.255.0'/></network>",
+    {"routed",
+     "<network><name>routed</name><forward mode='route'/><bridge name='virbr9'/>"
+     "<ip address='192.168.79.1' netmask='255.255.255.0'/></network>",
      NULL},
     {"isolated", "<network><name>isolated</name><bridge name='virbr10'/></network>", NULL},
-    {"hostbridge", "<network><name>hostbridge</name><forward mode='bridge'/>"
-                   "<bridge name='br0'/></network>",
+    {"hostbridge",
+     "<network><name>hostbridge</name><forward mode='bridge'/>"
+     "<bridge name='br0'/></network>",
      NULL},
-    {"ovs", "<network><name>ovs</name><forward mode='bridge'/><bridge name='ovsbr0'/>"
-            "<virtualport type='openvswitch'/></network>",
+    {"ovs",
+     "<network><name>ovs</name><forward mode='bridge'/><bridge name='ovsbr0'/>"
+     "<virtualport type='openvswitch'/></network>",
      "virtualport type='openvswitch'"},
-    {"macvtap", "<network><name>macvtap</name><forward mode='bridge'>"
-                "<interface dev='eth0'/></forward></network>",
+    {"macvtap",
+     "<network><name>macvtap</name><forward mode='bridge'>"
+     "<interface dev='eth0'/></forward></network>",
      "macvtap"},
-    {"private", "<network><name>private</name><forward mode='private'>"
-                "<interface dev='eth1'/></forward></network>",
+    {"private",
+     "<network><name>private</name><forward mode='private'>"
+     "<interface dev='eth1'/></forward></network>",
      "forward mode 'private' is macvtap"},
-    {"vepa", "<network><name>vepa</name><forward mode='vepa'><interface dev='eth2'/>"
-             "</forward></network>",
+    {"vepa",
+     "<network><name>vepa</name><forward mode='vepa'><interface dev='eth2'/>"
+     "</forward></network>",
      "forward mode 'vepa' is macvtap"},
-    {"sriov", "<network><name>sriov</name><forward mode='hostdev' managed='yes'>"
-              "<pf dev='eth3'/></forward></network>",
+    {"sriov",
+     "<network><name>sriov</name><forward mode='hostdev' managed='yes'>"
+     "<pf dev='eth3'/></forward></network>",
      "forward mode 'hostdev'"},
 };
 #define N_NETWORKS (sizeof(networks) / sizeof(*networks))
@@ -85,7 +94,8 @@ static void every_forward_mode_as_libvirt_gives_it_back(void **state)
 static void what_is_not_a_network_is_refused(void **state)
 {
     (void)state;
-    const char *bad[] = {NULL, "", "not xml", "<domain/>", "<network><forward mode='x'/></network>"};
+    const char *bad[] = {NULL, "", "not xml", "<domain/>",
+                         "<network><forward mode='x'/></network>"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
         char why[256];
         assert_false(network_filterable(bad[i], why, sizeof(why)));
