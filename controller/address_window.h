@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* An IPv6 address is counted by its /64 (the entry's `address` is then "PREFIX::/64"). */
 struct address_window {
     char address[48]; /* "" for an entry never used */
     int64_t start_ms; /* when its window began */

@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "config.h"
+#include "address_window.h"
 #include "front.h"
 #include "front_frame.h"
 #include "log.h"
@@ -292,6 +293,29 @@ static void test_core_bounds_the_calls_a_front_opens(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* Bad signatures are counted per address, and an IPv6 address per /64: a subscriber's
+ * whole /64 is one sender, or it would be unlimited. */
+static void test_address_windows_count_ipv6_by_its_64(void **state)
+{
+    (void)state;
+    struct address_window table[8] = {0};
+    const char *same[] = {"2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff",
+                          "2001:db8:1:2::abcd"};
+    for (size_t i = 0; i < 3; i++)
+        address_window_take(table, 8, same[i], 1000, 10000, NULL)->count++;
+    const struct address_window *w = address_window_open(table, 8, "2001:db8:1:2::77", 1000, 10000);
+    assert_non_null(w);
+    assert_int_equal(w->count, 3);
+    assert_string_equal(w->address, "2001:db8:1:2::/64");
+    /* Another /64, and IPv4 addresses (mapped ones too), each counted alone. */
+    assert_null(address_window_open(table, 8, "2001:db8:1:3::1", 1000, 10000));
+    address_window_take(table, 8, "192.0.2.1", 1000, 10000, NULL)->count++;
+    assert_null(address_window_open(table, 8, "192.0.2.2", 1000, 10000));
+    assert_null(address_window_open(table, 8, "::ffff:192.0.2.2", 1000, 10000));
+    address_window_take(table, 8, "::ffff:192.0.2.1", 1000, 10000, NULL)->count++;
+    assert_int_equal(address_window_open(table, 8, "::ffff:192.0.2.1", 1000, 10000)->count, 1);
+}
+
 struct rejections {
     int n;
     double latency_s;
@@ -432,6 +456,7 @@ int main(void)
         cmocka_unit_test(test_core_bounds_the_calls_a_front_opens),
         cmocka_unit_test(test_core_relays_the_fronts_lines_as_untrusted),
         cmocka_unit_test(test_core_refuses_a_latency_that_is_no_figure),
+        cmocka_unit_test(test_address_windows_count_ipv6_by_its_64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
