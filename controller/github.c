@@ -170,19 +170,32 @@ int github_app_jwt(const struct github_client *c, int64_t now, struct secret **r
     return r;
 }
 
+#define APP_KEY_MAX_BYTES (64 * 1024)
+
+/* The App's key, parsed from a copy of the file this process wipes: read through stdio,
+ * its text stayed in the FILE's freed buffer. */
 static int load_app_key(const char *path, EVP_PKEY **ret, char *err, size_t err_size)
 {
-    int fd = secret_file_open(path, 64 * 1024, err, err_size);
+    int fd = secret_file_open(path, APP_KEY_MAX_BYTES, err, err_size);
     if (fd < 0)
         return fd;
-    FILE *f = fdopen(fd, "r");
-    if (!f) {
-        close(fd);
+    char *pem = malloc(APP_KEY_MAX_BYTES);
+    size_t len = 0;
+    ssize_t n = 0;
+    while (pem && len < APP_KEY_MAX_BYTES &&
+           ((n = read(fd, pem + len, APP_KEY_MAX_BYTES - len)) > 0 || (n < 0 && errno == EINTR)))
+        len += n > 0 ? (size_t)n : 0;
+    close(fd);
+    if (!pem || n < 0) {
+        if (pem)
+            secret_wipe_free(pem, APP_KEY_MAX_BYTES);
         snprintf(err, err_size, "cannot read %s", path);
-        return -EIO;
+        return pem ? -EIO : -ENOMEM;
     }
-    EVP_PKEY *key = PEM_read_PrivateKey(f, NULL, NULL, NULL);
-    fclose(f);
+    BIO *bio = BIO_new_mem_buf(pem, (int)len);
+    EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
+    BIO_free(bio);
+    secret_wipe_free(pem, APP_KEY_MAX_BYTES);
     if (!key || EVP_PKEY_get_base_id(key) != EVP_PKEY_RSA) {
         EVP_PKEY_free(key);
         snprintf(err, err_size, "%s is not a PEM RSA private key (the App's .pem)", path);

@@ -66,12 +66,14 @@ describe('hatcheryd with GitHub', () => {
     assert.ok(log.some((e) => e.url === '/repos/pytorch/pytorch/installation'));
   });
 
-  test('the HTTP front holds no copy of the App key; the core does', () => {
+  test('the HTTP front holds no copy of the App key; the core holds it parsed, not its PEM text', () => {
     // OpenSSL keeps a BIGNUM as little-endian limbs: a prime's low bytes, in that order.
     const jwk = createPrivateKey(readFileSync(process.env.APP_KEY_FILE)).export({ format: 'jwk' });
     const prime = Buffer.from(jwk.p, 'base64url').reverse().subarray(0, 32);
     const pemLine = readFileSync(process.env.APP_KEY_FILE, 'utf8').split('\n')[1];
     assert.ok(memoryHolds(d.proc.pid, prime).found.length > 0, 'the scan finds the key in the core');
+    // The core holds the parsed key, not the file's text: its copy is wiped once read.
+    assert.deepEqual(memoryHolds(d.proc.pid, pemLine).found, [], 'the key\'s PEM text is in the core');
     const front = frontPid(d.proc.pid);
     const scan = memoryHolds(front, prime);
     assert.ok(scan.scanned > 1 << 20, `the front's memory was read (${scan.scanned} bytes)`);
