@@ -10,7 +10,7 @@
 
 /* An IPv6 address is counted by its /64 (the entry's `address` is then "PREFIX::/64"). */
 struct address_window {
-    char address[48]; /* "" for an entry never used */
+    char address[64]; /* "" for an entry never used */
     int64_t start_ms; /* when its window began */
     int64_t count;
 };
