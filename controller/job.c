@@ -50,6 +50,14 @@ static bool pool_has_label(const struct config_pool *pool, const char *label)
     return false;
 }
 
+static bool job_has_label(const char *const *labels, size_t n_labels, const char *label)
+{
+    for (size_t i = 0; i < n_labels; i++)
+        if (strcasecmp(labels[i], label) == 0)
+            return true;
+    return false;
+}
+
 const struct config_pool *job_pool_match(const struct config *config, const char *const *labels,
                                          size_t n_labels)
 {
@@ -60,7 +68,16 @@ const struct config_pool *job_pool_match(const struct config *config, const char
         size_t i = 0;
         while (i < n_labels && pool_has_label(pool, labels[i]))
             i++;
-        if (i == n_labels)
+        if (i < n_labels)
+            continue;
+        /* A trusted pool's runners are in a runner group GitHub gives only trusted code:
+         * a job that names fewer labels (`self-hosted` alone, a fork's) would make them
+         * and never get one. It must name the pool's every label. */
+        size_t k = 0;
+        while (pool->trusted && k < pool->n_labels &&
+               job_has_label(labels, n_labels, pool->labels[k]))
+            k++;
+        if (!pool->trusted || k == pool->n_labels)
             return pool;
     }
     return NULL;

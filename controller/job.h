@@ -48,7 +48,9 @@ void job_event_free(struct job_event *event);
 
 /* The first pool whose labels include every label of the job, compared case-insensitively
  * as GitHub does. Every self-hosted runner carries `self-hosted`, so that label is implied
- * in every pool. A job without labels matches nothing. Returns NULL when nothing matches. */
+ * in every pool. A trusted pool also needs the job to name each of its labels: its runners
+ * are for the jobs meant for it, not for any job whose few labels it happens to carry. A
+ * job without labels matches nothing. Returns NULL when nothing matches. */
 const struct config_pool *job_pool_match(const struct config *config, const char *const *labels,
                                          size_t n_labels);
 

@@ -364,6 +364,26 @@ static void test_pool_matching(void **state)
     assert_null(job_pool_match(config, none, 1));
     assert_null(job_pool_match(config, mixed, 2));
     assert_null(job_pool_match(config, NULL, 0));
+
+    /* A trusted pool first: a job that names only some of its labels (a fork's PR asking
+     * for `self-hosted`, or for the arch alone) is not its, and goes to the next pool. */
+    char *trusted_labels[] = {"linux.ppc64le", "trusted"};
+    char *open_labels[] = {"linux.ppc64le"};
+    struct config_pool pools[2] = {
+        {.name = "ppc-trusted", .labels = trusted_labels, .n_labels = 2, .trusted = 1},
+        {.name = "ppc-open", .labels = open_labels, .n_labels = 1},
+    };
+    struct config two = {.pools = pools, .n_pools = 2};
+    const char *self_hosted[] = {"self-hosted"};
+    const char *arch[] = {"self-hosted", "linux.ppc64le"};
+    const char *meant[] = {"self-hosted", "TRUSTED", "linux.ppc64le"};
+    assert_string_equal(job_pool_match(&two, self_hosted, 1)->name, "ppc-open");
+    assert_string_equal(job_pool_match(&two, arch, 2)->name, "ppc-open");
+    assert_string_equal(job_pool_match(&two, meant, 3)->name, "ppc-trusted");
+    pools[1].n_labels = 0; /* no other pool: the fork's job gets none */
+    pools[1].labels = NULL;
+    assert_null(job_pool_match(&two, arch, 2));
+    assert_string_equal(job_pool_match(&two, self_hosted, 1)->name, "ppc-open");
 }
 
 int main(void)
