@@ -511,7 +511,19 @@ static void choose_report_dir(const struct runner_user *user)
     say("no report directory at %s (%s): the job runs without one", fallback, strerror(-r));
 }
 
-static pid_t launch_start(const struct launch *l)
+/* In the child: the runner could not be started (126: not as its user, or not confined;
+ * 127: no such program). Says so on `ready` before exiting with that code. */
+_Noreturn static void not_started(int ready, unsigned char code)
+{
+    (void)!write(ready, &code, 1);
+    _exit(code);
+}
+
+/* Forks and execs the runner. 0 with its pid in `ret_pid` once the exec happened; 126 or
+ * 127 (the child reaped) when it could not become the runner, which the agent reports
+ * without ever saying `started`: an exit after `started` may be a job's, and a job with
+ * root in its guest can send any; or -errno when there is no child. */
+static int launch_start(const struct launch *l, pid_t *ret_pid)
 {
     const struct runner_user *u = l->user;
     /* Built before the fork: the child only calls async-signal-safe functions. */
@@ -541,7 +553,9 @@ static pid_t launch_start(const struct launch *l)
     char *envp[] = {
         "PATH=" RUNNER_PATH, "LANG=C.UTF-8", home, user, logname, shell, report, jit_env,
         xdg[0] ? xdg : NULL, dbus,           NULL};
-    pid_t pid = fork();
+    /* Closed by the exec: nothing read means the runner runs. */
+    int ready[2];
+    pid_t pid = pipe2(ready, O_CLOEXEC) < 0 ? -1 : fork();
     if (pid < 0) {
         int e = errno;
         explicit_bzero(jit_env, env_len);
@@ -553,22 +567,35 @@ static pid_t launch_start(const struct launch *l)
         signal(SIGCHLD, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        close(ready[0]);
         if (u && drop_to(u) < 0)
-            _exit(126);
+            not_started(ready[1], 126);
         if (u && chdir(u->home) < 0 && chdir("/") < 0)
-            _exit(126);
+            not_started(ready[1], 126);
         if (confine_runner && confine_no_new_namespaces() < 0) {
             static const char why[] = "hatchery-agent: the runner cannot be confined "
                                       "(no_new_privs, seccomp): not started\n";
             (void)!write(STDERR_FILENO, why, sizeof(why) - 1);
-            _exit(126);
+            not_started(ready[1], 126);
         }
         execve(l->argv[0], l->argv, envp);
-        _exit(127);
+        not_started(ready[1], 127);
     }
     explicit_bzero(jit_env, env_len);
     free(jit_env);
-    return pid;
+    close(ready[1]);
+    unsigned char code = 0;
+    ssize_t n;
+    while ((n = read(ready[0], &code, 1)) < 0 && errno == EINTR)
+        ;
+    close(ready[0]);
+    if (n == 1) {
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        return code;
+    }
+    *ret_pid = pid;
+    return 0;
 }
 
 /* Whether a distinctive slice of the JIT config appears in any process's command line:
@@ -648,18 +675,14 @@ static void poweroff_now(void)
  * after each `resume`. */
 static json_t *exited_msg;
 
-static void send_exited(struct runner *runner, struct launch *l, int status, bool have_status,
-                        double now)
+static void send_exited(struct runner *runner, struct launch *l, int status, double now)
 {
     json_t *m = agent_msg_new(AGENT_MSG_EXITED);
-    int code = 127;
-    if (!have_status) {
-        json_object_set_new(m, "code", json_integer(code));
-    } else if (WIFEXITED(status)) {
+    int code = -1;
+    if (WIFEXITED(status)) {
         code = WEXITSTATUS(status);
         json_object_set_new(m, "code", json_integer(code));
     } else {
-        code = -1;
         json_object_set_new(m, "signal", json_integer(WTERMSIG(status)));
     }
     if (code >= 0)
@@ -883,9 +906,10 @@ static void tend_runner(struct session *ss, double now)
     struct runner *runner = &ss->runner;
     if (runner->relaunch_at > 0 && now >= runner->relaunch_at) {
         runner->relaunch_at = 0;
-        pid_t pid = launch_start(&ss->launch);
-        if (pid < 0) {
-            send_exited(runner, &ss->launch, 0, false, now);
+        pid_t pid = 0;
+        int r = launch_start(&ss->launch, &pid);
+        if (r != 0) {
+            send_exited(runner, &ss->launch, W_EXITCODE(r > 0 ? r : 127, 0), now);
         } else {
             runner->pid = pid;
             say("runner re-launched (pid %d, %d of %d)", (int)pid, runner->relaunches,
@@ -907,7 +931,7 @@ static void tend_runner(struct session *ss, double now)
                 RELAUNCH_DELAY_S);
         } else {
             ss->exit_status = code >= 0 ? code : 1;
-            send_exited(runner, &ss->launch, status, true, now);
+            send_exited(runner, &ss->launch, status, now);
         }
     }
     if (runner->pid > 0 && now >= runner->deadline && !runner->term_sent) {
@@ -949,12 +973,15 @@ static void on_config(struct session *ss, json_t *msg)
     snprintf(ss->runner_name, sizeof(ss->runner_name), "%s", name ? name : "");
     choose_report_dir(ss->user);
     int lr = launch_prepare(msg, ss->user, &ss->launch);
-    pid_t pid = lr < 0 ? lr : launch_start(&ss->launch);
+    pid_t pid = 0;
+    int r = lr < 0 ? lr : launch_start(&ss->launch, &pid);
     struct runner *runner = &ss->runner;
     runner->started_at = now_s();
-    if (pid < 0) {
-        say("cannot start the runner: %s", strerror(-pid));
-        send_exited(runner, &ss->launch, 0, false, runner->started_at);
+    if (r != 0) {
+        /* No `started`: the runner never ran, so the exit is the image's, not a job's. */
+        if (r < 0)
+            say("cannot start the runner: %s", strerror(-r));
+        send_exited(runner, &ss->launch, W_EXITCODE(r > 0 ? r : 127, 0), runner->started_at);
         return;
     }
     runner->pid = pid;

@@ -446,10 +446,12 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
                  exit->meaning[0] ? exit->meaning : "no meaning given");
     /* A runner that could not even be started (126: not its user, 127: not there) is an
      * image fault, not a job's: it counts toward the pool's back-off as a failed boot does,
-     * from where the count stood before this runner started, so it grows. Not once a job
-     * runs on it: a job with root in its guest can send any exit, and must not be able to
-     * back its pool off for everyone. */
-    if ((exit->code == 126 || exit->code == 127) && r->state != RUNNER_BUSY && r->job_id == 0) {
+     * from where the count stood before this runner started, so it grows. The agent says
+     * so without ever saying `started`. Not once the runner ran: a job with root in its
+     * guest can send any exit, before GitHub's in_progress is here too, and must not be
+     * able to back its pool off for everyone. */
+    if ((exit->code == 126 || exit->code == 127) && !r->online_ms && r->state != RUNNER_BUSY &&
+        r->job_id == 0) {
         int slot = pool_slot(r->s, r->pool);
         if (slot >= 0)
             r->s->failures[slot] = r->pool_failures_at_start;

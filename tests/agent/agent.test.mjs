@@ -93,10 +93,17 @@ describe('the Listener return codes', { concurrency: true }, () => {
     assert.equal(r.exited?.code, 0, r.stderr);
     assert.equal(r.exited.relaunches, 1);
   });
-  test('a runner that is not there: 127, "could not be started"', async () => {
+  test('a runner that is not there: 127, "could not be started", and never `started`', async () => {
     const r = await converse({ command: [join(dir, 'no-such-runner')] });
     assert.equal(r.exited?.code, 127);
     assert.match(r.exited.meaning, /could not be started/);
+    // hatcheryd counts an image fault only without `started`: after it, a job may forge any exit.
+    assert.deepEqual(r.messages.map((m) => m.type).filter((t) => t !== 'heartbeat'), ['hello', 'exited']);
+  });
+  test('a runner that ran and exits 127 itself is reported after `started`', async () => {
+    const r = await converse({ command: [script('exit127-after-start', 'exit 127')] });
+    assert.equal(r.exited?.code, 127);
+    assert.deepEqual(r.messages.map((m) => m.type).filter((t) => t !== 'heartbeat'), ['hello', 'started', 'exited']);
   });
 });
 

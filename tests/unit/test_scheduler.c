@@ -908,16 +908,18 @@ static void adoption_after_a_restart(void **state)
     stop(s);
 }
 
-/* Exit 127 (the runner is not there) backs the pool off as a failed boot does; the same
- * exit from a runner GitHub gave a job does not: the job, root in its guest, may send any. */
+/* Exit 127 (the runner is not there) backs the pool off as a failed boot does, when the
+ * agent says it without `started` (the runner never ran); the same exit from a runner that
+ * ran does not, whether GitHub's in_progress is here or not yet: its job, root in its
+ * guest, may send any. */
 static void exit_127_backs_off_only_before_a_job(void **state)
 {
     (void)state;
     struct scheduler *s = start();
+    /* A job that forges 127 once its runner ran, before GitHub's in_progress is stored
+     * (with it, the runner is busy: the same). */
     struct guest *g = first_runner(1011);
     bring_online(g, 5151);
-    store_job(1011, JOB_IN_PROGRESS);
-    scheduler_job_event(s, 1011, JOB_IN_PROGRESS, g->name);
     struct agent_exit forged = {.code = 127, .duration_s = 40};
     g->events->on_exited(g->data, g, &forged);
     g->events->on_gone(g->data, g);
@@ -928,9 +930,10 @@ static void exit_127_backs_off_only_before_a_job(void **state)
     for (int t = 0; t < 20 && n_guests < 2; t++)
         spin(100);
     assert_int_equal(n_guests, 2); /* at once: no back-off */
-    /* The next runner's own 127, before any job: an image fault. */
+    /* The next runner's own 127, without `started` (the agent's word that the runner
+     * never ran): an image fault. */
     struct guest *h = &guests[1];
-    bring_online(h, 5252);
+    configure(h, 5252);
     struct agent_exit missing = {.code = 127};
     h->events->on_exited(h->data, h, &missing);
     h->events->on_gone(h->data, h);
