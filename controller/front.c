@@ -1,6 +1,7 @@
 /* The HTTP front's process, and the core's end of its socketpair (see front.h; the frames
  * are front_frame.h's). */
 #define _GNU_SOURCE /* close_range */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
 #include <fcntl.h>
@@ -67,6 +68,41 @@ struct front_process {
     struct address_window *bad; /* bad signatures: [FRONT_BAD_SIGNATURE_ADDRESSES] */
 };
 
+/* Who sent the request: its peer, or, when the peer is this machine's loopback (a reverse
+ * proxy on this host, as the example config has it), the client that proxy names: the
+ * last address of X-Forwarded-For (the one the proxy itself saw), else X-Real-IP. Trusted
+ * from loopback only: any other peer could name any address. An unreadable name is not
+ * taken. */
+static void client_address(const struct http_conn *conn, const struct http_request *req, char *out,
+                           size_t size)
+{
+    snprintf(out, size, "%s", http_conn_peer_address(conn));
+    if (!http_conn_peer_is_loopback(conn))
+        return;
+    const char *forwarded = http_request_header(req, "X-Forwarded-For");
+    const char *named = forwarded ? strrchr(forwarded, ',') : NULL;
+    named = named ? named + 1 : forwarded ? forwarded : http_request_header(req, "X-Real-IP");
+    if (!named)
+        return;
+    named += strspn(named, " \t");
+    char address[INET6_ADDRSTRLEN];
+    size_t n = strcspn(named, " \t");
+    unsigned char bytes[sizeof(struct in6_addr)];
+    if (n == 0 || n >= sizeof(address))
+        return;
+    memcpy(address, named, n);
+    address[n] = '\0';
+    if (inet_pton(AF_INET, address, bytes) == 1 || inet_pton(AF_INET6, address, bytes) == 1)
+        snprintf(out, size, "%s", address);
+}
+
+/* Whether a request came through a proxy, by the headers proxies add. */
+static bool proxied(const struct http_request *req)
+{
+    return http_request_header(req, "Forwarded") || http_request_header(req, "X-Forwarded-For") ||
+           http_request_header(req, "X-Real-IP") || http_request_header(req, "X-Forwarded-Host");
+}
+
 /* Whether the address sent more bad signatures than it may in this window: then its
  * deliveries are refused before any HMAC work, until the window ends. */
 static bool bad_signatures_over(struct front_process *fp, const char *address, int64_t now_ms)
@@ -121,7 +157,7 @@ static void front_process_stop(struct front_process *fp)
 }
 
 static void forward(struct front_process *fp, struct http_conn *conn, enum front_route route,
-                    const struct http_request *req)
+                    const struct http_request *req, const char *client)
 {
     struct pending *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -132,7 +168,7 @@ static void forward(struct front_process *fp, struct http_conn *conn, enum front
     p->conn = conn;
     p->started_ns = uv_hrtime();
     p->webhook = route == FRONT_ROUTE_WEBHOOK;
-    snprintf(p->address, sizeof(p->address), "%s", http_conn_peer_address(conn));
+    snprintf(p->address, sizeof(p->address), "%s", client);
     struct frame_out o;
     if (route == FRONT_ROUTE_METRICS) {
         /* The counts as of now, for the core to render. */
@@ -196,11 +232,15 @@ static void on_front_http(struct http_server *server, struct http_conn *conn,
     bool is_get = strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
     /* With metrics_listen, the public listener serves /webhook and /healthz only, and the
      * metrics listener /metrics and /healthz only. Without it, the public listener serves
-     * /metrics to this machine's loopback only: the pools, hosts and jobs it tells of are
-     * nobody's business on the internet. */
+     * /metrics to this machine's loopback only, and not through a proxy there (which every
+     * client on the internet reaches): the pools, hosts and jobs it tells of are nobody's
+     * business on the internet. */
     bool is_metrics_listener = server == &fp->metrics_http;
     bool serves_metrics =
-        is_metrics_listener || (!fp->metrics_http_on && http_conn_peer_is_loopback(conn));
+        is_metrics_listener ||
+        (!fp->metrics_http_on && http_conn_peer_is_loopback(conn) && !proxied(req));
+    char client[INET6_ADDRSTRLEN];
+    client_address(conn, req, client, sizeof(client));
 #define PATH_IS(p) (path_len == strlen(p) && strncmp(url, p, path_len) == 0)
     if (PATH_IS("/webhook") && !is_metrics_listener) {
         if (strcmp(req->method, "POST") != 0) {
@@ -210,20 +250,20 @@ static void on_front_http(struct http_server *server, struct http_conn *conn,
         /* The core checks the signature (the front holds no secret to check it with); an
          * address whose deliveries it refused too often gets none passed on, and so no
          * HMAC work, until its window ends. */
-        if (bad_signatures_over(fp, http_conn_peer_address(conn), wall_clock_ms()))
+        if (bad_signatures_over(fp, client, wall_clock_ms()))
             reject_webhook(fp, conn, 429, "too many bad signatures from this address", started_ns);
         else
-            forward(fp, conn, FRONT_ROUTE_WEBHOOK, req);
+            forward(fp, conn, FRONT_ROUTE_WEBHOOK, req, client);
     } else if (PATH_IS("/healthz")) {
         if (!is_get)
             respond_error(conn, 405, "use GET");
         else
-            forward(fp, conn, FRONT_ROUTE_HEALTHZ, req);
+            forward(fp, conn, FRONT_ROUTE_HEALTHZ, req, client);
     } else if (PATH_IS("/metrics") && serves_metrics) {
         if (!is_get)
             respond_error(conn, 405, "use GET");
         else
-            forward(fp, conn, FRONT_ROUTE_METRICS, req);
+            forward(fp, conn, FRONT_ROUTE_METRICS, req, client);
     } else {
         respond_error(conn, 404, "not found");
     }

@@ -386,6 +386,15 @@ describe('/metrics on the public listener', () => {
     assert.equal(local.status, 200);
     assert.match(local.body, /^hatchery_build_info/m);
   });
+
+  test('is not served through a proxy on this machine: its peer is loopback, its client anyone', async () => {
+    for (const headers of [{ 'X-Forwarded-For': '203.0.113.7' }, { 'X-Real-IP': '203.0.113.7' },
+      { Forwarded: 'for=203.0.113.7' }, { 'X-Forwarded-Host': 'ci.example.org' }]) {
+      const res = await request(d.port, { path: '/metrics', headers });
+      assert.equal(res.status, 404, JSON.stringify(headers));
+      assert.doesNotMatch(res.body, /hatchery_/);
+    }
+  });
 });
 
 describe('metrics_listen', () => {

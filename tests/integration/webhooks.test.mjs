@@ -234,6 +234,34 @@ describe('an address that keeps sending bad signatures', () => {
   });
 });
 
+// Behind a reverse proxy on this host every delivery comes from 127.0.0.1: the client the
+// proxy names (X-Forwarded-For's last address, or X-Real-IP) is the one held, so that
+// anyone's bad signatures do not get GitHub's own deliveries refused.
+describe('bad signatures through a proxy on this host', () => {
+  const d = new Daemon({ secret: 'proxy secret 51a0', http: '  max_bad_signatures_per_address: 3\n' });
+  before(() => d.start());
+  after(async () => { await d.stop(); d.cleanup(); });
+
+  test('hold the client the proxy names, not the proxy: GitHub\'s deliveries still pass', async () => {
+    const payload = examples('workflow_job')[5];
+    // Each good delivery a job of its own (the same body again is a duplicate, 200).
+    let n = 0;
+    const fresh = () => ({ ...payload, workflow_job: { ...payload.workflow_job, id: payload.workflow_job.id + ++n } });
+    const via = (client, extra = {}) => ({ headers: { 'X-Forwarded-For': `198.51.100.23, ${client}`, ...extra } });
+    const statuses = [];
+    for (let i = 0; i < 5; i++)
+      statuses.push((await d.post('workflow_job', payload, { secret: 'not the secret', ...via('203.0.113.7') })).status);
+    assert.deepEqual(statuses, [401, 401, 401, 429, 429]);
+    // GitHub, through the same proxy: taken.
+    assert.equal((await d.post('workflow_job', fresh(), via('140.82.115.9'))).status, 202);
+    // The first address of the header is the client's own claim: not the one held.
+    assert.equal((await d.post('workflow_job', fresh(), { headers: { 'X-Forwarded-For': '203.0.113.7, 140.82.115.10' } })).status, 202);
+    // X-Real-IP alone names it too; a name that is no address is not taken.
+    assert.equal((await d.post('workflow_job', fresh(), { headers: { 'X-Real-IP': '203.0.113.7' } })).status, 429);
+    assert.equal((await d.post('workflow_job', fresh(), { headers: { 'X-Forwarded-For': 'evil' } })).status, 202);
+  });
+});
+
 // A pool may name 32 labels, and every pool implies `self-hosted`: a job naming all 33
 // matches it; one more label cannot match any pool and is refused with the limit.
 describe('a pool of 32 labels', () => {
