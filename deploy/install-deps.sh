@@ -28,8 +28,8 @@ packages=(
   iptables iproute2
   # the stock-host test (tests/stock-host): its machine's PID 1 found with pgrep
   procps
-  # tests (zsh and fish: the CLI's completion in each shell)
-  zsh fish sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd
+  # tests (zsh and fish: the CLI's completion in each shell; valgrind: memcheck.paths)
+  zsh fish sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd valgrind
   # benchmarks (nginx also the TLS and HTTP/2 front of GitHub's double in e2e.release_memory)
   wrk nginx-light
 )

@@ -2,7 +2,8 @@
 # The one test command: installs what is missing, builds (ASan+UBSan, -Werror), builds the
 # fuzz targets with clang, and runs every unit, integration and fuzz-smoke test with ctest.
 # Also builds with ThreadSanitizer and runs the integration and GitHub tests on that build
-# (tsan.integration_github). Ends with ctest's summary and a timing summary by phase;
+# (tsan.integration_github), and without sanitizers for Valgrind's memcheck
+# (memcheck.paths). Ends with ctest's summary and a timing summary by phase;
 # exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -82,8 +83,16 @@ cmake -S . -B build-tsan -DHATCHERY_TSAN=ON -DHATCHERY_WERROR=ON -DCMAKE_BUILD_T
 cmake --build build-tsan -j"$jobs" >/dev/null
 phase_done "build: ThreadSanitizer"
 
+# Memcheck: a fourth build, without sanitizers (valgrind cannot run theirs), of what
+# memcheck.paths runs under valgrind: the config, manifest and admin paths.
+cmake -S . -B build-memcheck -DHATCHERY_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-memcheck -j"$jobs" --target hatcheryd hatchery test_config test_guest_isolation \
+  test_host_caps test_network_kind test_webhook man >/dev/null
+phase_done "build: memcheck"
+
 cmake -S . -B build-test -DHATCHERY_SANITIZE=ON -DHATCHERY_WERROR=ON -DCMAKE_BUILD_TYPE=Debug \
-  -DHATCHERY_FUZZ_DIR="$root/build-fuzz/tests/fuzz" -DHATCHERY_TSAN_DIR="$root/build-tsan" >/dev/null
+  -DHATCHERY_FUZZ_DIR="$root/build-fuzz/tests/fuzz" -DHATCHERY_TSAN_DIR="$root/build-tsan" \
+  -DHATCHERY_MEMCHECK_DIR="$root/build-memcheck" >/dev/null
 cmake --build build-test -j"$jobs"
 phase_done "build: ASan+UBSan"
 
