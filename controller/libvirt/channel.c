@@ -288,7 +288,7 @@ static void on_container_connection(uv_stream_t *server, int status)
 
 int container_listen(struct guest *g)
 {
-    int r = container_socket_dir_make(g->channel_dir, domain_container_id_base(g->runner_id));
+    int r = container_socket_dir_make(g->channel_dir, g->id_base);
     if (r < 0)
         return r;
     char path[PATH_MAX + 16];

@@ -220,6 +220,22 @@ int64_t domain_container_id_base(int64_t runner_id)
     return CONTAINER_ID_FIRST + (slot < 0 ? slot + CONTAINER_ID_SLOTS : slot) * CONTAINER_ID_COUNT;
 }
 
+int64_t domain_container_id_base_free(int64_t runner_id, const int64_t *used, size_t n)
+{
+    int64_t base = domain_container_id_base(runner_id);
+    for (int64_t tried = 0; tried < CONTAINER_ID_SLOTS; tried++) {
+        size_t i = 0;
+        while (i < n && used[i] != base)
+            i++;
+        if (i == n)
+            return base;
+        base += CONTAINER_ID_COUNT;
+        if (base >= CONTAINER_ID_FIRST + CONTAINER_ID_SLOTS * CONTAINER_ID_COUNT)
+            base = CONTAINER_ID_FIRST;
+    }
+    return -1;
+}
+
 /* What the agent (the container's PID 1, its root) needs: to make the runner's home and
  * report directory its user's, to read the job's report from that directory (private to
  * the runner), to become that user, and to signal the runner. Nothing else: no CAP_SYS_ADMIN
@@ -234,7 +250,7 @@ static const char *const container_capabilities[] = {"chown", "dac_read_search",
 static int write_lxc_confinement(xmlTextWriterPtr w, const struct domain_spec *s)
 {
     char base[32], count[32];
-    snprintf(base, sizeof(base), "%lld", (long long)domain_container_id_base(s->runner_id));
+    snprintf(base, sizeof(base), "%lld", (long long)s->container_id_base);
     snprintf(count, sizeof(count), "%lld", (long long)CONTAINER_ID_COUNT);
     W(start(w, "idmap"));
     static const char *const ids[] = {"uid", "gid"};

@@ -43,20 +43,26 @@ struct domain_spec {
      * not used. */
     bool streams;
     /* containers */
-    const char *root_dir;    /* read-only root filesystem */
-    const char *channel_dir; /* holds the controller's socket; mounted at /run/hatchery */
-    const char *init;        /* the agent inside the container */
-    const char *runner_user; /* the account it runs the runner as */
+    const char *root_dir;      /* read-only root filesystem */
+    const char *channel_dir;   /* holds the controller's socket; mounted at /run/hatchery */
+    const char *init;          /* the agent inside the container */
+    const char *runner_user;   /* the account it runs the runner as */
+    int64_t container_id_base; /* its uids and gids on the host (domain_container_id_base) */
 };
 
 /* A container runs in a user namespace: its uids and gids 0..65535 are the host's
- * id_base..id_base+65535, a range of its own among CONTAINER_ID_SLOTS, chosen by its runner
- * id, from CONTAINER_ID_FIRST (above systemd-nspawn's ranges, below its foreign range). Its
- * root is no one on the host, and two containers share no uid. */
+ * id_base..id_base+65535, a range of its own among CONTAINER_ID_SLOTS from
+ * CONTAINER_ID_FIRST (above systemd-nspawn's ranges, below its foreign range). Its root is
+ * no one on the host, and two containers on a host share no uid. */
 #define CONTAINER_ID_FIRST INT64_C(0x70000000)
 #define CONTAINER_ID_COUNT INT64_C(65536)
 #define CONTAINER_ID_SLOTS INT64_C(1024)
+/* The range runner `runner_id` takes first: its slot, runner_id mod CONTAINER_ID_SLOTS. */
 int64_t domain_container_id_base(int64_t runner_id);
+/* The range for a new container of `runner_id` on a host whose live containers hold the
+ * bases `used[0..n)`: its own slot's when free, else the next free slot's (runner ids
+ * CONTAINER_ID_SLOTS apart would otherwise share users); -1 when every slot is held. */
+int64_t domain_container_id_base_free(int64_t runner_id, const int64_t *used, size_t n);
 
 /* Returns the XML (caller frees) or NULL with a reason in `err`. */
 char *domain_xml_build(const struct domain_spec *spec, char *err, size_t err_size);

@@ -19,6 +19,7 @@
 #include "domain_xml.h"
 #include "libvirt_error.h"
 #include "guest_filter.h"
+#include "xml_query.h"
 #include "guest_isolation.h"
 #include "host_caps.h"
 #include "hatchery/agent_protocol.h"
@@ -196,6 +197,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         .channel_dir = g->channel_dir,
         .init = "/usr/bin/hatchery-agent",
         .runner_user = pool->runner_user,
+        .container_id_base = g->id_base,
         .streams = h->streams,
     };
     if (!lxc) {
@@ -593,6 +595,18 @@ void guest_attach(struct guest *g)
     h->guests = g;
 }
 
+/* A new container's range of users on `h`: its runner's slot, or the next one no live
+ * container of the host holds (domain_container_id_base_free); -1 when none is free. */
+static int64_t container_id_base_on(const struct host *h, int64_t runner_id)
+{
+    int64_t used[CONTAINER_ID_SLOTS];
+    size_t n = 0;
+    for (const struct guest *o = h->guests; o && n < CONTAINER_ID_SLOTS; o = o->next)
+        if (o->id_base > 0)
+            used[n++] = o->id_base;
+    return domain_container_id_base_free(runner_id, used, n);
+}
+
 int guest_create(struct provisioner *p, struct host *h, const struct guest_spec *spec,
                  const char *restore_from, restore_outcome_cb outcome, void *slot,
                  const struct guest_events *events, void *data, struct guest **ret_guest)
@@ -611,7 +625,8 @@ int guest_create(struct provisioner *p, struct host *h, const struct guest_spec 
         snprintf(g->domain, sizeof(g->domain), "%s", restore_from);
     }
     if (pool->backend == BACKEND_CONTAINER) {
-        r = p->channel.listen(g);
+        g->id_base = container_id_base_on(h, g->runner_id);
+        r = g->id_base < 0 ? -EBUSY : p->channel.listen(g);
         if (r < 0) {
             uv_close((uv_handle_t *)&g->timer, on_guest_timer_closed);
             return r;
@@ -634,6 +649,21 @@ static void adopt_work(uv_work_t *w)
     virDomainPtr dom = conn ? runner_domain(conn, g->name) : NULL;
     if (dom) /* restored from a template: the template's name; taken on the loop */
         g->found_domain = strdup(virDomainGetName(dom));
+    if (dom && g->pool->backend == BACKEND_CONTAINER) {
+        /* The range of users it was given: its idmap's target for uid 0. */
+        char *xml = virDomainGetXMLDesc(dom, 0);
+        struct xml_query q;
+        char *target = xml_query_open(&q, xml) == 0
+                           ? xml_query_string(&q, "string(/domain/idmap/uid[@start='0']/@target)")
+                           : NULL;
+        char *end = NULL;
+        long long base = target && target[0] ? strtoll(target, &end, 10) : -1;
+        if (end && *end == '\0' && base >= CONTAINER_ID_FIRST)
+            g->found_id_base = base;
+        free(target);
+        xml_query_close(&q);
+        free(xml);
+    }
     if (!dom)
         guest_error_set(g, "its domain is gone");
     else if (virDomainIsActive(dom) != 1)
@@ -653,6 +683,8 @@ static void adopt_done(uv_work_t *w, int status)
     g->busy = false;
     if (g->found_domain)
         snprintf(g->domain, sizeof(g->domain), "%s", g->found_domain);
+    if (g->found_id_base > 0)
+        g->id_base = g->found_id_base;
     free(g->found_domain);
     g->found_domain = NULL;
     if (g->teardown_queued) {
@@ -703,6 +735,10 @@ int provisioner_guest_adopt(struct provider *provider, const char *host_name,
     struct guest *g = guest_new(p, h, spec, NULL, events, data);
     if (!g)
         return -ENOMEM;
+    /* Until its domain says which range it has (adopt_done): the one its runner's slot
+     * gives, which is what it got unless that was held. */
+    if (spec->pool->backend == BACKEND_CONTAINER)
+        g->id_base = domain_container_id_base(g->runner_id);
     g->state = GUEST_ADOPTING; /* its first state: nothing has seen guest_new's yet */
     g->adopting = true;
     /* It exists, so it counts, even past what the host allows now. */

@@ -188,6 +188,8 @@ struct guest {
     char *name;       /* the runner's */
     char domain[256]; /* the libvirt domain's: the runner's, or a template slot's */
     int64_t runner_id;
+    int64_t id_base;       /* a container's uids and gids on its host (domain_xml.h); 0 for a VM */
+    int64_t found_id_base; /* adoption's worker: the range its domain says, or 0 */
     const struct config_pool *pool;
     enum guest_state state;
     const struct guest_events *events;

@@ -179,6 +179,7 @@ static void test_lxc(void **state)
         .init = "/usr/bin/hatchery-agent",
         .runner_user = "runner",
         .network = "none",
+        .container_id_base = INT64_C(0x70000000) + 43 * 65536,
     };
     check("lxc", &s);
     /* Its own users: runner 43's slot of the id ranges, and none other's. */
@@ -188,6 +189,21 @@ static void test_lxc(void **state)
     assert_int_equal(domain_container_id_base(43), INT64_C(0x70000000) + 43 * 65536);
     assert_int_equal(domain_container_id_base(1024 + 43), domain_container_id_base(43));
     assert_true(domain_container_id_base(44) - domain_container_id_base(43) >= 65536);
+    /* Runner 1067's slot is 43's: while 43's container lives on the host, 1067 takes the
+     * next free range, not 43's users; the last slot wraps to the first; all held, none. */
+    int64_t held[] = {domain_container_id_base(43), domain_container_id_base(44)};
+    assert_int_equal(domain_container_id_base_free(1024 + 43, held, 1),
+                     domain_container_id_base(44));
+    assert_int_equal(domain_container_id_base_free(1024 + 43, held, 2),
+                     domain_container_id_base(45));
+    assert_int_equal(domain_container_id_base_free(1024 + 43, NULL, 0),
+                     domain_container_id_base(43));
+    int64_t last[] = {domain_container_id_base(1023)};
+    assert_int_equal(domain_container_id_base_free(1023, last, 1), domain_container_id_base(0));
+    static int64_t every[1024];
+    for (int i = 0; i < 1024; i++)
+        every[i] = domain_container_id_base(i);
+    assert_int_equal(domain_container_id_base_free(7, every, 1024), -1);
     /* Its own network, no mounts (CAP_SYS_ADMIN), no interface with `network: none`. */
     assert_non_null(strstr(xml, "<privnet/>"));
     assert_non_null(strstr(xml, "<capabilities policy=\"deny\">"));
