@@ -199,8 +199,9 @@ enum guest_isolation_state guest_isolation_check(const struct config_host *host,
                  host->name);
         return GUEST_ISOLATION_MISSING;
     }
-    if (!known) {
-        snprintf(why, why_size, "the host is not connected: the group QEMU runs in is not known");
+    /* (QEMU's group as last found: a host away for a moment keeps its state.) */
+    if (!st) {
+        snprintf(why, why_size, "the host's state is not known");
         return GUEST_ISOLATION_MISSING;
     }
     return guest_firewall_record_check(GUEST_FIREWALL_RECORD, st->qemu_gid, why, why_size) == 0

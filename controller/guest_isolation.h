@@ -41,8 +41,9 @@ extern const char *const guest_isolation_state_names[GUEST_ISOLATION_STATE_MAX];
  * on any host but libvirt's test driver. */
 bool guest_isolation_filtered(const struct config_host *host, const struct config_pool *pool);
 
-/* Whether a guest of `pool` may start on `host`, from the host's status `st` (NULL, or a
- * host that is not up: not known, which is missing where a check is needed): the state, with the
+/* Whether a guest of `pool` may start on `host`, from the host's status `st` (NULL: not
+ * known, which is missing where a check is needed; a libvirt network also needs the host
+ * up, its filter being the current connection's): the state, with the
  * reason in `why` when it is GUEST_ISOLATION_MISSING. */
 enum guest_isolation_state guest_isolation_check(const struct config_host *host,
                                                  const struct config_pool *pool,

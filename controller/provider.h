@@ -54,7 +54,8 @@ struct host_status {
     bool streams;                   /* agent channels and consoles through libvirt streams */
     bool guest_filter; /* the guest filter (libvirt/guest_filter.h) is defined on the host */
     char guest_filter_error[256]; /* else why not */
-    long long qemu_gid; /* the group QEMU's guests run in (libvirt's DAC label); -1 not known */
+    long long qemu_gid;           /* the group QEMU's guests run in (libvirt's DAC label), as last
+                                   * found; -1 not known */
     struct host_network networks[HOST_NETWORKS_MAX]; /* its first HOST_NETWORKS_MAX */
     size_t n_networks;
     char networks_error[192]; /* why they could not be listed, or empty */

@@ -572,7 +572,7 @@ int provisioner_host_status(struct provider *provider, const char *name, struct 
              !h->up                     ? "the host is not connected"
              : h->guest_filter_error[0] ? h->guest_filter_error
                                         : "not defined on this host");
-    ret->qemu_gid = h->up ? h->qemu_gid : -1;
+    ret->qemu_gid = h->qemu_gid; /* as last found: -1 until a connection says it */
     ret->n_networks = h->up ? h->n_networks : 0;
     memcpy(ret->networks, h->networks, sizeof(ret->networks));
     snprintf(ret->networks_error, sizeof(ret->networks_error), "%s",

@@ -136,6 +136,8 @@ static void test_check_by_host_and_pool(void **state)
     snprintf(no_filter.guest_filter_error, sizeof(no_filter.guest_filter_error), "%s",
              "nwfilter hatchery-guest-isolation cannot be defined: no driver");
     struct host_status down = {.up = false, .qemu_gid = -1};
+    struct host_status away = st; /* up before, and QEMU's group known then */
+    away.up = false;
     char why[512];
 
     assert_int_equal(guest_isolation_check(&local, &none, &st, why, sizeof(why)),
@@ -172,12 +174,15 @@ static void test_check_by_host_and_pool(void **state)
     assert_int_equal(guest_isolation_check(&local, &elsewhere, &st, why, sizeof(why)),
                      GUEST_ISOLATION_MISSING);
     assert_non_null(strstr(why, "network 'gone' is not among the host's libvirt networks"));
-    /* A host that is not up: nothing is known of it. */
-    assert_int_equal(guest_isolation_check(&local, &bridged, &down, why, sizeof(why)),
-                     GUEST_ISOLATION_MISSING);
-    assert_int_equal(guest_isolation_check(&local, &user, &down, why, sizeof(why)),
+    /* A host that is not up: its filter is the connection's, so a libvirt network is
+     * missing; QEMU's group is as last found (never: not known). */
+    assert_int_equal(guest_isolation_check(&local, &bridged, &away, why, sizeof(why)),
                      GUEST_ISOLATION_MISSING);
     assert_non_null(strstr(why, "not connected"));
+    assert_int_equal(guest_isolation_check(&local, &user, &down, why, sizeof(why)),
+                     GUEST_ISOLATION_MISSING); /* no record here, or QEMU's group unknown */
+    assert_int_equal(guest_isolation_check(&local, &user, NULL, why, sizeof(why)),
+                     GUEST_ISOLATION_MISSING);
     /* Which guests take the filter: one on a libvirt network, on any host but the test
      * driver, whatever guest_isolation says. */
     assert_true(guest_isolation_filtered(&local, &bridged));
@@ -202,6 +207,8 @@ static void test_check_by_host_and_pool(void **state)
     bool in_place = guest_firewall_record_check(GUEST_FIREWALL_RECORD, QEMU_GID, record_why,
                                                 sizeof(record_why)) == 0;
     assert_int_equal(guest_isolation_check(&local, &user, &st, why, sizeof(why)),
+                     in_place ? GUEST_ISOLATION_IN_PLACE : GUEST_ISOLATION_MISSING);
+    assert_int_equal(guest_isolation_check(&local, &user, &away, why, sizeof(why)),
                      in_place ? GUEST_ISOLATION_IN_PLACE : GUEST_ISOLATION_MISSING);
 
     /* A host's state is its worst pool's, among the pools that may use it. */
