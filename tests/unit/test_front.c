@@ -243,19 +243,42 @@ static void on_gone_none(void *data, const char *why)
     (void)why;
 }
 
+/* The core's side of a front: a front wrapped on one end of a socketpair (the test plays
+ * the front on `sv[1]`), attached to a loop of its own with `cb`. */
+struct core_side {
+    int sv[2];
+    struct config config;
+    struct front *f;
+    uv_loop_t loop;
+};
+
+static void core_side_open(struct core_side *cs, const struct front_callbacks *cb, void *data)
+{
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, cs->sv), 0);
+    cs->config = (struct config){.http = {.max_connections = 2, .max_body_bytes = 1024}};
+    cs->f = front_wrap(cs->sv[0], -1, &cs->config);
+    assert_non_null(cs->f);
+    uv_loop_init(&cs->loop);
+    assert_int_equal(front_attach(cs->f, &cs->loop, cb, data), 0);
+}
+
+static void core_side_close(struct core_side *cs)
+{
+    front_close(cs->f);
+    uv_run(&cs->loop, UV_RUN_DEFAULT);
+    front_free(cs->f);
+    close(cs->sv[1]);
+    assert_int_equal(uv_loop_close(&cs->loop), 0);
+}
+
 static void test_core_bounds_the_calls_a_front_opens(void **state)
 {
     (void)state;
-    int sv[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-    struct config c = {.http = {.max_connections = 2, .max_body_bytes = 1024}};
-    struct front *f = front_wrap(sv[0], -1, &c);
-    assert_non_null(f);
-    uv_loop_t loop;
-    uv_loop_init(&loop);
+    struct core_side cs;
     struct held held = {0};
     const struct front_callbacks cb = {hold_request, on_rejected_none, on_gone_none};
-    assert_int_equal(front_attach(f, &loop, &cb, &held), 0);
+    core_side_open(&cs, &cb, &held);
+    struct front *f = cs.f;
     /* Twelve calls, none answered by the core's handler: 8 are within 4 × 2. */
     for (uint32_t id = 1; id <= 12; id++) {
         struct frame_out o;
@@ -266,18 +289,18 @@ static void test_core_bounds_the_calls_a_front_opens(void **state)
         frame_out_string(&o, "127.0.0.1");
         frame_end(&o, NULL, 0);
         assert_false(o.error);
-        assert_int_equal(write(sv[1], o.buf, o.len), (ssize_t)o.len);
+        assert_int_equal(write(cs.sv[1], o.buf, o.len), (ssize_t)o.len);
         free(o.buf);
     }
     for (int i = 0; i < 100 && held.n + front_calls_refused(f) < 12; i++)
-        uv_run(&loop, UV_RUN_NOWAIT), usleep(10000);
+        uv_run(&cs.loop, UV_RUN_NOWAIT), usleep(10000);
     assert_int_equal(held.n, 8);
     assert_int_equal(front_calls_refused(f), 4);
     /* The four refused were answered 503 on the socketpair; the held ones are not yet. */
     for (int i = 0; i < 100; i++)
-        uv_run(&loop, UV_RUN_NOWAIT);
+        uv_run(&cs.loop, UV_RUN_NOWAIT);
     char answers[4096];
-    ssize_t n = read(sv[1], answers, sizeof(answers));
+    ssize_t n = read(cs.sv[1], answers, sizeof(answers));
     assert_true(n > 0);
     size_t n503 = 0;
     for (ssize_t k = 0; k + 3 <= n; k++)
@@ -286,11 +309,7 @@ static void test_core_bounds_the_calls_a_front_opens(void **state)
     /* The held calls are answered as the core's handler would. */
     for (size_t i = 0; i < held.n; i++)
         front_respond(held.calls[i], 200, "text/plain", "ok\n", 3);
-    front_close(f);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    front_free(f);
-    close(sv[1]);
-    assert_int_equal(uv_loop_close(&loop), 0);
+    core_side_close(&cs);
 }
 
 /* Bad signatures are counted per address, and an IPv6 address per /64: a subscriber's
@@ -344,16 +363,10 @@ static void test_core_refuses_a_latency_that_is_no_figure(void **state)
     const char *bad[] = {"nan", "-nan", "inf", "-1", "1e999", "", "0.5s"};
     for (size_t i = 0; i <= sizeof(bad) / sizeof(*bad); i++) {
         const char *latency = i < sizeof(bad) / sizeof(*bad) ? bad[i] : "0.25";
-        int sv[2];
-        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-        struct config c = {.http = {.max_connections = 2, .max_body_bytes = 1024}};
-        struct front *f = front_wrap(sv[0], -1, &c);
-        assert_non_null(f);
-        uv_loop_t loop;
-        uv_loop_init(&loop);
+        struct core_side cs;
         struct rejections r = {0};
         const struct front_callbacks cb = {hold_request, count_rejected, note_gone};
-        assert_int_equal(front_attach(f, &loop, &cb, &r), 0);
+        core_side_open(&cs, &cb, &r);
         struct frame_out o;
         frame_begin(&o, FRAME_REJECTED, 0);
         frame_out_string(&o, "401");
@@ -362,10 +375,10 @@ static void test_core_refuses_a_latency_that_is_no_figure(void **state)
         frame_out_string(&o, latency);
         frame_end(&o, NULL, 0);
         assert_false(o.error);
-        assert_int_equal(write(sv[1], o.buf, o.len), (ssize_t)o.len);
+        assert_int_equal(write(cs.sv[1], o.buf, o.len), (ssize_t)o.len);
         free(o.buf);
         for (int k = 0; k < 100 && r.n == 0 && !r.gone; k++)
-            uv_run(&loop, UV_RUN_NOWAIT), usleep(2000);
+            uv_run(&cs.loop, UV_RUN_NOWAIT), usleep(2000);
         if (i < sizeof(bad) / sizeof(*bad)) {
             if (r.n != 0 || !r.gone)
                 fail_msg("latency \"%s\": counted %d, refused %d", latency, r.n, r.gone);
@@ -373,11 +386,7 @@ static void test_core_refuses_a_latency_that_is_no_figure(void **state)
             assert_int_equal(r.n, 1);
             assert_true(r.latency_s == 0.25);
         }
-        front_close(f);
-        uv_run(&loop, UV_RUN_DEFAULT);
-        front_free(f);
-        close(sv[1]);
-        assert_int_equal(uv_loop_close(&loop), 0);
+        core_side_close(&cs);
     }
 }
 
