@@ -34,7 +34,9 @@ enum probe {
     PROBE_UNIX,      /* socket(AF_UNIX): libvirt's socket, the admin socket */
     PROBE_FORK,      /* fork() */
     PROBE_GETRANDOM, /* OpenSSL needs it */
-    PROBE_FSTAT,     /* glibc's fstat on a descriptor */
+    PROBE_FSTAT,     /* the fstat syscall: a descriptor, no path */
+    PROBE_FSTATAT,   /* newfstatat("/etc/passwd", AT_EMPTY_PATH): a path after all */
+    PROBE_STATX,     /* statx("/etc/passwd") */
     PROBE_SETOWN,    /* fcntl F_SETOWN: I/O signals to another process */
     PROBE_SETSIG,    /* fcntl F_SETSIG: which signal (SIGKILL) */
     PROBE_ASYNC,     /* fcntl F_SETFL with O_ASYNC */
@@ -71,7 +73,11 @@ static void child(int fd, bool then_exec)
         char buf[16];
         rep.result[PROBE_GETRANDOM] = errno_of(getrandom(buf, sizeof(buf), 0));
         struct stat st;
-        rep.result[PROBE_FSTAT] = errno_of(fstat(fd, &st));
+        rep.result[PROBE_FSTAT] = errno_of(syscall(SYS_fstat, fd, &st));
+        rep.result[PROBE_FSTATAT] = errno_of(fstatat(AT_FDCWD, "/etc/passwd", &st, AT_EMPTY_PATH));
+        struct statx stx;
+        rep.result[PROBE_STATX] =
+            errno_of(statx(AT_FDCWD, "/etc/passwd", AT_EMPTY_PATH, STATX_BASIC_STATS, &stx));
         /* On the report pipe: without the filter, F_SETOWN, F_SETSIG and O_ASYNC succeed
          * and TIOCSTI answers ENOTTY; with it, each is EPERM. */
         rep.result[PROBE_SETOWN] = errno_of(fcntl(fd, F_SETOWN, getppid()));
@@ -133,6 +139,8 @@ static void test_sandbox_denies_files_sockets_and_processes(void **state)
     assert_int_equal(rep.result[PROBE_FORK], EPERM);
     assert_int_equal(rep.result[PROBE_GETRANDOM], 0);
     assert_int_equal(rep.result[PROBE_FSTAT], 0);
+    assert_int_equal(rep.result[PROBE_FSTATAT], EPERM);
+    assert_int_equal(rep.result[PROBE_STATX], EPERM);
     assert_int_equal(rep.result[PROBE_SETOWN], EPERM);
     assert_int_equal(rep.result[PROBE_SETSIG], EPERM);
     assert_int_equal(rep.result[PROBE_ASYNC], EPERM);
