@@ -554,10 +554,14 @@ static int launch_start(const struct launch *l, pid_t *ret_pid)
         "PATH=" RUNNER_PATH, "LANG=C.UTF-8", home, user, logname, shell, report, jit_env,
         xdg[0] ? xdg : NULL, dbus,           NULL};
     /* Closed by the exec: nothing read means the runner runs. */
-    int ready[2];
+    int ready[2] = {-1, -1};
     pid_t pid = pipe2(ready, O_CLOEXEC) < 0 ? -1 : fork();
     if (pid < 0) {
         int e = errno;
+        if (ready[0] >= 0) {
+            close(ready[0]);
+            close(ready[1]);
+        }
         explicit_bzero(jit_env, env_len);
         free(jit_env);
         return -e;
