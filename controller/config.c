@@ -895,6 +895,13 @@ static void check_pool_scope(struct loader *l, const struct config *c, const str
              "trusted pool '%s' must name its github_scope, one whose runner group is "
              "restricted to trusted workflows",
              name);
+    else if (s->repo)
+        fail(l, line_node(p->line, &at), "pools[].trusted",
+             "trusted pool '%s' registers in repository scope '%s', whose runners serve every "
+             "workflow of the repository (a pull request's too): runner groups, which can be "
+             "restricted to trusted workflows, exist for organizations only; give it an org "
+             "scope",
+             name, p->github_scope);
     else if (s->runner_group_id == CONFIG_DEFAULT_RUNNER_GROUP)
         fail(l, line_node(p->line, &at), "pools[].trusted",
              "trusted pool '%s' registers in scope '%s', whose runner_group_id %d is the default "

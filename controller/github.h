@@ -98,6 +98,10 @@ int github_runner_delete(struct github_client *client, const struct github_scope
 int github_installation_repos_list(struct github_client *client, github_list_cb cb, void *data);
 int github_job_get(struct github_client *client, const char *repo, int64_t job_id,
                    github_json_cb cb, void *data);
+/* An organization's runner group: its policy (which repositories and workflows may use
+ * it). Runner groups exist for organizations only. */
+int github_runner_group_get(struct github_client *client, const char *org, int64_t group_id,
+                            github_json_cb cb, void *data);
 /* Queued jobs of a repository: its queued workflow runs, then each run's jobs that are
  * queued. For jobs whose webhook was lost. */
 int github_queued_jobs_list(struct github_client *client, const char *repo, github_list_cb cb,

@@ -339,6 +339,14 @@ int github_job_get(struct github_client *client, const char *repo, int64_t job_i
     return github_request(client, "GET", path, NULL, cb, data);
 }
 
+int github_runner_group_get(struct github_client *client, const char *org, int64_t group_id,
+                            github_json_cb cb, void *data)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "/orgs/%s/actions/runner-groups/%lld", org, (long long)group_id);
+    return github_request(client, "GET", path, NULL, cb, data);
+}
+
 /* ---- queued jobs: runs, then each run's jobs ------------------------------------------ */
 
 struct queued_call {

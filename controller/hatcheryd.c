@@ -507,6 +507,8 @@ static json_t *admin_capacity(struct daemon *d, enum admin_command command, json
             json_object_set(row, "runners", json_object_get(sp, "live"));
             json_object_set(row, "runners_by_state", json_object_get(sp, "by_state"));
             json_object_set(row, "waiting", json_object_get(sp, "waiting"));
+            if (json_object_get(sp, "runner_group"))
+                json_object_set(row, "runner_group", json_object_get(sp, "runner_group"));
             json_decref(sp);
         }
         json_object_set(ctx.pools, p->name, row);

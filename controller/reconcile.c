@@ -616,6 +616,14 @@ void reconcile_recover(struct scheduler *s)
     s->recovered = true;
 }
 
+static bool scope_has_trusted_pool(struct scheduler *s, const struct github_scope *scope)
+{
+    for (size_t p = 0; p < cfg(s)->n_pools; p++)
+        if (cfg(s)->pools[p].trusted && scheduler_pool_scope(s, &cfg(s)->pools[p]) == scope)
+            return true;
+    return false;
+}
+
 void reconcile_pass(struct scheduler *s)
 {
     uint64_t t0 = uv_hrtime();
@@ -644,6 +652,9 @@ void reconcile_pass(struct scheduler *s)
                 s->lists_pending--;
                 free(ctx);
             }
+            /* A trusted pool's group, asked again: an owner may open it at any time. */
+            if (scope_has_trusted_pool(s, &s->deps.scopes[i]))
+                runner_group_checks_ask(s->groups, gh(s), i, false, scheduler_recount_cb, s);
             if (s->deps.scopes[i].repo)
                 queued_jobs_start(s, &s->deps.scopes[i], s->deps.scopes[i].repo);
             else if (s->deps.scopes[i].org && s->org_repos)

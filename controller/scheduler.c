@@ -252,6 +252,27 @@ static void keep_templates(struct scheduler *s)
         provider_templates_sweep(prov(s), c->hosts[i].name);
 }
 
+/* Whether trusted `pool` may get runners: its scope's runner group restricted to pinned
+ * workflows, as GitHub last said (asked for the first time here). When it may not, its
+ * idle runners go: GitHub could give them to any workflow now. */
+static bool trusted_pool_allowed(struct scheduler *s, const struct config_pool *pool, char *why,
+                                 size_t why_size)
+{
+    const struct github_scope *sc = scheduler_pool_scope(s, pool);
+    size_t i = sc ? (size_t)(sc - s->deps.scopes) : s->deps.n_scopes;
+    runner_group_checks_ask(s->groups, gh(s), i, true, scheduler_recount_cb, s);
+    if (runner_group_checks_allow(s->groups, i, why, why_size))
+        return true;
+    for (struct runner *r = s->runners, *next; r; r = next) {
+        next = r->next;
+        if (r->state == RUNNER_IDLE && !r->adopting && r->pool == pool) {
+            log_info("runner.group_open", "runner=%s pool=%s", r->name, pool->name);
+            runner_retire(r, "%s", why);
+        }
+    }
+    return false;
+}
+
 /* Each connected host's guest isolation, told to the journal when it changes: a host
  * that gets no networked guest says why where operators look first. */
 static void note_isolation(struct scheduler *s)
@@ -317,6 +338,8 @@ static void tick(struct scheduler *s)
         if (want < 0)
             retire_surplus(s, pool, -want);
         s->why[p][0] = 0;
+        if (pool->trusted && !trusted_pool_allowed(s, pool, s->why[p], sizeof(s->why[p])))
+            continue;
         /* Whether the image is on this machine: a host of this pool is. The pools of a
          * controller of remote hosts are not judged by another pool's local host; their
          * image is looked for on each host (place()). */
@@ -452,9 +475,11 @@ int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
     s->retry_at_ms = calloc(cfg(s)->n_pools + 1, sizeof(int64_t));
     s->org_repos = calloc(s->deps.n_scopes + 1, sizeof(*s->org_repos));
     s->isolation_log = guest_isolation_log_new();
+    s->groups = runner_group_checks_new(s->deps.scopes, s->deps.n_scopes);
     if (!s->drained || !s->why || !s->failures || !s->retry_at_ms || !s->org_repos ||
-        !s->isolation_log) {
+        !s->isolation_log || !s->groups) {
         guest_isolation_log_free(s->isolation_log);
+        runner_group_checks_free(s->groups);
         free(s->drained);
         free(s->why);
         free(s->failures);
@@ -511,6 +536,8 @@ void scheduler_free(struct scheduler *s)
     }
     s->runners = NULL;
     guest_isolation_log_free(s->isolation_log);
+    runner_group_checks_free(s->groups);
+    s->groups = NULL;
     free(s->drained);
     free(s->why);
     free(s->failures);
@@ -612,10 +639,19 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
     const char *why = scheduler_pool_waiting(s, pool);
     int p = config_pool_index(cfg(s), pool);
     int64_t backoff_ms = p >= 0 ? s->retry_at_ms[p] - wall_clock_ms() : 0;
-    return json_pack("{s:I, s:o, s:o, s:i, s:f}", "live", (json_int_t)live, "by_state", states,
-                     "waiting", why ? json_string(why) : json_null(), "failures_in_a_row",
-                     p >= 0 ? s->failures[p] : 0, "backoff_s",
-                     backoff_ms > 0 ? (double)backoff_ms / 1000.0 : 0.0);
+    json_t *o = json_pack("{s:I, s:o, s:o, s:i, s:f}", "live", (json_int_t)live, "by_state", states,
+                          "waiting", why ? json_string(why) : json_null(), "failures_in_a_row",
+                          p >= 0 ? s->failures[p] : 0, "backoff_s",
+                          backoff_ms > 0 ? (double)backoff_ms / 1000.0 : 0.0);
+    const struct github_scope *sc = p >= 0 ? scheduler_pool_scope(s, &cfg(s)->pools[p]) : NULL;
+    json_t *group = sc && cfg(s)->pools[p].trusted
+                        ? runner_group_checks_json(s->groups, (size_t)(sc - s->deps.scopes))
+                        : NULL;
+    if (o && group)
+        json_object_set_new(o, "runner_group", group);
+    else
+        json_decref(group);
+    return o;
 }
 
 const char *scheduler_pool_waiting(struct scheduler *s, const char *pool)

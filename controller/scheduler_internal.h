@@ -15,6 +15,7 @@
 #include "config.h"
 #include "github.h"
 #include "provider.h"
+#include "runner_group.h"
 #include "scheduler.h"
 #include "store.h"
 
@@ -87,7 +88,8 @@ struct scheduler {
     int64_t rotated_ms;      /* when the tick last looked for outdated idle runners */
     int lists_pending;       /* GitHub lists of reconciler passes not answered yet */
     int late_checks_pending; /* late queued jobs asked about, not settled yet */
-    struct org_repos *org_repos; /* per scope (used by org scopes) */
+    struct org_repos *org_repos;        /* per scope (used by org scopes) */
+    struct runner_group_checks *groups; /* per scope: the runner group's policy, as GitHub says */
     struct orphan *orphans;
     size_t n_orphans;
     int64_t started_ms;
@@ -163,6 +165,12 @@ void on_reconcile(uv_timer_t *t);
 static inline void scheduler_recount(struct scheduler *s)
 {
     uv_timer_start(&s->tick, s->on_tick, 0, 0);
+}
+
+/* scheduler_recount as a callback: `data` is the scheduler. */
+static inline void scheduler_recount_cb(void *data)
+{
+    scheduler_recount(data);
 }
 
 #endif

@@ -33,7 +33,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const d = new Daemon({
   hostsExtra: lxcHost({ vcpus: 16, guests: 12 }),
   pools: containerPool('chaos', { max: MAX }),
-  extra: githubConfig({ reconcileIntervalS: 2, runnerGroupId: 3 }),
+  extra: githubConfig({ reconcileIntervalS: 2, runnerGroupId: 3, org: 'pytorch' }),
 });
 
 const payload = (action, id, runner = null) => workflowJob(action, id, ['chaos'], runner);
@@ -78,6 +78,8 @@ before(async () => {
   await fetch(`${api}/__double/log`, { method: 'DELETE' });
   await fetch(`${api}/__double/stateful`, { method: 'POST' });
   await fetch(`${api}/__double/jit`, { method: 'POST', body: 'sleep=1 exit=0' });
+  // The pool's org scope finds lost jobs through the installation's repositories.
+  await fetch(`${api}/__double/repos`, { method: 'POST', body: JSON.stringify(['pytorch/pytorch']) });
   await d.start();
 });
 

@@ -19,7 +19,7 @@ const api = process.env.GITHUB_DOUBLE_URL;
 const d = new Daemon({
   hostsExtra: lxcHost({ vcpus: 4, guests: 4 }),
   pools: containerPool('ct', { max: 2 }),
-  extra: githubConfig({ reconcileIntervalS: 5, runnerGroupId: 3 }),
+  extra: githubConfig({ reconcileIntervalS: 5, runnerGroupId: 3, org: 'pytorch' }),
 });
 
 const runners = () => d.cliJson('runners', '--all').runners;

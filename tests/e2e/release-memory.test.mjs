@@ -58,7 +58,7 @@ for (const [proto, key] of [['HTTP/2.0', 'h2'], ['HTTP/1.1', 'h1']]) {
     const d = new Daemon({
       hostsExtra: lxcHost({ vcpus: 2, guests: 2 }),
       pools: containerPool('ct', { max: 1 }),
-      extra: githubConfig({ reconcileIntervalS: 5, runnerGroupId: 3 })
+      extra: githubConfig({ reconcileIntervalS: 5, runnerGroupId: 3, org: 'pytorch' })
         .replace(`api_url: ${api}\n`, `api_url: ${url}\n  ca_file: ${tls}/ca.pem\n`),
     });
     await d.start();

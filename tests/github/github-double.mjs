@@ -37,6 +37,10 @@ let installationRepos = null; // what /installation/repositories lists, once a t
 // What /repos/actions/runner/releases lists, once a test sets it: [{tag_name, published_at,
 // prerelease?, draft?}], each laid over Prism's example release.
 let runnerReleases = null;
+// What an org's runner groups say, laid over GitHub's example group (which is restricted to
+// one workflow at refs/heads/main): runner_group_id -> fields, once a test sets them, as an
+// organization owner would change the group's policy.
+const runnerGroups = new Map();
 
 function b64urlJson(part) {
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
@@ -107,6 +111,11 @@ createServer(async (req, res) => {
     }
     if (url === '/__double/releases' && req.method === 'POST') {
       runnerReleases = JSON.parse(body.toString());
+      return send(res, 200, {}, '{}');
+    }
+    if (url === '/__double/runner-group' && req.method === 'POST') {
+      const { id, ...fields } = JSON.parse(body.toString());
+      runnerGroups.set(Number(id), fields);
       return send(res, 200, {}, '{}');
     }
     if (url === '/__double/dequeue' && req.method === 'POST') {
@@ -230,6 +239,11 @@ createServer(async (req, res) => {
   if (runnerReleases && upstream.status === 200 && path === '/repos/actions/runner/releases') {
     const example = JSON.parse(text)[0];
     text = JSON.stringify(runnerReleases.map((r) => ({ ...example, draft: false, prerelease: false, name: r.tag_name, ...r })));
+  }
+  const group = /^\/orgs\/[^/]+\/actions\/runner-groups\/(\d+)$/.exec(path);
+  if (group && upstream.status === 200) {
+    const id = Number(group[1]);
+    text = JSON.stringify({ ...JSON.parse(text), id, ...(runnerGroups.get(id) ?? {}) });
   }
   // One job: GitHub's example, with this job's id, and queued (or the status the test
   // gives it) while the test says so.

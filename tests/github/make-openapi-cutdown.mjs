@@ -33,6 +33,7 @@ const OPERATIONS = {
   '/repos/{owner}/{repo}/actions/jobs/{job_id}': ['get'],
   '/installation/repositories': ['get'],
   '/repos/{owner}/{repo}/releases': ['get'],
+  '/orgs/{org}/actions/runner-groups/{runner_group_id}': ['get'],
 };
 
 let source = process.argv[2];

@@ -325,8 +325,16 @@ static void test_pool_scopes(void **state)
              "%s    backend: container\n    trusted: true\n"
              "    github_scope: pytorch/pytorch\n%s",
              variant(NULL, ""), two_scopes);
-    expect_error(text, ":13: pools[].trusted: trusted pool 'linux.ppc64le' registers in scope "
-                       "'pytorch/pytorch', whose runner_group_id 1 is the default group");
+    expect_error(text, ":13: pools[].trusted: trusted pool 'linux.ppc64le' registers in "
+                       "repository scope 'pytorch/pytorch', whose runners serve every workflow");
+    /* A repository's runners have no group, whatever runner_group_id says. */
+    snprintf(text, sizeof(text),
+             "%s    backend: container\n    trusted: true\n    github_scope: pytorch/pytorch\n"
+             "github:\n  token_file: /t\n  runner_scopes:\n    - repo: pytorch/pytorch\n"
+             "      runner_group_id: 3\n",
+             variant(NULL, ""));
+    expect_error(text, "runner groups, which can be restricted to trusted workflows, exist for "
+                       "organizations only");
     snprintf(text, sizeof(text),
              "%s    backend: container\n    trusted: true\ngithub:\n  token_file: /t\n"
              "  runner_scopes:\n    - org: pytorch\n      runner_group_id: 42\n",

@@ -353,6 +353,19 @@ int github_job_get(struct github_client *client, const char *repo, int64_t job_i
     return -ENOTSUP;
 }
 
+/* No pool here is trusted: nothing asks about a runner group (github.scheduler does). */
+int github_runner_group_get(struct github_client *client, const char *org, int64_t group_id,
+                            github_json_cb cb, void *data)
+{
+    (void)client;
+    (void)org;
+    (void)group_id;
+    (void)cb;
+    (void)data;
+    fail_msg("a runner group asked about with no trusted pool");
+    return -EOPNOTSUPP;
+}
+
 void github_client_stats(const struct github_client *client, struct github_stats *ret)
 {
     (void)client;

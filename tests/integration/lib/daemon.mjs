@@ -228,13 +228,15 @@ export function examples(name) {
 // The `github` section for a daemon talking to the GitHub double (tests/github/with-prism.sh
 // exports its URL and the App's key).
 // runnerGroupId: the scope's group (a trusted pool's must not be the default group, 1).
-export function githubConfig({ reconcileIntervalS = 5, runnerGroupId = 1 } = {}) {
+// One runner scope: the repository pytorch/pytorch, or with `org` that organization (a
+// trusted pool needs an org scope: runner groups exist for organizations only).
+export function githubConfig({ reconcileIntervalS = 5, runnerGroupId = 1, org = null } = {}) {
   return `github:
   api_url: ${process.env.GITHUB_DOUBLE_URL}
   app_id: ${process.env.APP_ID}
   app_private_key_file: ${process.env.APP_KEY_FILE}
   runner_scopes:
-    - repo: pytorch/pytorch
+    - ${org ? `org: ${org}` : 'repo: pytorch/pytorch'}
       runner_group_id: ${runnerGroupId}
 reconcile_interval_s: ${reconcileIntervalS}
 `;
