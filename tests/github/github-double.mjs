@@ -13,9 +13,12 @@
 import { createPublicKey, randomBytes, verify } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
+import { ActionsService } from './actions-service.mjs';
 
 const [port, prismUrl, publicKeyFile, appId] = process.argv.slice(2);
 const publicKey = createPublicKey(readFileSync(publicKeyFile));
+// The Actions service a runner scale set talks to, on this same port (actions-service.mjs).
+const service = new ActionsService({ base: `http://127.0.0.1:${port}` });
 let faults = [];
 let log = [];
 let violations = [];
@@ -92,8 +95,8 @@ createServer(async (req, res) => {
       return send(res, 200, {}, '{}');
     }
     if (url === '/__double/log') {
-      if (req.method === 'DELETE') { log = []; violations = []; faults = []; return send(res, 200, {}, '{}'); }
-      return send(res, 200, {}, JSON.stringify({ log, violations }));
+      if (req.method === 'DELETE') { log = []; violations = []; faults = []; service.reset(); return send(res, 200, {}, '{}'); }
+      return send(res, 200, {}, JSON.stringify({ log, violations: [...violations, ...service.violations] }));
     }
     if (url === '/__double/revoke' && req.method === 'POST') { tokens = new Set(); return send(res, 200, {}, '{}'); }
     if (url === '/__double/token-ttl' && req.method === 'POST') { tokenTtl = Number(body.toString()); return send(res, 200, {}, '{}'); }
@@ -125,6 +128,25 @@ createServer(async (req, res) => {
     return send(res, 404, {}, '{}');
   }
 
+  if (url.startsWith('/__scaleset/')) {
+    const [status, out] = service.control(req.method, url.split('?')[0], body.toString());
+    return send(res, status, {}, JSON.stringify(out));
+  }
+  if (url.startsWith('/tenant/123/')) {
+    const answer = await service.handle(req, body);
+    if (answer === 'reset') return req.socket.destroy();
+    if (answer === 'hang') return;
+    const [status, out] = answer;
+    if (out === null) { res.writeHead(status); return res.end(); }
+    return send(res, status, {}, typeof out === 'string' ? out : JSON.stringify(out));
+  }
+  if (/^(\/api\/v3)?\/actions\/runner-registration$/.test(url) && req.method === 'POST') {
+    log.push({ method: req.method, url, headers: req.headers });
+    const fault = takeFault(req.method, url);
+    if (fault?.status) return send(res, fault.status, {}, JSON.stringify(fault.body ?? { message: 'injected' }));
+    const [status, out] = service.runnerRegistration(req.headers, body.toString());
+    return send(res, status, {}, JSON.stringify(out));
+  }
   // GitHub Enterprise Server serves the API under /api/v3; Prism serves at /.
   const enterprise = url.startsWith('/api/v3/');
   const apiUrl = enterprise ? url.slice('/api/v3'.length) : url;
@@ -185,6 +207,16 @@ createServer(async (req, res) => {
     parsed.expires_at = new Date(Date.now() + tokenTtl * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
     tokens.add(parsed.token);
     entry.issued = parsed.token;
+    text = JSON.stringify(parsed);
+  }
+  if (upstream.status === 201 && /\/registration-token$/.test(path)) {
+    // Prism's example token is fixed and expired in 2020: a live one, which the Actions
+    // service's runner-registration then accepts.
+    const parsed = JSON.parse(text);
+    parsed.token = randomBytes(20).toString('hex').toUpperCase().slice(0, 29);
+    const expires = Date.now() + 3600_000;
+    parsed.expires_at = new Date(expires).toISOString();
+    service.registrationIssued(parsed.token, expires);
     text = JSON.stringify(parsed);
   }
   if (upstream.status === 201 && /\/generate-jitconfig$/.test(url)) {

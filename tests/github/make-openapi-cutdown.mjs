@@ -34,6 +34,9 @@ const OPERATIONS = {
   '/installation/repositories': ['get'],
   '/repos/{owner}/{repo}/releases': ['get'],
   '/orgs/{org}/actions/runner-groups/{runner_group_id}': ['get'],
+  // A runner scale set's auth chain starts with a registration token (actions/scaleset).
+  '/orgs/{org}/actions/runners/registration-token': ['post'],
+  '/repos/{owner}/{repo}/actions/runners/registration-token': ['post'],
 };
 
 let source = process.argv[2];
