@@ -235,6 +235,7 @@ static const struct key pool_keys[] = {
     STRING_KEY(struct config_pool, github_scope, false, NULL),
     ENUM_KEY(struct config_pool, trusted, bool_names, false, 0),
     NAME_KEY(struct config_pool, runner_user, false, "runner"),
+    NAME_KEY(struct config_pool, scale_set, false, NULL),
     {.name = NULL},
 };
 
@@ -1070,6 +1071,16 @@ static void check_pool(struct loader *l, struct config *c, size_t i)
         if (p->labels[k] && strlen(p->labels[k]) > WEBHOOK_MAX_LABEL_BYTES)
             fail(l, line_node(p->line, &at), "pools[].labels", "label longer than %d bytes",
                  WEBHOOK_MAX_LABEL_BYTES);
+    for (size_t j = 0; j < i; j++)
+        if (p->scale_set && c->pools[j].scale_set &&
+            strcmp(p->scale_set, c->pools[j].scale_set) == 0)
+            fail(l, line_node(p->line, &at), "pools[].scale_set",
+                 "scale set '%s' serves pools '%s' and '%s': one pool per scale set", p->scale_set,
+                 c->pools[j].name ? c->pools[j].name : "?", p->name ? p->name : "?");
+    if (p->scale_set && !config_github_enabled(c))
+        fail(l, line_node(p->line, &at), "pools[].scale_set",
+             "pool '%s' is served by scale set '%s', which needs the github section",
+             p->name ? p->name : "?", p->scale_set);
     check_pool_hosts(l, c, p);
     if (p->backend == BACKEND_CONTAINER)
         check_container_pool(l, p);

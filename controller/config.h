@@ -105,6 +105,7 @@ struct config_pool {
     char *github_scope; /* a repo (owner/name) or org of github.runner_scopes; default the first */
     int64_t trusted;    /* 1: only trusted code runs here (required of container pools) */
     char *runner_user;  /* containers: the account in the root the runner runs as */
+    char *scale_set;    /* the runner scale set its jobs come from (no webhooks), or NULL */
     int line;
 };
 

@@ -52,6 +52,7 @@ struct daemon {
     struct image_cache *images; /* each pool's image on this machine, as last seen */
     struct scheduler *scheduler;
     struct scheduler *scheduler_closed; /* freed after the loop ends */
+    struct scalesets *scalesets;        /* the scale-set pools' listeners; NULL without any */
     struct github_scope *scopes;        /* from config.github.runner_scopes */
     size_t n_scopes;
     struct front *front; /* the HTTP front's process: the listeners */

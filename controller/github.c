@@ -41,6 +41,7 @@ const char *const github_auth_mode_names[GITHUB_AUTH_MODE_MAX] = {
 enum call_auth {
     CALL_AUTH_TOKEN, /* installation token or configured token */
     CALL_AUTH_JWT,   /* App JWT: /app/... endpoints and the installation lookup */
+    CALL_AUTH_GIVEN, /* the caller's own (github_request_with): fixed_auth */
     CALL_AUTH_MAX,
 };
 
@@ -55,6 +56,11 @@ struct call {
     CURL *easy;
     struct curl_slist *headers;
     char *auth_header; /* revealed secret: wiped on free */
+    char *fixed_auth;  /* CALL_AUTH_GIVEN's header, revealed once: wiped on free */
+    char *accept;      /* "Accept: …" other than GitHub's, or NULL */
+    char *extra_header;
+    long timeout_ms; /* the client's unless set */
+    int max_retries; /* the client's unless set */
     struct textbuf response;
     bool too_large;
     uv_timer_t timer; /* backoff and rate-limit waits */
@@ -358,6 +364,9 @@ static void call_free(struct call *call)
     call_drop_easy(call);
     slist_wipe_free(call->headers);
     secret_reveal_free(call->auth_header);
+    secret_reveal_free(call->fixed_auth);
+    free(call->accept);
+    free(call->extra_header);
     textbuf_free(&call->response); /* wiped: it may hold a token or a JIT config */
     free(call->url);
     free(call->body);
@@ -475,7 +484,7 @@ static int build_easy(struct call *call)
     curl_easy_setopt(e, CURLOPT_PRIVATE, call);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, call->timeout_ms);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->timeout_ms < 10000 ? c->timeout_ms : 10000);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
@@ -493,8 +502,14 @@ static int build_easy(struct call *call)
         curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)c->max_response_bytes);
 
     struct curl_slist *h = NULL;
-    h = curl_slist_append(h, "Accept: application/vnd.github+json");
-    h = curl_slist_append(h, "X-GitHub-Api-Version: 2022-11-28");
+    if (call->accept) {
+        h = curl_slist_append(h, call->accept);
+    } else {
+        h = curl_slist_append(h, "Accept: application/vnd.github+json");
+        h = curl_slist_append(h, "X-GitHub-Api-Version: 2022-11-28");
+    }
+    if (call->extra_header)
+        h = curl_slist_append(h, call->extra_header);
     if (call->body) {
         h = curl_slist_append(h, "Content-Type: application/json");
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, call->body);
@@ -509,11 +524,13 @@ static int build_easy(struct call *call)
         if (r == 0)
             r = secret_reveal(jwt, "Authorization: Bearer ", &call->auth_header);
         secret_free(jwt);
-    } else if (c->token) {
+    } else if (call->auth == CALL_AUTH_TOKEN && c->token) {
         r = secret_reveal(c->token, "Authorization: Bearer ", &call->auth_header);
     }
     if (r == 0 && call->auth_header)
         h = curl_slist_append(h, call->auth_header);
+    if (r == 0 && call->fixed_auth)
+        h = curl_slist_append(h, call->fixed_auth);
     call->headers = h;
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
     return r;
@@ -633,7 +650,7 @@ static void call_done(struct call *call, CURLcode result)
             call_finish(call, -EMSGSIZE, status, NULL, msg);
             return;
         }
-        if (call->attempt < c->max_retries) {
+        if (call->attempt < call->max_retries) {
             call->attempt++;
             c->stats.retries++;
             long wait = backoff_ms(c, call->attempt);
@@ -655,7 +672,7 @@ static void call_done(struct call *call, CURLcode result)
         int64_t until = wall_clock_ms() + wait;
         if (until > c->paused_until_ms)
             c->paused_until_ms = until;
-        if (call->attempt < c->max_retries) {
+        if (call->attempt < call->max_retries) {
             call->attempt++;
             log_warn("github.rate_limited", "method=%s url=%s status=%ld wait_ms=%ld", call->method,
                      call->url, status, wait);
@@ -667,7 +684,7 @@ static void call_done(struct call *call, CURLcode result)
         call_finish(call, -EBUSY, status, NULL, msg);
         return;
     }
-    if (status >= 500 && call->attempt < c->max_retries) {
+    if (status >= 500 && call->attempt < call->max_retries) {
         call->attempt++;
         c->stats.retries++;
         long ms = backoff_ms(c, call->attempt);
@@ -733,6 +750,8 @@ static struct call *call_new(struct github_client *c, const char *method, const 
     call->client = c;
     snprintf(call->method, sizeof(call->method), "%s", method);
     call->auth = auth;
+    call->timeout_ms = c->timeout_ms;
+    call->max_retries = c->max_retries;
     call->cb = cb;
     call->data = data;
     textbuf_init(&call->response, c->max_response_bytes);
@@ -848,6 +867,47 @@ int github_request(struct github_client *c, const char *method, const char *path
         call_new(c, method, path, body, jwt ? CALL_AUTH_JWT : CALL_AUTH_TOKEN, cb, data);
     if (!call)
         return -ENOMEM;
+    call_send(call);
+    return 0;
+}
+
+int github_request_with(struct github_client *c, const char *method, const char *url, json_t *body,
+                        const struct github_call_options *o, github_json_cb cb, void *data)
+{
+    if (c->closing)
+        return -ECANCELED;
+    bool absolute = strncmp(url, "http://", 7) == 0 || strncmp(url, "https://", 8) == 0;
+    if (!absolute && url[0] != '/')
+        return -EINVAL;
+    /* Another host gets the caller's credentials, never the installation token. */
+    if (absolute && !o->auth)
+        return -EPERM;
+    struct call *call =
+        call_new(c, method, url, body, o->auth ? CALL_AUTH_GIVEN : CALL_AUTH_TOKEN, cb, data);
+    if (!call)
+        return -ENOMEM;
+    char header[256];
+    int r = 0;
+    if (o->auth) {
+        snprintf(header, sizeof(header), "Authorization: %s ",
+                 o->auth_scheme ? o->auth_scheme : "Bearer");
+        r = secret_reveal(o->auth, header, &call->fixed_auth);
+    }
+    if (r == 0 && o->accept) {
+        snprintf(header, sizeof(header), "Accept: %s", o->accept);
+        r = (call->accept = strdup(header)) ? 0 : -ENOMEM;
+    }
+    if (r == 0 && o->extra_header)
+        r = (call->extra_header = strdup(o->extra_header)) ? 0 : -ENOMEM;
+    if (o->timeout_ms > 0)
+        call->timeout_ms = o->timeout_ms;
+    if (o->max_retries >= 0)
+        call->max_retries = o->max_retries;
+    if (r < 0) {
+        call->cb = NULL;
+        call_free(call);
+        return r;
+    }
     call_send(call);
     return 0;
 }
@@ -1081,6 +1141,11 @@ void github_client_free(struct github_client *c)
     }
     client_release(c);
     uv_close((uv_handle_t *)&c->curl_timer, on_client_timer_closed);
+}
+
+const char *github_client_api_url(const struct github_client *c)
+{
+    return c->api_url;
 }
 
 json_t *github_client_status(const struct github_client *c)

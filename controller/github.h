@@ -70,6 +70,23 @@ typedef void (*github_json_cb)(void *data, const struct github_response *res);
 int github_request(struct github_client *client, const char *method, const char *path, json_t *body,
                    github_json_cb cb, void *data);
 
+/* A request the GitHub client sends as any other (the same loop, limits, retries and
+ * wipes), with what the Actions service of a runner scale set needs instead of the API's
+ * defaults. `url` is relative to the API URL, or absolute on any host; an absolute one
+ * must carry its own `auth`. */
+struct github_call_options {
+    const struct secret *auth; /* sent as "Authorization: <auth_scheme> <auth>"; NULL: the
+                                  installation token */
+    const char *auth_scheme;   /* "Bearer" (NULL) or "RemoteAuth" */
+    const char *accept;        /* the Accept value; NULL: GitHub's REST media type */
+    const char *extra_header;  /* one more "Name: value", or NULL */
+    long timeout_ms;           /* 0: the client's (a long poll holds longer) */
+    int max_retries;           /* -1: the client's */
+};
+int github_request_with(struct github_client *client, const char *method, const char *url,
+                        json_t *body, const struct github_call_options *options, github_json_cb cb,
+                        void *data);
+
 /* ---- operations (github_api.c) ------------------------------------------------------- */
 
 /* `jit_config` is handed over to the callee; NULL on failure. */
@@ -107,6 +124,8 @@ int github_runner_group_get(struct github_client *client, const char *org, int64
 int github_queued_jobs_list(struct github_client *client, const char *repo, github_list_cb cb,
                             void *data);
 
+/* The API URL it was configured with. */
+const char *github_client_api_url(const struct github_client *client);
 /* What `hatchery github` shows. */
 json_t *github_client_status(const struct github_client *client);
 

@@ -27,6 +27,7 @@
 #include "image_manifest.h"
 #include "pool_image.h"
 #include "log.h"
+#include "scaleset/scaleset.h"
 #include "sd_notify.h"
 #include "textbuf.h"
 #include "wall_clock.h"
@@ -785,6 +786,23 @@ static json_t *admin_hosts(struct daemon *d, enum admin_command command, json_t 
     return json_pack("{s:b, s:o}", "ok", 1, "hosts", hosts);
 }
 
+static void on_scaleset_job(void *data, const char *pool, int64_t job_key, const char *runner_name,
+                            bool started)
+{
+    struct daemon *d = data;
+    (void)pool;
+    if (d->scheduler)
+        scheduler_job_event(d->scheduler, job_key, started ? JOB_IN_PROGRESS : JOB_COMPLETED,
+                            runner_name);
+}
+
+static void on_scaleset_demand(void *data)
+{
+    struct daemon *d = data;
+    if (d->scheduler)
+        scheduler_kick(d->scheduler);
+}
+
 /* github: the client's auth, rate limit and scopes. */
 static json_t *admin_github(struct daemon *d, enum admin_command command, json_t *request)
 {
@@ -800,6 +818,7 @@ static json_t *admin_github(struct daemon *d, enum admin_command command, json_t
                               d->scopes[i].repo ? d->scopes[i].repo : d->scopes[i].org,
                               "runner_group_id", (json_int_t)d->scopes[i].runner_group_id));
     json_object_set_new(status, "scopes", scopes);
+    json_object_set_new(status, "scale_sets", scalesets_json(d->scalesets));
     json_object_set_new(status, "ok", json_true());
     json_object_set_new(status, "configured", json_true());
     return status;
@@ -991,6 +1010,10 @@ static void on_stop_timeout(uv_timer_t *timer)
     uv_stop(d->loop);
 }
 
+static void daemon_stop_rest(void *data);
+
+/* A stop gives each scale set's session back first (the next holder then need not wait
+ * out its linger), then closes the rest. */
 static void daemon_stop(struct daemon *d)
 {
     d->stopping = true;
@@ -998,6 +1021,14 @@ static void daemon_stop(struct daemon *d)
     sd_notify_send("STOPPING=1");
     front_close(d->front);
     admin_server_stop(&d->admin);
+    struct scalesets *sets = d->scalesets;
+    d->scalesets = NULL; /* it frees itself once its last request has answered */
+    scalesets_stop(sets, daemon_stop_rest, d);
+}
+
+static void daemon_stop_rest(void *data)
+{
+    struct daemon *d = data;
     runner_releases_free(d->runner_releases);
     d->runner_releases = NULL;
     github_client_free(d->github);
@@ -1489,10 +1520,26 @@ int main(int argc, char **argv)
         .images = d.images,
         .scopes = d.scopes,
         .n_scopes = d.n_scopes,
+        .scalesets = &d.scalesets,
     };
     int r = scheduler_new(&deps, &d.scheduler);
     if (r < 0)
         log_error("daemon.scheduler_failed", "error=\"%s\"", strerror(-r));
+    if (d.github) {
+        struct scalesets_deps sdeps = {
+            .loop = d.loop,
+            .github = d.github,
+            .store = d.store,
+            .config = d.config,
+            .scopes = d.scopes,
+            .n_scopes = d.n_scopes,
+            .owner = d.config->controller_id,
+            .events = {on_scaleset_job, on_scaleset_demand, &d},
+        };
+        r = scalesets_new(&sdeps, &d.scalesets);
+        if (r < 0)
+            log_error("daemon.scalesets_failed", "error=\"%s\"", strerror(-r));
+    }
 
     if (!front_sandboxed(d.front))
         log_warn("daemon.front_unconfined",

@@ -65,6 +65,9 @@ const struct config_pool *job_pool_match(const struct config *config, const char
         return NULL;
     for (size_t p = 0; p < config->n_pools; p++) {
         const struct config_pool *pool = &config->pools[p];
+        /* A scale set's jobs come from its queue, and its runners only ever get those. */
+        if (pool->scale_set)
+            continue;
         size_t i = 0;
         while (i < n_labels && pool_has_label(pool, labels[i]))
             i++;

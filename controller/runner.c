@@ -1,6 +1,7 @@
 /* One runner's life, from its record to its end: the store record, the lifecycle moves
  * (runner_lifecycle.h), the guest's events, creation; see scheduler.h. */
 #include "scheduler_internal.h"
+#include "scaleset/scaleset.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -158,6 +159,16 @@ static bool hold_release(struct runner *r)
     return !r->forget_pending;
 }
 
+/* Removes the runner GitHub registered: through its scale set, or the REST API. */
+static int runner_unregister(struct scheduler *s, const struct config_pool *pool,
+                             const struct github_scope *scope, int64_t runner_id, github_done_cb cb,
+                             void *data)
+{
+    if (pool->scale_set)
+        return scalesets_runner_remove(scalesets_of(s), pool->name, runner_id, cb, data);
+    return github_runner_delete(gh(s), scope, runner_id, cb, data);
+}
+
 static void runner_deleted(struct runner *r)
 {
     r->finished_ms = r->finished_ms ? r->finished_ms : wall_clock_ms();
@@ -188,7 +199,7 @@ static void runner_after_guest(struct runner *r)
         runner_record(r);
     if (gh(r->s) && r->github_runner_id > 0) {
         r->holds++;
-        if (github_runner_delete(gh(r->s), r->scope, r->github_runner_id, on_github_deleted, r) ==
+        if (runner_unregister(r->s, r->pool, r->scope, r->github_runner_id, on_github_deleted, r) ==
             0)
             return;
         r->holds--;
@@ -546,14 +557,15 @@ void on_github_deleted_quiet(void *data, int err, const char *message)
 static void on_jit(void *data, int err, const char *message, int64_t runner_id, struct secret *jit)
 {
     struct runner *r = data;
-    struct github_client *github = gh(r->s);
+    struct scheduler *s = r->s;
+    const struct config_pool *pool = r->pool;
     const struct github_scope *scope = r->scope;
     bool wanted = hold_release(r); /* false: r is freed */
     if (!wanted || r->state >= RUNNER_DELETING) {
         secret_free(jit);
         /* Registered after all: delete it, or it lingers. */
-        if (err == 0 && github)
-            github_runner_delete(github, scope, runner_id, on_github_deleted_quiet, NULL);
+        if (err == 0 && gh(s))
+            runner_unregister(s, pool, scope, runner_id, on_github_deleted_quiet, NULL);
         return;
     }
     if (err < 0) {
@@ -576,7 +588,9 @@ static void runner_start(struct runner *r)
     for (size_t i = 0; i < p->n_labels && n < CONFIG_MAX_POOL_LABELS + 1; i++)
         labels[n++] = p->labels[i];
     r->holds++;
-    int e = github_jitconfig_generate(gh(r->s), r->scope, r->name, labels, n, "_work", on_jit, r);
+    int e = p->scale_set ? scalesets_jit_generate(scalesets_of(r->s), p->name, r->name, on_jit, r)
+                         : github_jitconfig_generate(gh(r->s), r->scope, r->name, labels, n,
+                                                     "_work", on_jit, r);
     if (e < 0) {
         r->holds--;
         runner_fail(r, FAILURE_GITHUB, "cannot ask GitHub for a JIT config: %s", strerror(-e));

@@ -2,6 +2,7 @@
  * the admin and metrics views; see scheduler.h. A runner's own life is runner.c's, the
  * reconciler's work reconcile.c's; what they share is scheduler_internal.h. */
 #include "scheduler_internal.h"
+#include "scaleset/scaleset.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -332,6 +333,17 @@ static void tick(struct scheduler *s)
             live++;
             if (runner_state_unbusy(r->state))
                 unbusy++;
+        }
+        if (pool->scale_set) {
+            /* Its jobs are the ones the service assigned to the scale set, running ones
+             * included: those still to start are what is not busy yet. */
+            int64_t assigned = scalesets_assigned(scalesets_of(s), pool->name);
+            if (assigned < 0) {
+                snprintf(s->why[p], sizeof(s->why[p]), "waiting for scale set %s", pool->scale_set);
+                continue;
+            }
+            int64_t busy = live - unbusy;
+            queued = assigned > busy ? assigned - busy : 0;
         }
         int64_t want = queued + pool->min_idle - unbusy;
         int64_t room = pool->max_runners - live;

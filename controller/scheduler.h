@@ -37,6 +37,7 @@ struct github_client;
 struct image_cache;
 struct github_scope;
 struct provider;
+struct scalesets;
 struct scheduler;
 struct store;
 
@@ -53,6 +54,7 @@ struct scheduler_deps {
     struct image_cache *images;        /* NULL: no pool's image is on this machine to look at */
     const struct github_scope *scopes; /* config.github.runner_scopes, resolved */
     size_t n_scopes;
+    struct scalesets *const *scalesets; /* the scale-set pools' jobs and runners, or NULL */
 };
 
 int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret);

@@ -113,6 +113,11 @@ static inline struct provider *prov(const struct scheduler *s)
     return *s->deps.provider;
 }
 
+static inline struct scalesets *scalesets_of(const struct scheduler *s)
+{
+    return s->deps.scalesets ? *s->deps.scalesets : NULL;
+}
+
 /* Hosts are known by name, as pools are (config_pool_index): a reload may move, add or
  * remove them. The index in `c`, or -1. */
 static inline int host_index(const struct config *c, const char *name)

@@ -144,6 +144,25 @@ static const char *const migrations[] = {
     /* 7: the build of the image each runner booted, so that idle runners of a replaced
      * image are rotated out, after a restart too. */
     "ALTER TABLE runners ADD COLUMN image TEXT;",
+    /* 8: runner scale sets: where each one's message queue was read up to (a message is
+     * deleted from the queue only once what it says is here), and its jobs as the service
+     * last told them. */
+    "CREATE TABLE scale_sets ("
+    "  name TEXT PRIMARY KEY,"
+    "  scale_set_id INTEGER NOT NULL,"
+    "  last_message_id INTEGER NOT NULL DEFAULT 0,"
+    "  updated_at INTEGER NOT NULL"
+    ");"
+    "CREATE TABLE scale_set_jobs ("
+    "  scale_set TEXT NOT NULL,"
+    "  job_id TEXT NOT NULL,"
+    "  state TEXT NOT NULL,"
+    "  runner_name TEXT,"
+    "  result TEXT,"
+    "  labels TEXT,"
+    "  updated_at INTEGER NOT NULL,"
+    "  PRIMARY KEY (scale_set, job_id)"
+    ") WITHOUT ROWID;",
 };
 
 static int exec_sql(sqlite3 *db, const char *sql, char *err, size_t err_size)

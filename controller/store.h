@@ -17,7 +17,7 @@
 
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 
 struct config;
 struct store;
@@ -150,5 +150,20 @@ json_t *store_jobs_queued_unlisted(struct store *store, const char *repo, int64_
 json_t *store_job_ids_unknown(struct store *store, const char *ids);
 /* Deletes completed jobs last updated before `before_ms`. */
 int store_jobs_prune(struct store *store, int64_t before_ms);
+
+/* ---- runner scale sets (store_scalesets.c) ------------------------------------------ */
+
+/* What one message of a scale set's queue said: its jobs' news, as
+ * [{job_id, state, runner_name?, result?, labels?}], and the message id, committed in one
+ * transaction; `cb` runs once both are on disk (then the message may be deleted from the
+ * service's queue). `jobs` is taken. */
+int store_scaleset_message_commit(struct store *store, const char *name, int64_t scale_set_id,
+                                  int64_t message_id, json_t *jobs, int64_t now_ms,
+                                  store_write_cb cb, void *data);
+/* The scale set's last committed message id (0: none), and its id (0: not known). */
+int store_scaleset_cursor(struct store *store, const char *name, int64_t *ret_scale_set_id,
+                          int64_t *ret_last_message_id);
+/* Its jobs by state, newest first, at most `limit` (for the CLI). */
+json_t *store_scaleset_jobs(struct store *store, const char *name, int limit);
 
 #endif

@@ -193,6 +193,9 @@ export class ActionsService {
       case 'POST /__scaleset/vanish': // GitHub deleted the scale set (7 days idle, an incident)
         if (ss) this.scaleSets.delete(ss.id);
         return [200, {}];
+      case 'POST /__scaleset/revoke': // every admin token stops working (401)
+        this.adminTokens.clear();
+        return [200, {}];
       case 'POST /__scaleset/evict': // the service dropped every session
         this.sessions.clear();
         this.wake();
@@ -367,6 +370,7 @@ export class ActionsService {
       return [204, null];
     }
     if (req.method !== 'GET') return [405, { message: 'method' }];
+    if (fault?.emptyBody) return [200, '']; // the service's "nothing", as a 200
     const capacity = req.headers['x-scalesetmaxcapacity'];
     if (capacity === undefined || !/^\d+$/.test(capacity)) this.violations.push({ problem: `poll without X-ScaleSetMaxCapacity (${capacity})` });
     const last = Number(url.searchParams.get('lastMessageId') ?? 0);
@@ -393,7 +397,6 @@ export class ActionsService {
     }
     if (!msg) return [202, null];
     s.seen = Date.now();
-    if (fault?.emptyBody) return [200, ''];
     return [200, { messageId: msg.messageId, messageType: 'RunnerScaleSetJobMessages', body: JSON.stringify(msg.events), statistics: this.statistics(ss) }];
   }
 }

@@ -347,6 +347,18 @@ static void test_pool_scopes(void **state)
              variant(NULL, ""));
     expect_error(text, "whose runner_group_id 1 is the default group");
 
+    /* One scale set serves one pool; a scale set needs GitHub. */
+    snprintf(text, sizeof(text),
+             "%s    github_scope: pytorch\n    scale_set: p10\n"
+             "  - {name: other, labels: [other], arch: ppc64le, image: /r, hosts: [p10-a], "
+             "github_scope: pytorch, scale_set: p10}\n%s",
+             variant(NULL, ""), two_scopes);
+    expect_error(text, "pools[].scale_set: scale set 'p10' serves pools 'linux.ppc64le' and "
+                       "'other': one pool per scale set");
+    snprintf(text, sizeof(text), "%s    scale_set: p10\n", variant(NULL, ""));
+    expect_error(text, "pools[].scale_set: pool 'linux.ppc64le' is served by scale set 'p10', "
+                       "which needs the github section");
+
     /* Named scopes load, and each pool gets the one it named; one scope needs no name. */
     snprintf(text, sizeof(text),
              "%s    github_scope: pytorch/pytorch\n"

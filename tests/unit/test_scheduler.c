@@ -24,6 +24,7 @@
 #include "provider.h"
 #include "libvirt/provisioner.h"
 #include "scheduler.h"
+#include "scaleset/scaleset.h"
 #include "secret.h"
 #include "store.h"
 #include "wall_clock.h"
@@ -351,6 +352,38 @@ int github_job_get(struct github_client *client, const char *repo, int64_t job_i
     (void)cb;
     (void)data;
     return -ENOTSUP;
+}
+
+/* No pool here is served by a scale set (github.scaleset's are). */
+int64_t scalesets_assigned(const struct scalesets *sets, const char *pool)
+{
+    (void)sets;
+    (void)pool;
+    return -1;
+}
+
+int scalesets_jit_generate(struct scalesets *sets, const char *pool, const char *name,
+                           github_jit_cb cb, void *data)
+{
+    (void)sets;
+    (void)pool;
+    (void)name;
+    (void)cb;
+    (void)data;
+    fail_msg("a scale set's JIT config asked for with no scale-set pool");
+    return -EOPNOTSUPP;
+}
+
+int scalesets_runner_remove(struct scalesets *sets, const char *pool, int64_t runner_id,
+                            github_done_cb cb, void *data)
+{
+    (void)sets;
+    (void)pool;
+    (void)runner_id;
+    (void)cb;
+    (void)data;
+    fail_msg("a scale set's runner removed with no scale-set pool");
+    return -EOPNOTSUPP;
 }
 
 /* No pool here is trusted: nothing asks about a runner group (github.scheduler does). */

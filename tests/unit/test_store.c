@@ -247,6 +247,7 @@ static void test_job_counts_follow_jobs(void **state)
                                   "ALTER TABLE jobs DROP COLUMN unverified;"
                                   "ALTER TABLE deliveries DROP COLUMN body_sha256;"
                                   "ALTER TABLE runners DROP COLUMN image;"
+                                  "DROP TABLE scale_sets; DROP TABLE scale_set_jobs;"
                                   "DROP TRIGGER job_counts_insert; DROP TRIGGER job_counts_delete;"
                                   "DROP TRIGGER job_counts_update; DROP TABLE job_counts;"
                                   "PRAGMA user_version=3;"

@@ -1,0 +1,187 @@
+// A pool served by a runner scale set: no webhook reaches hatcheryd; it long-polls the
+// Actions service. The service is the stand-in written from actions/scaleset's source
+// (actions-service.mjs), served by the GitHub double in front of Prism, which checks the
+// REST half of the auth chain (the registration token) against GitHub's description. The
+// pool's one host is libvirt's test driver: what is measured is the protocol and the
+// runners hatcheryd registers and removes, not guests.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, test } from 'node:test';
+import { Daemon } from '../integration/lib/daemon.mjs';
+
+const api = process.env.GITHUB_DOUBLE_URL;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const SET = 'p10-ppc64le';
+
+const pools = `pools:
+  - name: power
+    labels: [${SET}]
+    arch: ppc64le
+    image: /default-pool/base.qcow2
+    vcpus: 1
+    memory_mib: 256
+    network: none
+    max_runners: 4
+    boot_timeout_s: 600
+    scale_set: ${SET}
+    github_scope: pytorch
+    hosts: [host-a]
+`;
+const github = `github:
+  api_url: ${api}
+  app_id: ${process.env.APP_ID}
+  app_private_key_file: ${process.env.APP_KEY_FILE}
+  runner_scopes:
+    - org: pytorch
+      runner_group_id: 1
+reconcile_interval_s: 60
+`;
+const d = new Daemon({ pools, extra: github });
+
+const control = async (path, body) => {
+  const r = await fetch(`${api}/__scaleset/${path}`, { method: 'POST', body: JSON.stringify(body ?? {}) });
+  const out = await r.json();
+  assert.equal(r.status, 200, `${path}: ${JSON.stringify(out)}`);
+  return out;
+};
+const state = async () => (await fetch(`${api}/__scaleset/state`)).json();
+const scaleSet = (daemon = d) => daemon.cliJson('github').scale_sets.find((s) => s.name === SET);
+const live = (daemon = d) => daemon.cliJson('runners').runners.filter((r) => !['deleted', 'failed'].includes(r.state));
+const sql = (daemon, q) => {
+  const r = spawnSync('sqlite3', [daemon.db, q], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.trim();
+};
+
+before(async () => {
+  await fetch(`${api}/__double/log`, { method: 'DELETE' });
+  // Long polls held for a second, not 50: the tests wait for events, and a stop's poll in
+  // flight ends soon.
+  await control('settings', { pollMs: 1000 });
+  await d.start();
+});
+
+after(async () => {
+  const { code, signal } = await d.stop();
+  d.cleanup();
+  assert.equal(signal, null);
+  assert.equal(code, 0);
+});
+
+test('the scale set is made with the pool\'s labels, and one session polls it', async () => {
+  const s = await d.until('a session', async () => {
+    const st = await state();
+    return st.sessions.length === 1 && st.scaleSets.length === 1 && st;
+  }, { ms: 20000 });
+  assert.equal(s.scaleSets[0].name, SET);
+  assert.deepEqual(s.scaleSets[0].labels, [{ name: SET, type: 'System' }]);
+  assert.equal(s.scaleSets[0].runnerGroupId, 1);
+  assert.equal(s.sessions[0].ownerName, 'it');
+  const view = await d.until('hatchery github to show it polling', () => scaleSet()?.state === 'polling' && scaleSet(), { ms: 20000 });
+  assert.equal(view.id, s.scaleSets[0].id);
+  assert.equal(view.session_id, s.sessions[0].sessionId);
+  // No webhook was needed: the auth chain went through the REST registration token.
+  const { log, violations } = await (await fetch(`${api}/__double/log`)).json();
+  assert.ok(log.some((e) => e.url === '/orgs/pytorch/actions/runners/registration-token'));
+  assert.ok(log.some((e) => e.url === '/actions/runner-registration'));
+  assert.deepEqual(violations, []);
+});
+
+test('jobs assigned to the scale set get runners with JIT configs from it; messages are deleted once committed', async () => {
+  const { jobs } = await control('jobs', { count: 2 });
+  const runners = await d.until('two runners', () => live().length === 2 && live(), { ms: 20000 });
+  assert.deepEqual(runners.map((r) => r.pool), ['power', 'power']);
+  const st = await d.until('both registered through the scale set', async () => {
+    const s = await state();
+    return s.runners.length === 2 && s.scaleSets[0].messages === 0 && s;
+  }, { ms: 20000 });
+  assert.deepEqual(st.runners.map((r) => r.name).sort(), runners.map((r) => r.name).sort());
+  // The cursor is on disk, and the jobs as the queue told them.
+  assert.ok(Number(sql(d, `SELECT last_message_id FROM scale_sets WHERE name = '${SET}'`)) >= 1);
+  assert.equal(sql(d, `SELECT count(*) FROM scale_set_jobs WHERE state = 'assigned'`), '2');
+  assert.equal(scaleSet().assigned_jobs, 2);
+
+  // A runner takes a job (JobStarted), then finishes it (JobCompleted): both are
+  // committed and passed on by runner name (the test driver's guests never boot, so the
+  // runner cannot turn busy here: e2e.scaleset does that on a real guest); the statistics
+  // drop to one job, and no runner is made for the finished one.
+  const [first] = runners;
+  await control('start', { jobId: jobs[0], runnerName: first.name });
+  await d.until('the start committed', () => sql(d, `SELECT state FROM scale_set_jobs WHERE job_id = '${jobs[0]}'`) === 'running', { ms: 20000 });
+  await control('complete', { jobId: jobs[0], result: 'succeeded' });
+  await d.until('the completion committed', () => sql(d, `SELECT state || ' ' || result || ' ' || runner_name FROM scale_set_jobs WHERE job_id = '${jobs[0]}'`) === `completed succeeded ${first.name}`, { ms: 20000 });
+  await d.until('the statistics to say one', () => scaleSet().assigned_jobs === 1, { ms: 20000 });
+  assert.match(d.logs, new RegExp(`event=runner.job_event_ignored runner=${first.name} state=\\w+ cause=job_in_progress`));
+  assert.equal(live().length, 2);
+  assert.deepEqual(scaleSet().messages_by_type, { JobAvailable: 0, JobAssigned: 2, JobStarted: 1, JobCompleted: 1 });
+  const { violations } = await (await fetch(`${api}/__double/log`)).json();
+  assert.deepEqual(violations, []);
+});
+
+test('a second controller on the same scale set waits (409) and takes over once the first stops cleanly', async () => {
+  const other = new Daemon({ pools, extra: github });
+  await other.start();
+  try {
+    await other.until('a session conflict', () => (scaleSet(other)?.conflicts ?? 0) >= 1, { ms: 20000 });
+    assert.match(scaleSet(other).why, /another session holds the scale set \(409\)/);
+    assert.match(other.logs, /level=warn event=scaleset.session_conflict/);
+    assert.equal((await state()).sessions.length, 1);
+    // The first stops: its session is deleted, so the second need not wait out a linger.
+    const { code } = await d.stop();
+    assert.equal(code, 0);
+    assert.match(d.logs, /event=scaleset.session_deleted pool=power/);
+    await other.until('the second polling', () => scaleSet(other)?.state === 'polling', { ms: 30000 });
+    // The first's runner stays: the second adopts nothing of the first's (another
+    // controller id would; this one shares it), and the assigned job still wants one.
+  } finally {
+    const { code } = await other.stop();
+    other.cleanup();
+    assert.equal(code, 0);
+  }
+  await d.start();
+  await d.until('the first polling again', () => scaleSet()?.state === 'polling', { ms: 30000 });
+});
+
+test('the service\'s faults: an expired queue token, an evicted session, a vanished scale set, an admin token near its end', async () => {
+  const before = scaleSet();
+  // The queue token lives 1.5 s: polls answer 401 and the session is refreshed.
+  await control('settings', { queueTtlMs: 1500 });
+  await control('evict'); // a new session, with the short-lived token
+  await d.until('a session refresh after a 401', async () => {
+    const st = await state();
+    return st.log.some((e) => e.method === 'PATCH' && /\/sessions\//.test(e.path));
+  }, { ms: 30000 });
+  await control('settings', { queueTtlMs: 3600_000 });
+  await d.until('polling again', () => scaleSet()?.state === 'polling', { ms: 30000 });
+
+  // GitHub deleted the scale set: it is made again, its queue starts anew.
+  const oldId = (await state()).scaleSets[0].id;
+  await control('vanish');
+  await control('evict');
+  const remade = await d.until('the scale set made again', async () => {
+    const st = await state();
+    return st.scaleSets.length === 1 && st.scaleSets[0].id !== oldId && st.sessions.length === 1 && st;
+  }, { ms: 30000 });
+  assert.equal(remade.scaleSets[0].name, SET);
+  assert.match(d.logs, /event=scaleset.vanished|event=scaleset.create/);
+
+  // The admin token revoked (401): renewed, once. The new one lives 61 s: past its first
+  // second it is under the library's 60 s margin, so the next call renews it first.
+  await control('settings', { adminTtlS: 61 });
+  const refreshes = scaleSet().token_refreshes;
+  await control('revoke');
+  await control('evict');
+  await d.until('the revoked admin token renewed', () => scaleSet().token_refreshes >= refreshes + 1, { ms: 30000 });
+  await d.until('a token near its end renewed', async () => {
+    await control('evict'); // makes admin calls (a new session)
+    return scaleSet().token_refreshes >= refreshes + 2;
+  }, { ms: 30000, everyMs: 500 });
+  await control('settings', { adminTtlS: 3600 });
+  assert.ok(scaleSet().token_refreshes > before.token_refreshes);
+
+  // Injected 5xx on the poll and a 200 with an empty body: still polling afterwards.
+  await fetch(`${api}/__scaleset/faults`, { method: 'POST', body: JSON.stringify([{ method: 'GET', path: '/messages', status: 503, times: 2 }, { method: 'GET', path: '/messages', emptyBody: true, times: 1 }]) });
+  await d.until('polling after the faults', async () => scaleSet()?.state === 'polling' && scaleSet().polls > before.polls + 3, { ms: 30000 });
+  const { violations } = await (await fetch(`${api}/__double/log`)).json();
+  assert.deepEqual(violations, []);
+});
