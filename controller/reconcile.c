@@ -606,7 +606,10 @@ void reconcile_recover(struct scheduler *s)
         const struct github_scope *scope = pool ? scheduler_pool_scope(s, pool) : NULL;
         if (!scope && s->deps.n_scopes)
             scope = &s->deps.scopes[0];
-        if (gh(s) && json_is_integer(gid) && scope)
+        if (gh(s) && json_is_integer(gid) && scope && pool)
+            runner_unregister(s, pool, scope, json_integer_value(gid), on_github_deleted_quiet,
+                              NULL);
+        else if (gh(s) && json_is_integer(gid) && scope)
             github_runner_delete(gh(s), scope, json_integer_value(gid), on_github_deleted_quiet,
                                  NULL);
         store_runner_mark_deleted(s->deps.store, json_integer_value(json_object_get(row, "id")),

@@ -159,10 +159,9 @@ static bool hold_release(struct runner *r)
     return !r->forget_pending;
 }
 
-/* Removes the runner GitHub registered: through its scale set, or the REST API. */
-static int runner_unregister(struct scheduler *s, const struct config_pool *pool,
-                             const struct github_scope *scope, int64_t runner_id, github_done_cb cb,
-                             void *data)
+int runner_unregister(struct scheduler *s, const struct config_pool *pool,
+                      const struct github_scope *scope, int64_t runner_id, github_done_cb cb,
+                      void *data)
 {
     if (pool->scale_set)
         return scalesets_runner_remove(scalesets_of(s), pool->name, runner_id, cb, data);

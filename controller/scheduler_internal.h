@@ -151,6 +151,11 @@ void scheduler_count_failure(struct scheduler *s, const char *pool, enum runner_
 /* A runner no longer wanted, which has no job: it goes the way a finished one does. */
 void runner_retire(struct runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void on_github_deleted_quiet(void *data, int err, const char *message);
+/* Removes the runner GitHub registered for `pool`: through its scale set, or the REST
+ * API in `scope`. */
+int runner_unregister(struct scheduler *s, const struct config_pool *pool,
+                      const struct github_scope *scope, int64_t runner_id, github_done_cb cb,
+                      void *data);
 const struct github_scope *scheduler_pool_scope(const struct scheduler *s,
                                                 const struct config_pool *p);
 void runner_create(struct scheduler *s, const struct config_pool *pool, const char *host);

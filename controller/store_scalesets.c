@@ -35,8 +35,10 @@ int store_scaleset_message_commit(struct store *store, const char *name, int64_t
         store,
         "INSERT INTO scale_sets(name, scale_set_id, last_message_id, updated_at) "
         "VALUES(?1, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE SET "
+        "last_message_id = CASE WHEN scale_set_id = excluded.scale_set_id "
+        "THEN MAX(last_message_id, excluded.last_message_id) "
+        "ELSE excluded.last_message_id END, "
         "scale_set_id = excluded.scale_set_id, "
-        "last_message_id = MAX(last_message_id, excluded.last_message_id), "
         "updated_at = excluded.updated_at",
         json_pack("[s, I, I, I]", name, (json_int_t)scale_set_id, (json_int_t)message_id,
                   (json_int_t)now_ms),

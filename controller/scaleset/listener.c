@@ -53,6 +53,7 @@ struct ss_listener {
     char *queue_url;
     struct secret *queue_token;
     int64_t last_message_id;
+    int64_t acked_id; /* the last message this process deleted from the queue */
     json_t *statistics;
     int64_t assigned; /* -1: not known yet */
     enum ss_state state;
@@ -70,6 +71,7 @@ static void ensure(struct ss_listener *l);
 static void session_create(struct ss_listener *l);
 static void poll_queue(struct ss_listener *l);
 static void stop_done(struct ss_listener *l);
+static void reack(struct ss_listener *l);
 
 static void set_why(struct ss_listener *l, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -387,6 +389,12 @@ static void on_session(void *data, const struct github_response *res)
     }
     log_info("scaleset.session", "pool=%s scale_set=%s id=%lld session=%s", l->pool, l->name,
              (long long)l->scale_set_id, l->session_id);
+    if (l->last_message_id > l->acked_id) {
+        /* Committed by an earlier process that died before deleting it: the cursor will
+         * not bring it again, so it is deleted now (a 404 says it already was). */
+        reack(l);
+        return;
+    }
     poll_queue(l);
 }
 
@@ -560,6 +568,8 @@ static void on_acked(void *data, const struct github_response *res)
         return;
     }
     l->stats.acks++;
+    if (h->message_id > l->acked_id)
+        l->acked_id = h->message_id;
     acquire(h);
 }
 
@@ -588,6 +598,22 @@ static void ack(struct handling *h)
         handling_free(h);
         back_off(l, SS_POLLING);
     }
+}
+
+/* The cursor's message, deleted once more after a restart (see on_session). */
+static void reack(struct ss_listener *l)
+{
+    struct handling *h = calloc(1, sizeof(*h));
+    if (!h) {
+        poll_queue(l);
+        return;
+    }
+    *h = (struct handling){l, l->last_message_id, json_array(), json_array()};
+    log_info("scaleset.reack", "pool=%s scale_set=%s message=%lld", l->pool, l->name,
+             (long long)h->message_id);
+    l->message_ms = wall_clock_ms();
+    l->state = SS_HANDLING;
+    ack(h);
 }
 
 static void on_committed(void *data, int result)

@@ -365,7 +365,12 @@ export class ActionsService {
     s.seen = Date.now();
     if (req.method === 'DELETE') {
       const i = ss.messages.findIndex((x) => x.messageId === messageId);
-      if (i < 0) { this.violations.push({ problem: `message ${messageId} deleted but not outstanding` }); return [404, { typeName: 'MessageNotFoundException', message: 'no such message' }]; }
+      if (i < 0) {
+        // Deleted already (a client that died between its delete and its record, and deletes
+        // again): 404. A message never issued is a client's mistake.
+        if (messageId >= ss.nextMessageId) this.violations.push({ problem: `message ${messageId} deleted but never issued` });
+        return [404, { typeName: 'MessageNotFoundException', message: 'no such message' }];
+      }
       ss.messages.splice(i, 1);
       return [204, null];
     }

@@ -114,11 +114,16 @@ test('jobs assigned to the scale set get runners with JIT configs from it; messa
   assert.match(d.logs, new RegExp(`event=runner.job_event_ignored runner=${first.name} state=\\w+ cause=job_in_progress`));
   assert.equal(live().length, 2);
   assert.deepEqual(scaleSet().messages_by_type, { JobAvailable: 0, JobAssigned: 2, JobStarted: 1, JobCompleted: 1 });
+  // The other job is cancelled before any runner took it: nothing is assigned any more.
+  await control('complete', { jobId: jobs[1], result: 'canceled' });
+  await d.until('the statistics to say none', () => scaleSet().assigned_jobs === 0, { ms: 20000 });
   const { violations } = await (await fetch(`${api}/__double/log`)).json();
   assert.deepEqual(violations, []);
 });
 
 test('a second controller on the same scale set waits (409) and takes over once the first stops cleanly', async () => {
+  // (Both have the controller id "it" and stores of their own; with nothing assigned, the
+  // second makes no runner that its removal would leave behind.)
   const other = new Daemon({ pools, extra: github });
   await other.start();
   try {
@@ -182,6 +187,38 @@ test('the service\'s faults: an expired queue token, an evicted session, a vanis
   // Injected 5xx on the poll and a 200 with an empty body: still polling afterwards.
   await fetch(`${api}/__scaleset/faults`, { method: 'POST', body: JSON.stringify([{ method: 'GET', path: '/messages', status: 503, times: 2 }, { method: 'GET', path: '/messages', emptyBody: true, times: 1 }]) });
   await d.until('polling after the faults', async () => scaleSet()?.state === 'polling' && scaleSet().polls > before.polls + 3, { ms: 30000 });
+  const { violations } = await (await fetch(`${api}/__double/log`)).json();
+  assert.deepEqual(violations, []);
+});
+
+test('kill -9 between the commit and the delete: the lingering session is waited out, the message deleted, nothing lost, doubled or leaked', async () => {
+  await control('settings', { lingerMs: 3000 });
+  const before = await state();
+  const mark = before.log.length;
+  const assignedBefore = before.scaleSets[0].statistics.totalAssignedJobs;
+  // The next delete of a message never answers: hatcheryd is killed while it waits.
+  await fetch(`${api}/__scaleset/faults`, { method: 'POST', body: JSON.stringify([{ method: 'DELETE', path: '/messages/\\d+', hang: true }]) });
+  const { jobs: [job] } = await control('jobs', { count: 1 });
+  await d.until('the job committed', () => sql(d, `SELECT count(*) FROM scale_set_jobs WHERE job_id = '${job}'`) === '1', { ms: 20000 });
+  const committed = Number(sql(d, `SELECT last_message_id FROM scale_sets WHERE name = '${SET}'`));
+  // Killed once its delete has reached the service (and hangs there).
+  await d.until('the delete sent', async () => (await state()).log.slice(mark).some((e) => e.method === 'DELETE' && e.path.endsWith(`/messages/${committed}`)), { ms: 20000 });
+  await d.kill9();
+  assert.equal((await state()).scaleSets[0].messages, 1, 'the message is still in the queue');
+  await d.start();
+  // The dead one's session lingers: 409 first, then a session of its own.
+  await d.until('a session after the linger', () => scaleSet()?.state === 'polling' && scaleSet().conflicts >= 1, { ms: 30000 });
+  assert.match(d.logs, new RegExp(`event=scaleset.reack pool=power scale_set=${SET} message=${committed}`));
+  const after = await d.until('the message deleted and the runners settled', async () => {
+    const st = await state();
+    const want = st.scaleSets[0].statistics.totalAssignedJobs;
+    return st.scaleSets[0].messages === 0 && live().length === want && st.runners.length === want && st;
+  }, { ms: 30000 });
+  // One more job than before, one runner each, and every registration is a live runner's:
+  // the killed process's are removed through the scale set, none doubled.
+  assert.equal(after.scaleSets[0].statistics.totalAssignedJobs, assignedBefore + 1);
+  assert.deepEqual(after.runners.map((r) => r.name).sort(), live().map((r) => r.name).sort());
+  assert.equal(sql(d, `SELECT count(*) FROM scale_set_jobs WHERE job_id = '${job}'`), '1');
   const { violations } = await (await fetch(`${api}/__double/log`)).json();
   assert.deepEqual(violations, []);
 });
