@@ -273,7 +273,7 @@ static const struct key top_keys[] = {
     STRING_KEY(struct config, metrics_listen, false, NULL),
     PATH_KEY(struct config, state_dir, true, NULL),
     PATH_KEY(struct config, admin_socket, true, NULL),
-    PATH_KEY(struct config, webhook_secret_file, true, NULL),
+    PATH_KEY(struct config, webhook_secret_file, false, NULL),
     {.name = "log_level",
      .type = KEY_STRING,
      .offset = offsetof(struct config, log_level),
@@ -921,6 +921,21 @@ static bool host_fits(const struct config_host *h, const struct config_pool *p)
 /* The top-level keys that must agree with each other or with a form. */
 static void check_top_level(struct loader *l, struct config *c)
 {
+    /* The webhook secret is needed while any pool takes webhooks (or none is configured
+     * yet): only a config whose every pool is a scale set's does without. */
+    const struct config_pool *webhook_pool = NULL;
+    for (size_t i = 0; !webhook_pool && i < c->n_pools; i++)
+        if (!c->pools[i].scale_set)
+            webhook_pool = &c->pools[i];
+    if (!c->webhook_secret_file && (webhook_pool || c->n_pools == 0)) {
+        yaml_node_t at0;
+        if (webhook_pool)
+            fail(l, line_node(webhook_pool->line, &at0), "webhook_secret_file",
+                 "required: pool '%s' takes webhooks (give it a scale_set, or the secret)",
+                 webhook_pool->name ? webhook_pool->name : "?");
+        else
+            fail(l, NULL, "webhook_secret_file", "required (no pool is configured)");
+    }
     yaml_node_t at;
     if (c->controller_id) {
         size_t n = strlen(c->controller_id);

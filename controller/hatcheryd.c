@@ -1348,7 +1348,9 @@ static int start(struct daemon *d)
                   d->config->metrics_listen ? d->config->metrics_listen : "listen", err);
         return 1;
     }
-    r = secret_load_file(d->config->webhook_secret_file, &d->webhook_secret, err, sizeof(err));
+    r = d->config->webhook_secret_file
+            ? secret_load_file(d->config->webhook_secret_file, &d->webhook_secret, err, sizeof(err))
+            : 0;
     if (r < 0) {
         log_error("daemon.secret_failed", "key=webhook_secret_file error=\"%s\"", err);
         return 1;

@@ -339,7 +339,11 @@ static void tick(struct scheduler *s)
              * included: those still to start are what is not busy yet. */
             int64_t assigned = scalesets_assigned(scalesets_of(s), pool->name);
             if (assigned < 0) {
-                snprintf(s->why[p], sizeof(s->why[p]), "waiting for scale set %s", pool->scale_set);
+                snprintf(s->why[p], sizeof(s->why[p]),
+                         assigned == -1 ? "waiting for scale set %s"
+                                        : "scale set %s is not listened to: restart hatcheryd "
+                                          "(a scale_set added by a reload)",
+                         pool->scale_set);
                 continue;
             }
             int64_t busy = live - unbusy;

@@ -505,6 +505,11 @@ void webhook_handle(const struct config *config, const struct secret *secret,
     res->event_name = "none";
     const char *event = http_request_header(req, "X-GitHub-Event");
     const char *signature = http_request_header(req, "X-Hub-Signature-256");
+    /* Without a webhook secret (every pool is a scale set's) nothing takes webhooks. */
+    if (!secret) {
+        reject(res, 404, "no webhooks here: every pool is served by a runner scale set");
+        return;
+    }
     /* The signature comes first: nothing about an unsigned request is believed. */
     if (!signature) {
         reject(res, 401, "missing X-Hub-Signature-256");

@@ -1019,7 +1019,7 @@ void scalesets_stop(struct scalesets *sets, void (*done)(void *data), void *data
 int64_t scalesets_assigned(const struct scalesets *sets, const char *pool)
 {
     const struct ss_listener *l = listener_of(sets, pool);
-    return l ? l->assigned : -1;
+    return l ? l->assigned : -2;
 }
 
 /* ---- runners ------------------------------------------------------------------------------ */

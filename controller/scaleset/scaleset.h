@@ -64,7 +64,8 @@ int scalesets_new(const struct scalesets_deps *deps, struct scalesets **ret);
 void scalesets_stop(struct scalesets *sets, void (*done)(void *data), void *data);
 
 /* The pool's jobs assigned to its scale set (running ones included), as the service last
- * said; -1 when it has not said yet. */
+ * said; -1 when it has not said yet, -2 when no listener serves the pool (its scale_set
+ * came with a reload: listeners start with hatcheryd). */
 int64_t scalesets_assigned(const struct scalesets *sets, const char *pool);
 
 /* A runner of the pool: its JIT config from the scale set (github_jit_cb as for REST). A

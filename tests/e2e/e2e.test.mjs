@@ -29,10 +29,10 @@ for (const f of ['base.qcow2', 'base.qcow2.json', 'kernel', 'initrd']) copyFileS
 const badManifest = join(badDir, 'base.qcow2.json');
 const goodManifest = readFileSync(badManifest, 'utf8');
 
-function pool(name, label, arch, { max = 2, minIdle = 0, dir = g[arch], command = '/usr/bin/fake-runner', network = 'none' } = {}) {
+function pool(name, label, arch, { max = 2, minIdle = 0, dir = g[arch], command = '/usr/bin/fake-runner', network = 'none', scaleSet = null } = {}) {
   const ppc = arch === 'ppc64le';
   return `  - name: ${name}
-    labels: [${label}]
+    labels: [${label}]${scaleSet ? `\n    scale_set: ${scaleSet}` : ''}
     arch: ${arch}
     image: ${dir}/base.qcow2
     kernel: ${dir}/kernel
@@ -64,7 +64,8 @@ const otherPools = (s390xMax) =>
   pool('linux.s390x.warm', 'linux.s390x.warm', 's390x', { max: 1, minIdle: 1 }) +
   pool('image.checked', 'image.checked', 'ppc64le', { max: 1, dir: badDir }) +
   pool('no.runner', 'no.runner', 'ppc64le', { max: 1, command: '/opt/actions-runner/bin/Runner.Listener' }) +
-  pool('net.ppc64le', 'net.ppc64le', 'ppc64le', { max: 1, network: 'user' });
+  pool('net.ppc64le', 'net.ppc64le', 'ppc64le', { max: 1, network: 'user' }) +
+  pool('power.scaleset', 'e2e-ppc64le', 'ppc64le', { max: 1, scaleSet: 'e2e-ppc64le' });
 const config = {
   hostsExtra: localHost(4),
   pools: 'pools:\n' + pool('linux.ppc64le', 'linux.ppc64le', 'ppc64le') + otherPools(1),
@@ -183,6 +184,35 @@ describe('end to end on real guests', () => {
     const { runner } = await serve('linux.s390x', 'linux.s390x', taken);
     await until(`${runner} deleted`, () => runners().find((r) => r.name === runner).state === 'deleted');
     assert.ok(!domains().includes(runner));
+  });
+
+  test('one ppc64le job through a runner scale set: no webhook, a fresh guest serves it, and it, its registration and its JIT config are gone after', inPart(false), async () => {
+    const control = (path, body) => fetch(`${api}/__scaleset/${path}`, { method: 'POST', body: JSON.stringify(body) }).then((r) => r.json());
+    const mark = `jitmark-${randomBytes(12).toString('hex')}`;
+    await control('settings', { jitExtra: `sleep=4 exit=0 ${mark}` });
+    const before = new Set(runners().map((r) => r.name));
+    const { jobs: [job] } = await control('jobs', { count: 1, scaleSet: 'e2e-ppc64le' });
+    const runner = await until('an idle runner of the scale set', () =>
+      runners().find((r) => r.pool === 'power.scaleset' && r.state === 'idle' && !before.has(r.name)));
+    // GitHub gives the job to that runner: JobStarted, from the queue.
+    assert.deepEqual(await control('start', { jobId: job, runnerName: runner.name }), {});
+    await until(`${runner.name} busy`, () => runners().find((r) => r.name === runner.name).state === 'busy');
+    await until(`${runner.name} to finish`, () => ['finishing', 'deleting', 'deleted'].includes(runners().find((r) => r.name === runner.name).state));
+    assert.deepEqual(await control('complete', { jobId: job, result: 'succeeded' }), {});
+    await endsCleanly(runner.name);
+    assert.ok(!domains().includes(runner.name), 'domain gone');
+    const st = await (await fetch(`${api}/__scaleset/state`)).json();
+    const set = st.scaleSets.find((x) => x.name === 'e2e-ppc64le');
+    assert.equal(set.messages, 0, 'every message deleted from the queue');
+    assert.equal(set.statistics.totalAssignedJobs, 0);
+    assert.deepEqual(st.runners.filter((r) => r.runnerScaleSetId === set.id), [], 'the registration is gone');
+    assert.deepEqual(st.violations, []);
+    await control('settings', { jitExtra: '' });
+    const leaked = memoryHolds(d.proc.pid, mark);
+    assert.deepEqual(leaked.found, [], 'the scale set\'s JIT config is wiped from hatcheryd\'s memory');
+    const logs = d.cli('logs', runner.name);
+    assert.match(logs.stdout, /hatchery-agent: runner .* started/);
+    assert.ok(!logs.stdout.includes(mark), 'no JIT config in the console log');
   });
 
   test('a burst of 4 jobs into a pool with max_runners 2: all served, never more than 2 guests', inPart(false), async () => {

@@ -42,6 +42,10 @@ export class ActionsService {
     this.lingerMs = 50_000; // a crashed holder's session still counts this long
     this.pollMs = 50_000; // the long poll's hold when nothing comes
     this.acquire = false; // GHES: jobs wait for acquirejobs
+    // What the stand-in runner in a test guest does (images/test-guest/fake-runner reads
+    // `exit=`, `sleep=`… from its JIT config): appended to each JIT config, as the REST
+    // double's /__double/jit does.
+    this.jitExtra = '';
     this.groups = [{ id: 1, name: 'Default', size: 0, isDefaultGroup: true }];
     this.scaleSets = new Map(); // id -> scale set
     this.nextScaleSetId = 1;
@@ -143,7 +147,7 @@ export class ActionsService {
     const ss = p.scaleSet ? [...this.scaleSets.values()].find((s) => s.name === p.scaleSet) : [...this.scaleSets.values()][0];
     switch (`${method} ${path}`) {
       case 'POST /__scaleset/settings':
-        for (const k of ['adminTtlS', 'queueTtlMs', 'lingerMs', 'pollMs', 'acquire']) if (k in p) this[k] = p[k];
+        for (const k of ['adminTtlS', 'queueTtlMs', 'lingerMs', 'pollMs', 'acquire', 'jitExtra']) if (k in p) this[k] = p[k];
         if (p.groups) this.groups = p.groups;
         return [200, {}];
       case 'POST /__scaleset/faults':
@@ -313,7 +317,7 @@ export class ActionsService {
       const runner = { id: this.nextRunnerId++, name: json.name, runnerScaleSetId: ss.id, jobId: null };
       this.runners.set(runner.id, runner);
       const config = Buffer.from(JSON.stringify({ '.runner': b64url({ agentName: runner.name, poolId: ss.id, workFolder: json.workFolder }), '.credentials': randomBytes(24).toString('base64') })).toString('base64');
-      return [200, { runner: { id: runner.id, name: runner.name, runnerScaleSetId: ss.id }, encodedJITConfig: config }];
+      return [200, { runner: { id: runner.id, name: runner.name, runnerScaleSetId: ss.id }, encodedJITConfig: this.jitExtra ? `${config} ${this.jitExtra}` : config }];
     }
     if (path === '/_apis/distributedtask/pools/0/agents' && req.method === 'GET') {
       const found = [...this.runners.values()].filter((r) => r.name === url.searchParams.get('agentName'));

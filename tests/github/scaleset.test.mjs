@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
-import { Daemon } from '../integration/lib/daemon.mjs';
+import { Daemon, workflowJob } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -36,7 +36,8 @@ const github = `github:
       runner_group_id: 1
 reconcile_interval_s: 60
 `;
-const d = new Daemon({ pools, extra: github });
+// No webhook pool: no webhook secret either.
+const d = new Daemon({ pools, extra: github, webhooks: false });
 
 const control = async (path, body) => {
   const r = await fetch(`${api}/__scaleset/${path}`, { method: 'POST', body: JSON.stringify(body ?? {}) });
@@ -80,7 +81,10 @@ test('the scale set is made with the pool\'s labels, and one session polls it', 
   const view = await d.until('hatchery github to show it polling', () => scaleSet()?.state === 'polling' && scaleSet(), { ms: 20000 });
   assert.equal(view.id, s.scaleSets[0].id);
   assert.equal(view.session_id, s.sessions[0].sessionId);
-  // No webhook was needed: the auth chain went through the REST registration token.
+  // No webhook is taken (there is no secret to check one with), and none was needed: the
+  // auth chain went through the REST registration token.
+  const hook = await d.post('workflow_job', workflowJob('queued', 8600000001, [SET]));
+  assert.equal(hook.status, 404);
   const { log, violations } = await (await fetch(`${api}/__double/log`)).json();
   assert.ok(log.some((e) => e.url === '/orgs/pytorch/actions/runners/registration-token'));
   assert.ok(log.some((e) => e.url === '/actions/runner-registration'));
@@ -124,7 +128,7 @@ test('jobs assigned to the scale set get runners with JIT configs from it; messa
 test('a second controller on the same scale set waits (409) and takes over once the first stops cleanly', async () => {
   // (Both have the controller id "it" and stores of their own; with nothing assigned, the
   // second makes no runner that its removal would leave behind.)
-  const other = new Daemon({ pools, extra: github });
+  const other = new Daemon({ pools, extra: github, webhooks: false });
   await other.start();
   try {
     await other.until('a session conflict', () => (scaleSet(other)?.conflicts ?? 0) >= 1, { ms: 20000 });

@@ -359,6 +359,25 @@ static void test_pool_scopes(void **state)
     expect_error(text, "pools[].scale_set: pool 'linux.ppc64le' is served by scale set 'p10', "
                        "which needs the github section");
 
+    /* Without the webhook secret: refused while a pool takes webhooks, at its line; a
+     * config whose every pool is a scale set's needs none. */
+    char webhookless[4096];
+    snprintf(webhookless, sizeof(webhookless), "%s", variant("webhook_secret_file:", ""));
+    snprintf(text, sizeof(text), "%s%s", webhookless, two_scopes);
+    expect_error(text, ":13: webhook_secret_file: required: pool 'linux.ppc64le' takes webhooks");
+    snprintf(text, sizeof(text), "%s    github_scope: pytorch\n    scale_set: p10\n%s", webhookless,
+             two_scopes);
+    char *scale_set_only = write_temp(text);
+    struct config *loaded = NULL;
+    char *load_errs = NULL;
+    if (config_load(scale_set_only, &loaded, &load_errs) < 0)
+        fail_msg("%s", load_errs);
+    assert_null(loaded->webhook_secret_file);
+    assert_string_equal(loaded->pools[0].scale_set, "p10");
+    config_free(loaded);
+    unlink(scale_set_only);
+    free(scale_set_only);
+
     /* Named scopes load, and each pool gets the one it named; one scope needs no name. */
     snprintf(text, sizeof(text),
              "%s    github_scope: pytorch/pytorch\n"

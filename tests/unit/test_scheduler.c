@@ -359,7 +359,7 @@ int64_t scalesets_assigned(const struct scalesets *sets, const char *pool)
 {
     (void)sets;
     (void)pool;
-    return -1;
+    return -2;
 }
 
 int scalesets_jit_generate(struct scalesets *sets, const char *pool, const char *name,

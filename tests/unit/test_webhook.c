@@ -148,6 +148,20 @@ static void test_workflow_job_queued(void **state)
     job_event_free(ev);
 }
 
+/* Without a webhook secret (every pool a scale set's), a delivery, signed or not, is
+ * refused unhashed: nothing takes webhooks. */
+static void test_no_secret_no_webhooks(void **state)
+{
+    (void)state;
+    struct fake_request f;
+    build(&f, "workflow_job", "1b7c8e20-0000-11ef-8000-000000000002", queued, true);
+    struct webhook_result res;
+    webhook_handle(config, NULL, &f.req, 1000, &res);
+    assert_int_equal(res.outcome, WEBHOOK_REJECTED);
+    assert_int_equal(res.status, 404);
+    assert_null(res.event);
+}
+
 /* A queued job made long before its delivery (a redelivery, or a replay) is unverified,
  * and every delivery carries its body's SHA-256 for deduplication by content. */
 static void test_late_queued_and_body_hash(void **state)
@@ -391,6 +405,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_github_documented_vector),
         cmocka_unit_test(test_workflow_job_queued),
+        cmocka_unit_test(test_no_secret_no_webhooks),
         cmocka_unit_test(test_late_queued_and_body_hash),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_values_come_from_their_place),

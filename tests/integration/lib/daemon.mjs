@@ -52,7 +52,9 @@ export const DEFAULT_POOLS = `pools:
     max_runners: 1
 `;
 
-export function writeConfig(dir, { port, secret = 'test-webhook-secret', http = '', extra = '', pools = DEFAULT_POOLS, hostsExtra = '', listenHost = '127.0.0.1' } = {}) {
+// `webhooks: false` leaves webhook_secret_file out (a config whose every pool is a scale
+// set's).
+export function writeConfig(dir, { port, secret = 'test-webhook-secret', http = '', extra = '', pools = DEFAULT_POOLS, hostsExtra = '', listenHost = '127.0.0.1', webhooks = true } = {}) {
   const secretFile = join(dir, 'webhook-secret');
   writeFileSync(secretFile, secret + '\n', { mode: 0o600 });
   chmodSync(secretFile, 0o600);
@@ -61,7 +63,7 @@ export function writeConfig(dir, { port, secret = 'test-webhook-secret', http = 
 listen: ${listenHost}:${port}
 state_dir: ${join(dir, 'state')}
 admin_socket: ${join(dir, 'admin.sock')}
-webhook_secret_file: ${secretFile}
+${webhooks ? `webhook_secret_file: ${secretFile}\n` : ''}
 ${http ? 'http:\n' + http : ''}
 hosts:
   - name: host-a
