@@ -747,6 +747,36 @@ static void print_github(json_t *answer)
                json_string_value(json_object_get(scope, "name")),
                (long long)json_integer_value(json_object_get(scope, "runner_group_id")));
     }
+    /* Scale sets: the session id and the reason may carry the service's text: made
+     * printable as table cells are. */
+    json_t *set;
+    json_array_foreach(json_object_get(answer, "scale_sets"), i, set)
+    {
+        char *why = fmt_value(json_object_get(set, "why"));
+        char *session = fmt_value(json_object_get(set, "session_id"));
+        char *name = fmt_value(json_object_get(set, "name"));
+        char *pool = fmt_value(json_object_get(set, "pool"));
+        char *const texts[] = {why, session, name, pool};
+        for (size_t k = 0; k < 4; k++)
+            if (texts[k])
+                make_printable(texts[k]);
+        printf("%-14s %s (pool %s, id %lld): %s, session %s, last message %lld, assigned jobs "
+               "%lld, polls %lld, messages %lld, conflicts %lld%s%s\n",
+               i ? "" : "scale sets", name, pool,
+               (long long)json_integer_value(json_object_get(set, "id")),
+               json_string_value(json_object_get(set, "state")), session,
+               (long long)json_integer_value(json_object_get(set, "last_message_id")),
+               (long long)json_integer_value(json_object_get(set, "assigned_jobs")),
+               (long long)json_integer_value(json_object_get(set, "polls")),
+               (long long)json_integer_value(json_object_get(set, "messages")),
+               (long long)json_integer_value(json_object_get(set, "conflicts")),
+               json_is_string(json_object_get(set, "why")) ? ": " : "",
+               json_is_string(json_object_get(set, "why")) ? why : "");
+        free(why);
+        free(session);
+        free(name);
+        free(pool);
+    }
 }
 
 static void print_health(json_t *answer)

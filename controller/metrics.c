@@ -14,6 +14,7 @@
 #include "image_cache.h"
 #include "pool_image.h"
 #include "runner_releases.h"
+#include "scaleset/scaleset.h"
 #include "textbuf.h"
 #include "wall_clock.h"
 
@@ -372,6 +373,73 @@ static void github_metrics(struct textbuf *b, struct daemon *d)
     }
 }
 
+/* One labelled series per scale set, from its view (scalesets_json). */
+static void scaleset_series(struct textbuf *b, json_t *sets, const char *name, const char *type,
+                            const char *help, const char *key, const char *sub)
+{
+    header(b, name, type, help);
+    size_t i;
+    json_t *s;
+    json_array_foreach(sets, i, s)
+    {
+        json_t *v = json_object_get(s, key);
+        if (sub)
+            v = json_object_get(v, sub);
+        textbuf_printf(b, "%s{scale_set=\"%s\",pool=\"%s\"} %lld\n", name,
+                       json_string_value(json_object_get(s, "name")),
+                       json_string_value(json_object_get(s, "pool")),
+                       (long long)json_integer_value(v));
+    }
+}
+
+/* Runner scale sets: the session, the queue and the statistics, per scale set. */
+static void scaleset_metrics(struct textbuf *b, struct daemon *d)
+{
+    json_t *sets = scalesets_json(d->scalesets);
+    if (!sets || json_array_size(sets) == 0) {
+        json_decref(sets);
+        return;
+    }
+    scaleset_series(b, sets, "hatchery_scaleset_polls_total", "counter",
+                    "Long polls of the scale set's message queue answered.", "polls", NULL);
+    static const char *const types[] = {"JobAvailable", "JobAssigned", "JobStarted",
+                                        "JobCompleted"};
+    header(b, "hatchery_scaleset_messages_total", "counter",
+           "Job messages read from the scale set's queue, by type.");
+    size_t i;
+    json_t *s;
+    json_array_foreach(sets, i, s)
+    {
+        for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++)
+            textbuf_printf(b,
+                           "hatchery_scaleset_messages_total{scale_set=\"%s\",pool=\"%s\","
+                           "type=\"%s\"} %lld\n",
+                           json_string_value(json_object_get(s, "name")),
+                           json_string_value(json_object_get(s, "pool")), types[k],
+                           (long long)json_integer_value(
+                               json_object_get(json_object_get(s, "messages_by_type"), types[k])));
+    }
+    scaleset_series(b, sets, "hatchery_scaleset_session_conflicts_total", "counter",
+                    "Sessions refused because another holder had one (409).", "conflicts", NULL);
+    scaleset_series(b, sets, "hatchery_scaleset_token_refreshes_total", "counter",
+                    "Admin tokens got from the Actions service (its scope's, shared).",
+                    "token_refreshes", NULL);
+    scaleset_series(b, sets, "hatchery_scaleset_without_session_seconds", "gauge",
+                    "How long the scale set has had no session (0: it has one).", "no_session_s",
+                    NULL);
+    scaleset_series(b, sets, "hatchery_scaleset_unacknowledged_seconds", "gauge",
+                    "How long the message being handled has waited for its deletion from the "
+                    "queue (0: none waits).",
+                    "unacknowledged_s", NULL);
+    scaleset_series(b, sets, "hatchery_scaleset_assigned_jobs", "gauge",
+                    "Jobs the service assigned to the scale set, running ones included, as its "
+                    "statistics last said (-1: not said yet).",
+                    "assigned_jobs", NULL);
+    scaleset_series(b, sets, "hatchery_scaleset_last_message_id", "gauge",
+                    "The last message committed from the queue.", "last_message_id", NULL);
+    json_decref(sets);
+}
+
 /* Hosts: up, usage, capacity and guest isolation; then their templates. */
 static void host_metrics(struct textbuf *b, struct daemon *d)
 {
@@ -634,6 +702,7 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     webhook_metrics(&b, d);
     store_metrics(&b, d);
     github_metrics(&b, d);
+    scaleset_metrics(&b, d);
     host_metrics(&b, d);
     scheduler_metrics(&b, d);
     queue_metrics(&b, d);

@@ -1194,6 +1194,9 @@ json_t *scalesets_json(const struct scalesets *sets)
             (json_int_t)(l->stats.no_session_since_ms
                              ? (wall_clock_ms() - l->stats.no_session_since_ms) / 1000
                              : 0));
+        json_object_set_new(
+            o, "unacknowledged_s",
+            json_integer(l->state == SS_HANDLING ? (wall_clock_ms() - l->message_ms) / 1000 : 0));
         json_array_append_new(list, o);
     }
     return list;

@@ -81,6 +81,7 @@ test('the scale set is made with the pool\'s labels, and one session polls it', 
   const view = await d.until('hatchery github to show it polling', () => scaleSet()?.state === 'polling' && scaleSet(), { ms: 20000 });
   assert.equal(view.id, s.scaleSets[0].id);
   assert.equal(view.session_id, s.sessions[0].sessionId);
+  assert.match(d.cli('github').stdout, new RegExp(`^scale sets +${SET} \\(pool power, id ${view.id}\\): polling, session ${view.session_id}, last message \\d+`, 'm'));
   // No webhook is taken (there is no secret to check one with), and none was needed: the
   // auth chain went through the REST registration token.
   const hook = await d.post('workflow_job', workflowJob('queued', 8600000001, [SET]));
@@ -118,6 +119,12 @@ test('jobs assigned to the scale set get runners with JIT configs from it; messa
   assert.match(d.logs, new RegExp(`event=runner.job_event_ignored runner=${first.name} state=\\w+ cause=job_in_progress`));
   assert.equal(live().length, 2);
   assert.deepEqual(scaleSet().messages_by_type, { JobAvailable: 0, JobAssigned: 2, JobStarted: 1, JobCompleted: 1 });
+  // /metrics says the same, and passes promtool.
+  const metrics = await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text();
+  assert.equal(spawnSync('promtool', ['check', 'metrics'], { input: metrics, encoding: 'utf8' }).status, 0);
+  assert.match(metrics, new RegExp(`^hatchery_scaleset_messages_total\\{scale_set="${SET}",pool="power",type="JobAssigned"\\} 2$`, 'm'));
+  assert.match(metrics, new RegExp(`^hatchery_scaleset_assigned_jobs\\{scale_set="${SET}",pool="power"\\} 1$`, 'm'));
+  assert.match(metrics, new RegExp(`^hatchery_scaleset_without_session_seconds\\{scale_set="${SET}",pool="power"\\} 0$`, 'm'));
   // The other job is cancelled before any runner took it: nothing is assigned any more.
   await control('complete', { jobId: jobs[1], result: 'canceled' });
   await d.until('the statistics to say none', () => scaleSet().assigned_jobs === 0, { ms: 20000 });
