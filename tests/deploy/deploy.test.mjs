@@ -12,6 +12,9 @@ import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseWorkflow, convertWorkflowTemplate, NoOperationTraceWriter } from '@actions/workflow-parser';
 import ts from 'typescript';
+import { Evaluator, Lexer, Parser, data as expressionData } from '@actions/expressions';
+import { parse as parseYaml } from 'yaml';
+import { examples } from '../integration/lib/daemon.mjs';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const bin = (name) => join(root, 'tests/node_modules/.bin', name);
@@ -38,6 +41,86 @@ test('the workflows pass GitHub\'s own workflow parser', async () => {
   assert.match(ppc, /runs-on: linux\.ppc64le\n/);
   assert.match(ppc, /- ciflow\/ppc64le\/\*/);
   assert.ok(!/secrets\./.test(ppc), 'the tester workflow uses no secrets');
+});
+
+// The CRCR downstream workflow's expressions, evaluated by GitHub's own evaluator
+// (@actions/expressions) on the event the relay sends: GitHub's example
+// repository_dispatch, of type `pull_request` or `push`, whose client_payload carries
+// GitHub's example payload of that event (@octokit/webhooks-examples).
+function relayEvent(eventType, payload) {
+  const dispatch = structuredClone(examples('repository_dispatch')[0]);
+  dispatch.action = eventType;
+  dispatch.client_payload = { event_type: eventType, payload };
+  return dispatch;
+}
+
+function evaluate(expression, contexts) {
+  const lexed = new Lexer(expression).lex();
+  const parsed = new Parser(lexed.tokens, Object.keys(contexts), []).parse();
+  const data = JSON.parse(JSON.stringify(contexts), expressionData.reviver);
+  return new Evaluator(parsed, data).evaluate();
+}
+
+// A value as the runner sees it: each ${{ }} replaced by its result as a string.
+const template = (text, contexts) => text.replace(/\$\{\{(.*?)\}\}/gs, (_, e) => evaluate(e, contexts).coerceString());
+
+test('the CRCR downstream workflow: run name, concurrency group, checkout ref and the closed case, on the relay\'s payloads', () => {
+  const wf = parseYaml(readFileSync(join(root, 'deploy/github/workflows/crcr-downstream-ppc64le.yml'), 'utf8'));
+  assert.deepEqual(wf.on.repository_dispatch.types, ['pull_request', 'push']);
+  const job = wf.jobs['build-and-test'];
+  assert.equal(job['runs-on'], 'pytorch-ppc64le');
+  const checkout = job.steps.find((st) => st.with?.repository === 'pytorch/pytorch');
+  assert.equal(checkout.with['persist-credentials'], false);
+  const text = readFileSync(join(root, 'deploy/github/workflows/crcr-downstream-ppc64le.yml'), 'utf8');
+  assert.ok(!/secrets\./.test(text), 'no secrets: it runs PR code');
+
+  const pulls = examples('pull_request');
+  const opened = pulls.find((e) => e.action === 'opened');
+  const closed = pulls.find((e) => e.action === 'closed');
+  const synchronize = pulls.find((e) => e.action === 'synchronize');
+  const push = examples('push')[0];
+  const run = (eventType, payload) => {
+    const github = { event: relayEvent(eventType, payload), sha: 'f'.repeat(40), workflow: wf.name };
+    const env = { PYTORCH_SHA: template(job.env.PYTORCH_SHA, { github }) };
+    return {
+      name: template(wf['run-name'], { github }),
+      group: template(wf.concurrency.group, { github }),
+      cancels: template(wf.concurrency['cancel-in-progress'], { github }),
+      // `if:` by the evaluator's own truthiness (&& and || return an operand).
+      runs: evaluate(`(${job.if}) && 'yes' || 'no'`, { github }).coerceString() === 'yes',
+      ref: template(checkout.with.ref, { github, env }),
+    };
+  };
+
+  const pr = run('pull_request', opened);
+  const n = opened.pull_request.number;
+  assert.equal(pr.name, `PR #${n} opened at ${opened.pull_request.head.sha}`);
+  assert.equal(pr.group, `pytorch-ppc64le-pr-${n}`);
+  assert.equal(pr.cancels, 'true');
+  assert.equal(pr.runs, true);
+  assert.equal(pr.ref, opened.pull_request.head.sha);
+
+  // A new push to the same PR: the same group, so it cancels the run before it.
+  const again = run('pull_request', { ...synchronize, pull_request: { ...synchronize.pull_request, number: n } });
+  assert.equal(again.group, pr.group);
+  assert.equal(again.ref, synchronize.pull_request.head.sha);
+
+  // Closed: the same group (the run in progress is cancelled) and no job runs.
+  const done = run('pull_request', { ...closed, pull_request: { ...closed.pull_request, number: n } });
+  assert.equal(done.group, pr.group);
+  assert.equal(done.runs, false);
+  assert.match(done.name, new RegExp(`^PR #${n} closed at `));
+
+  // A push: the pushed commit, grouped by ref, never cancelled.
+  const pushed = run('push', push);
+  assert.equal(pushed.name, `push ${push.ref} at ${push.after}`);
+  assert.equal(pushed.group, `pytorch-ppc64le-${push.ref}`);
+  assert.equal(pushed.cancels, 'false');
+  assert.equal(pushed.runs, true);
+  assert.equal(pushed.ref, push.after);
+
+  // The check can fail: an event the workflow does not expect runs nothing.
+  assert.equal(run('release', push).runs, false);
 });
 
 test('the workflow check can fail: a broken workflow is refused', async () => {
