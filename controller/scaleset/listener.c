@@ -18,6 +18,7 @@
 #define BACKOFF_FIRST_MS 1000
 #define BACKOFF_MAX_MS   60000
 #define MAX_JOBS_PER_MSG 50
+#define UNDELETED_MAX    32
 #define NAME_BYTES       128
 
 enum ss_state {
@@ -53,7 +54,11 @@ struct ss_listener {
     char *queue_url;
     struct secret *queue_token;
     int64_t last_message_id;
-    int64_t acked_id; /* the last message this process deleted from the queue */
+    /* Messages committed but not deleted from the queue (the delete failed, or the process
+     * that committed them died first): the cursor will not bring them again, so they are
+     * deleted before the next poll. */
+    int64_t undeleted[UNDELETED_MAX];
+    size_t n_undeleted;
     json_t *statistics;
     int64_t assigned; /* -1: not known yet */
     enum ss_state state;
@@ -71,7 +76,7 @@ static void ensure(struct ss_listener *l);
 static void session_create(struct ss_listener *l);
 static void poll_queue(struct ss_listener *l);
 static void stop_done(struct ss_listener *l);
-static void reack(struct ss_listener *l);
+static bool delete_undeleted(struct ss_listener *l);
 
 static void set_why(struct ss_listener *l, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -99,6 +104,27 @@ static void on_timer(uv_timer_t *t)
         ensure(l);
         break;
     }
+}
+
+static void undeleted_add(struct ss_listener *l, int64_t id)
+{
+    for (size_t i = 0; i < l->n_undeleted; i++)
+        if (l->undeleted[i] == id)
+            return;
+    if (l->n_undeleted == UNDELETED_MAX) /* the oldest goes: the service keeps it, no more */
+        memmove(l->undeleted, l->undeleted + 1, --l->n_undeleted * sizeof(l->undeleted[0]));
+    l->undeleted[l->n_undeleted++] = id;
+}
+
+static void undeleted_remove(struct ss_listener *l, int64_t id)
+{
+    for (size_t i = 0; i < l->n_undeleted; i++)
+        if (l->undeleted[i] == id) {
+            memmove(l->undeleted + i, l->undeleted + i + 1,
+                    (l->n_undeleted - i - 1) * sizeof(l->undeleted[0]));
+            l->n_undeleted--;
+            return;
+        }
 }
 
 static bool stopping(struct ss_listener *l)
@@ -187,6 +213,9 @@ static void scale_set_known(struct ss_listener *l, int64_t id)
         else
             l->last_message_id = 0;
         l->scale_set_id = id;
+        l->n_undeleted = 0; /* the old scale set's queue went with it */
+        if (l->last_message_id > 0)
+            undeleted_add(l, l->last_message_id);
     }
     log_info("scaleset.ready", "pool=%s scale_set=%s id=%lld last_message_id=%lld", l->pool,
              l->name, (long long)id, (long long)l->last_message_id);
@@ -389,12 +418,6 @@ static void on_session(void *data, const struct github_response *res)
     }
     log_info("scaleset.session", "pool=%s scale_set=%s id=%lld session=%s", l->pool, l->name,
              (long long)l->scale_set_id, l->session_id);
-    if (l->last_message_id > l->acked_id) {
-        /* Committed by an earlier process that died before deleting it: the cursor will
-         * not bring it again, so it is deleted now (a 404 says it already was). */
-        reack(l);
-        return;
-    }
     poll_queue(l);
 }
 
@@ -552,24 +575,27 @@ static void on_acked(void *data, const struct github_response *res)
         handling_free(h);
         return;
     }
-    if (res->status == 401) {
-        /* The queue token expired between the poll and the delete: a poll after the
-         * refresh gets the message again (it was not deleted), already committed. */
-        handling_free(h);
-        session_refresh(l);
-        return;
-    }
-    if (res->err < 0 && res->status != 404) {
-        log_warn("scaleset.ack_failed", "pool=%s scale_set=%s message=%lld error=\"%s\"", l->pool,
-                 l->name, (long long)h->message_id, res->message);
-        /* Committed: the message comes again and is committed again, which changes nothing. */
-        handling_free(h);
-        back_off(l, SS_POLLING);
+    if (res->status == 401 || (res->err < 0 && res->status != 404)) {
+        /* Committed, not deleted: deleted before the next poll (after the session's
+         * refresh when the queue token expired). */
+        if (res->status != 401)
+            log_warn("scaleset.ack_failed", "pool=%s scale_set=%s message=%lld error=\"%s\"",
+                     l->pool, l->name, (long long)h->message_id, res->message);
+        undeleted_add(l, h->message_id);
+        bool expired = res->status == 401;
+        if (json_array_size(h->available) == 0) {
+            handling_free(h);
+            if (expired)
+                session_refresh(l);
+            else
+                back_off(l, SS_POLLING);
+            return;
+        }
+        acquire(h); /* what the service offered is taken all the same */
         return;
     }
     l->stats.acks++;
-    if (h->message_id > l->acked_id)
-        l->acked_id = h->message_id;
+    undeleted_remove(l, h->message_id);
     acquire(h);
 }
 
@@ -600,20 +626,22 @@ static void ack(struct handling *h)
     }
 }
 
-/* The cursor's message, deleted once more after a restart (see on_session). */
-static void reack(struct ss_listener *l)
+/* The first committed message not deleted from the queue, deleted now (a 404 says it
+ * already was); false when there is none. */
+static bool delete_undeleted(struct ss_listener *l)
 {
+    if (l->n_undeleted == 0)
+        return false;
     struct handling *h = calloc(1, sizeof(*h));
-    if (!h) {
-        poll_queue(l);
-        return;
-    }
-    *h = (struct handling){l, l->last_message_id, json_array(), json_array()};
-    log_info("scaleset.reack", "pool=%s scale_set=%s message=%lld", l->pool, l->name,
+    if (!h)
+        return false;
+    *h = (struct handling){l, l->undeleted[0], json_array(), json_array()};
+    log_info("scaleset.redelete", "pool=%s scale_set=%s message=%lld", l->pool, l->name,
              (long long)h->message_id);
     l->message_ms = wall_clock_ms();
     l->state = SS_HANDLING;
     ack(h);
+    return true;
 }
 
 static void on_committed(void *data, int result)
@@ -764,6 +792,8 @@ static void poll_queue(struct ss_listener *l)
         session_create(l);
         return;
     }
+    if (delete_undeleted(l))
+        return;
     l->state = SS_POLLING;
     char url[2048], capacity[64];
     const char *sep = strchr(l->queue_url, '?') ? "&" : "?";
@@ -934,6 +964,9 @@ static struct ss_listener *listener_new(struct scalesets *sets, const struct con
     if (store_scaleset_cursor(sets->deps.store, l->name, &id, &last) == 0) {
         l->scale_set_id = id;
         l->last_message_id = last;
+        /* The process that committed it may have died before deleting it. */
+        if (last > 0)
+            undeleted_add(l, last);
     }
     l->stats.no_session_since_ms = wall_clock_ms();
     uv_timer_init(sets->deps.loop, &l->timer);

@@ -20,10 +20,11 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 import { containerPool, lxcHost } from './containers.mjs';
+import { endedRunners as chaosEnded, hostUp as chaosHostUp, liveRunners, ourContainers, supply } from './chaos-lib.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
-const JOBS = Number(process.env.CHAOS_JOBS ?? 500);
-const KILLS = Number(process.env.CHAOS_KILLS ?? 10);
+const JOBS = Number(process.env.CHAOS_JOBS ?? 300);
+const KILLS = Number(process.env.CHAOS_KILLS ?? 6);
 const RESTARTS = Number(process.env.CHAOS_LIBVIRTD_RESTARTS ?? 2);
 const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
 const MAX = 6;
@@ -47,32 +48,9 @@ async function deliver(action, id, runner) {
   }
 }
 
-// Ended runners by name, with their exit and reason (null while the daemon is down).
-function endedRunners() {
-  const r = d.cli('--json', 'runners', '--all');
-  if (r.code !== 0) return null;
-  return new Map(JSON.parse(r.stdout).runners.filter((x) => x.state === 'deleted').map((x) => [x.name, x]));
-}
-
-function hostUp() {
-  const r = d.cli('--json', 'hosts');
-  return r.code === 0 && JSON.parse(r.stdout).hosts.some((h) => h.name === 'lxc' && h.state === 'up');
-}
-
-function live() {
-  const r = d.cli('--json', 'runners');
-  if (r.code !== 0) return null;
-  return JSON.parse(r.stdout).runners.filter((x) => !['deleted', 'failed'].includes(x.state));
-}
-
-// Supply, as the scheduler counts it: runners that have or can take a job. Runners being
-// torn down and records awaiting repair after a restart are not supply.
-function supply(runners) {
-  return runners.filter((x) => ['pending', 'creating', 'booting', 'configured', 'idle', 'busy'].includes(x.state)).length;
-}
-
-const ourContainers = () => spawnSync('virsh', ['-c', 'lxc:///', 'list', '--all', '--name'], { encoding: 'utf8' })
-  .stdout.split('\n').filter((n) => n.startsWith('hatchery-it-'));
+const endedRunners = () => chaosEnded(d);
+const hostUp = () => chaosHostUp(d);
+const live = () => liveRunners(d);
 
 before(async () => {
   await fetch(`${api}/__double/log`, { method: 'DELETE' });

@@ -396,11 +396,15 @@ export class ActionsService {
     let msg = next();
     if (!msg) {
       await new Promise((resolve) => {
-        const done = () => { clearTimeout(timer); this.waiters.delete(done); resolve(); };
+        const done = () => { clearTimeout(timer); this.waiters.delete(done); req.socket.off('close', done); resolve(); };
         const timer = setTimeout(done, this.pollMs);
         this.waiters.add(done);
-        req.on('close', done);
+        // The connection, not the request: a request's 'close' comes once its body is read.
+        req.socket.once('close', done);
       });
+      // The client went away meanwhile (killed, or its timeout): nothing is handed to it,
+      // and its session is not seen alive.
+      if (req.socket.destroyed) return 'hang';
       if (!this.sessions.has(s.sessionId)) return [404, { typeName: 'RunnerScaleSetSessionNotFoundException', message: 'session evicted' }];
       msg = next();
     }

@@ -31,6 +31,7 @@ const github = `github:
   api_url: ${api}
   app_id: ${process.env.APP_ID}
   app_private_key_file: ${process.env.APP_KEY_FILE}
+  max_retries: 1
   runner_scopes:
     - org: pytorch
       runner_group_id: 1
@@ -132,6 +133,27 @@ test('jobs assigned to the scale set get runners with JIT configs from it; messa
   assert.deepEqual(violations, []);
 });
 
+test('GHES: a job the service offers (JobAvailable) is acquired once committed, then assigned and served', async () => {
+  await control('settings', { acquire: true });
+  const before = live().length;
+  const mark = (await state()).log.length;
+  const { jobs: [job] } = await control('jobs', { count: 1 });
+  const st = await d.until('the job acquired and assigned', async () => {
+    const s = await state();
+    return s.jobs.find((j) => j.jobId === job)?.state === 'assigned' && s;
+  }, { ms: 20000 });
+  const acquire = st.log.slice(mark).find((e) => e.method === 'POST' && e.path.endsWith('/acquirejobs'));
+  assert.ok(acquire, 'acquirejobs was called');
+  // Now assigned, it counts: served by a runner not yet busy (the test driver's stay
+  // booting), so none is added.
+  await d.until('the statistics to count it', () => scaleSet().assigned_jobs === 1, { ms: 20000 });
+  assert.equal(live().length, before);
+  assert.ok(scaleSet().messages_by_type.JobAvailable >= 1);
+  await control('settings', { acquire: false });
+  await control('complete', { jobId: job, result: 'canceled' });
+  await d.until('nothing assigned again', () => scaleSet().assigned_jobs === 0, { ms: 20000 });
+});
+
 test('a second controller on the same scale set waits (409) and takes over once the first stops cleanly', async () => {
   // (Both have the controller id "it" and stores of their own; with nothing assigned, the
   // second makes no runner that its removal would leave behind.)
@@ -195,6 +217,15 @@ test('the service\'s faults: an expired queue token, an evicted session, a vanis
   await control('settings', { adminTtlS: 3600 });
   assert.ok(scaleSet().token_refreshes > before.token_refreshes);
 
+  // A delete of a committed message fails (500, past the client's one retry): it is
+  // deleted before the next poll.
+  const next = (await state()).scaleSets[0].nextMessageId;
+  await fetch(`${api}/__scaleset/faults`, { method: 'POST', body: JSON.stringify([{ method: 'DELETE', path: `/messages/${next}$`, status: 500, times: 3 }]) });
+  const { jobs: [extra] } = await control('jobs', { count: 1 });
+  await d.until('the failed delete done again', () => new RegExp(`event=scaleset.redelete pool=power scale_set=${SET} message=${next}\n`).test(d.logs), { ms: 60000 });
+  await d.until('no message left in the queue', async () => (await state()).scaleSets[0].messages === 0, { ms: 60000 });
+  await control('complete', { jobId: extra, result: 'canceled' });
+
   // Injected 5xx on the poll and a 200 with an empty body: still polling afterwards.
   await fetch(`${api}/__scaleset/faults`, { method: 'POST', body: JSON.stringify([{ method: 'GET', path: '/messages', status: 503, times: 2 }, { method: 'GET', path: '/messages', emptyBody: true, times: 1 }]) });
   await d.until('polling after the faults', async () => scaleSet()?.state === 'polling' && scaleSet().polls > before.polls + 3, { ms: 30000 });
@@ -207,8 +238,9 @@ test('kill -9 between the commit and the delete: the lingering session is waited
   const before = await state();
   const mark = before.log.length;
   const assignedBefore = before.scaleSets[0].statistics.totalAssignedJobs;
-  // The next delete of a message never answers: hatcheryd is killed while it waits.
-  await fetch(`${api}/__scaleset/faults`, { method: 'POST', body: JSON.stringify([{ method: 'DELETE', path: '/messages/\\d+', hang: true }]) });
+  // The delete of the next message never answers: hatcheryd is killed while it waits.
+  const next = before.scaleSets[0].nextMessageId;
+  await fetch(`${api}/__scaleset/faults`, { method: 'POST', body: JSON.stringify([{ method: 'DELETE', path: `/messages/${next}$`, hang: true }]) });
   const { jobs: [job] } = await control('jobs', { count: 1 });
   await d.until('the job committed', () => sql(d, `SELECT count(*) FROM scale_set_jobs WHERE job_id = '${job}'`) === '1', { ms: 20000 });
   const committed = Number(sql(d, `SELECT last_message_id FROM scale_sets WHERE name = '${SET}'`));
@@ -218,8 +250,9 @@ test('kill -9 between the commit and the delete: the lingering session is waited
   assert.equal((await state()).scaleSets[0].messages, 1, 'the message is still in the queue');
   await d.start();
   // The dead one's session lingers: 409 first, then a session of its own.
-  await d.until('a session after the linger', () => scaleSet()?.state === 'polling' && scaleSet().conflicts >= 1, { ms: 30000 });
-  assert.match(d.logs, new RegExp(`event=scaleset.reack pool=power scale_set=${SET} message=${committed}`));
+  await d.until('a session after the linger', () => { const v = scaleSet(); return v?.state === 'polling' && v.conflicts >= 1; }, { ms: 30000 });
+  // The message it committed and never deleted, deleted by the next process.
+  await d.until('the committed message deleted again', () => new RegExp(`event=scaleset.redelete pool=power scale_set=${SET} message=${committed}`).test(d.logs), { ms: 30000 });
   const after = await d.until('the message deleted and the runners settled', async () => {
     const st = await state();
     const want = st.scaleSets[0].statistics.totalAssignedJobs;
