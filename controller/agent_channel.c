@@ -127,8 +127,15 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
 {
     const struct agent_channel_events *ev = c->events;
     if (c->state == CHANNEL_EXPECT_RESUMED) {
-        if (type == AGENT_MSG_RESUMED && json_integer_value(json_object_get(msg, "v")) >= 2)
+        int v = (int)json_integer_value(json_object_get(msg, "v"));
+        if (type == AGENT_MSG_RESUMED && v >= 2)
             return handle_resumed(c, msg);
+        /* A version 2 agent whose runner exited, or whose heartbeat was due, just as this
+         * controller connected says so before it reads `resume`; it says both again after
+         * its `resumed`. Acted on now, the exit would end an adoption that can succeed
+         * (the chaos run through a scale set lost a job that way). */
+        if (v >= 2 && (type == AGENT_MSG_EXITED || type == AGENT_MSG_HEARTBEAT))
+            return;
         return fail(c, "the agent cannot resume (it sent %s in protocol version %d)",
                     agent_msg_type_names[type], (int)json_integer_value(json_object_get(msg, "v")));
     }

@@ -2,6 +2,7 @@
  * GitHub runners, queued jobs GitHub knows and the store does not, and phantom jobs whose
  * `completed` never came; see scheduler.h. */
 #include "scheduler_internal.h"
+#include "scaleset/scaleset.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -606,7 +607,11 @@ void reconcile_recover(struct scheduler *s)
         const struct github_scope *scope = pool ? scheduler_pool_scope(s, pool) : NULL;
         if (!scope && s->deps.n_scopes)
             scope = &s->deps.scopes[0];
-        if (gh(s) && json_is_integer(gid) && scope && pool)
+        if (gh(s) && !json_is_integer(gid) && pool && pool->scale_set)
+            /* Registered, maybe, by an answer the crash kept from the record: by name. */
+            scalesets_runner_remove_by_name(scalesets_of(s), pool->name, name,
+                                            on_github_deleted_quiet, NULL);
+        else if (gh(s) && json_is_integer(gid) && scope && pool)
             runner_unregister(s, pool, scope, json_integer_value(gid), on_github_deleted_quiet,
                               NULL);
         else if (gh(s) && json_is_integer(gid) && scope)

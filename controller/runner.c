@@ -125,6 +125,21 @@ void on_runner_timer_closed(uv_handle_t *h)
     free(r);
 }
 
+/* A scale-set runner that took a job leaves: its job counts as held until the service
+ * says it completed (scheduler_job_event). */
+static void note_ended_job(struct runner *r)
+{
+    struct scheduler *s = r->s;
+    if (!r->pool->scale_set || !r->job_id || r->job_completed || s->closing)
+        return;
+    if (s->n_ended_jobs == ENDED_JOBS_MAX) /* the oldest goes: at worst a runner too many */
+        memmove(s->ended_jobs, s->ended_jobs + 1, --s->n_ended_jobs * sizeof(s->ended_jobs[0]));
+    struct ended_job *e = &s->ended_jobs[s->n_ended_jobs++];
+    snprintf(e->pool, sizeof(e->pool), "%s", r->pool->name);
+    e->job_id = r->job_id;
+    e->ended_ms = wall_clock_ms();
+}
+
 static void runner_forget(struct runner *r)
 {
     struct scheduler *s = r->s;
@@ -132,6 +147,7 @@ static void runner_forget(struct runner *r)
         r->forget_pending = true; /* the last callback that holds it frees it */
         return;
     }
+    note_ended_job(r);
     if (s->closing) { /* already off the list; the loop runs on only to close */
         uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
         return;

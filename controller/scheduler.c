@@ -290,6 +290,21 @@ static void note_isolation(struct scheduler *s)
     }
 }
 
+/* Scale-set jobs of `pool` whose runner left before the service said they completed. */
+static int64_t scheduler_ended_jobs(struct scheduler *s, const char *pool)
+{
+    int64_t n = 0, now = wall_clock_ms();
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n_ended_jobs; i++) {
+        if (now - s->ended_jobs[i].ended_ms > ENDED_JOB_KEEP_MS)
+            continue; /* never completed: no longer held back */
+        s->ended_jobs[kept++] = s->ended_jobs[i];
+        n += strcmp(s->ended_jobs[i].pool, pool) == 0;
+    }
+    s->n_ended_jobs = kept;
+    return n;
+}
+
 static void tick(struct scheduler *s)
 {
     const struct config *c = cfg(s);
@@ -346,8 +361,15 @@ static void tick(struct scheduler *s)
                          pool->scale_set);
                 continue;
             }
-            int64_t busy = live - unbusy;
-            queued = assigned > busy ? assigned - busy : 0;
+            /* A runner that took a job holds it until the service says it completed,
+             * finishing or not: the statistics count the job till then. */
+            int64_t took = 0;
+            for (struct runner *r = s->runners; r; r = r->next)
+                if (strcmp(r->pool->name, pool->name) == 0 && runner_state_live(r->state) &&
+                    (r->job_id || r->state == RUNNER_BUSY))
+                    took++;
+            took += scheduler_ended_jobs(s, pool->name);
+            queued = assigned > took ? assigned - took : 0;
         }
         int64_t want = queued + pool->min_idle - unbusy;
         int64_t room = pool->max_runners - live;
@@ -435,6 +457,13 @@ void scheduler_kick(struct scheduler *s)
 void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status status,
                          const char *runner_name)
 {
+    for (size_t i = 0; status == JOB_COMPLETED && i < s->n_ended_jobs; i++)
+        if (s->ended_jobs[i].job_id == job_id) {
+            memmove(s->ended_jobs + i, s->ended_jobs + i + 1,
+                    (s->n_ended_jobs - i - 1) * sizeof(s->ended_jobs[0]));
+            s->n_ended_jobs--;
+            break;
+        }
     struct runner *r = runner_name ? runner_find(s, runner_name) : NULL;
     enum runner_event ev =
         status == JOB_IN_PROGRESS ? RUNNER_EV_JOB_IN_PROGRESS : RUNNER_EV_JOB_COMPLETED;
@@ -468,6 +497,7 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
         runner_move(r, RUNNER_EV_JOB_IN_PROGRESS);
     } else if (r && status == JOB_COMPLETED) {
         r->job_id = r->job_id ? r->job_id : job_id;
+        r->job_completed = true;
         /* The runner exits by itself after its one job; finishing gives it a grace. */
         runner_move(r, RUNNER_EV_JOB_COMPLETED);
     }

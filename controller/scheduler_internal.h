@@ -44,6 +44,7 @@ struct runner {
     int64_t adopt_started_ms;
     int64_t heartbeat_ms; /* the agent's last sign of life */
     int64_t job_id;
+    bool job_completed; /* GitHub said its job completed (a webhook, or its scale set) */
     int exit_code;
     int64_t created_ms, online_ms, busy_ms, finished_ms;
     char reason[256];
@@ -62,6 +63,16 @@ struct org_repos {
     size_t cursor;
     int64_t listed_ms;
     bool listing;
+};
+
+/* A scale-set runner gone with its job before the service said the job completed: the
+ * service's statistics still count the job until then, and no runner is made for it. */
+#define ENDED_JOBS_MAX    128
+#define ENDED_JOB_KEEP_MS (10 * 60 * 1000)
+struct ended_job {
+    char pool[CONFIG_MAX_NAME_BYTES + 1];
+    int64_t job_id;
+    int64_t ended_ms;
 };
 
 struct scheduler {
@@ -92,6 +103,8 @@ struct scheduler {
     struct runner_group_checks *groups; /* per scope: the runner group's policy, as GitHub says */
     struct orphan *orphans;
     size_t n_orphans;
+    struct ended_job ended_jobs[ENDED_JOBS_MAX];
+    size_t n_ended_jobs;
     int64_t started_ms;
     struct scheduler_stats stats;
 };

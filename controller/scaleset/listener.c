@@ -1202,6 +1202,55 @@ int scalesets_runner_remove(struct scalesets *sets, const char *pool, int64_t ru
     return r;
 }
 
+struct remove_by_name {
+    struct ss_listener *l;
+    github_done_cb cb;
+    void *data;
+};
+
+static void on_named_runner(void *data, const struct github_response *res)
+{
+    struct remove_by_name *rn = data;
+    json_t *id = json_object_get(json_array_get(json_object_get(res->body, "value"), 0), "id");
+    struct ss_listener *l = rn->l;
+    github_done_cb cb = rn->cb;
+    void *cb_data = rn->data;
+    free(rn);
+    if (res->err < 0) {
+        cb(cb_data, res->err, res->message);
+        return;
+    }
+    if (!json_is_integer(id)) {
+        cb(cb_data, 0, NULL); /* never registered, or already gone */
+        return;
+    }
+    int r = scalesets_runner_remove(l->sets, l->pool, json_integer_value(id), cb, cb_data);
+    if (r < 0)
+        cb(cb_data, r, "cannot remove the runner");
+}
+
+int scalesets_runner_remove_by_name(struct scalesets *sets, const char *pool, const char *name,
+                                    github_done_cb cb, void *data)
+{
+    struct ss_listener *l = listener_of(sets, pool);
+    if (!l)
+        return -ENOENT;
+    struct remove_by_name *rn = calloc(1, sizeof(*rn));
+    if (!rn)
+        return -ENOMEM;
+    *rn = (struct remove_by_name){l, cb, data};
+    char path[256];
+    char *escaped = curl_easy_escape(NULL, name, 0);
+    snprintf(path, sizeof(path), "_apis/distributedtask/pools/0/agents?agentName=%s",
+             escaped ? escaped : "");
+    curl_free(escaped);
+    struct ss_request req = {"GET", path, NULL, NULL, NULL, 0, -1};
+    int r = ss_call(l->svc, &req, on_named_runner, rn);
+    if (r < 0)
+        free(rn);
+    return r;
+}
+
 /* ---- what operators see ------------------------------------------------------------------- */
 
 json_t *scalesets_json(const struct scalesets *sets)

@@ -78,6 +78,11 @@ int scalesets_jit_generate(struct scalesets *sets, const char *pool, const char 
 int scalesets_runner_remove(struct scalesets *sets, const char *pool, int64_t runner_id,
                             github_done_cb cb, void *data);
 
+/* The same for a runner known by name alone (a record whose registration's answer was
+ * not written before a crash): looked up, then removed; none of that name is success. */
+int scalesets_runner_remove_by_name(struct scalesets *sets, const char *pool, const char *name,
+                                    github_done_cb cb, void *data);
+
 /* Per scale set: {pool, name, id, state, why, session_id, owner, last_message_id,
  * statistics, desired, polls, messages{by type}, conflicts, token_refreshes}. */
 json_t *scalesets_json(const struct scalesets *sets);

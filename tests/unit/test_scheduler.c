@@ -386,6 +386,18 @@ int scalesets_runner_remove(struct scalesets *sets, const char *pool, int64_t ru
     return -EOPNOTSUPP;
 }
 
+int scalesets_runner_remove_by_name(struct scalesets *sets, const char *pool, const char *name,
+                                    github_done_cb cb, void *data)
+{
+    (void)sets;
+    (void)pool;
+    (void)name;
+    (void)cb;
+    (void)data;
+    fail_msg("a scale set's runner removed by name with no scale-set pool");
+    return -EOPNOTSUPP;
+}
+
 /* No pool here is trusted: nothing asks about a runner group (github.scheduler does). */
 int github_runner_group_get(struct github_client *client, const char *org, int64_t group_id,
                             github_json_cb cb, void *data)
