@@ -395,11 +395,11 @@ static void scaleset_series(struct textbuf *b, json_t *sets, const char *name, c
 /* Runner scale sets: the session, the queue and the statistics, per scale set. */
 static void scaleset_metrics(struct textbuf *b, struct daemon *d)
 {
+    /* The families are there without a scale set too (empty): what the alert rules query
+     * exists on every hatcheryd. */
     json_t *sets = scalesets_json(d->scalesets);
-    if (!sets || json_array_size(sets) == 0) {
-        json_decref(sets);
+    if (!sets)
         return;
-    }
     scaleset_series(b, sets, "hatchery_scaleset_polls_total", "counter",
                     "Long polls of the scale set's message queue answered.", "polls", NULL);
     static const char *const types[] = {"JobAvailable", "JobAssigned", "JobStarted",

@@ -69,7 +69,8 @@ test('an open group: the job waits, says why, and the journal is told at warning
   }, { ms: 15000 });
   assert.match(p.waiting, /runner group 42 of pytorch is open: it is not restricted to selected workflows/);
   assert.equal(p.runner_group.verdict, 'open');
-  assert.match(d.logs, /level=warn event=github.runner_group_open org=pytorch runner_group_id=42/);
+  // The log is read as the daemon writes it: waited for, not assumed there yet.
+  await d.until('the warning in the log', () => /level=warn event=github.runner_group_open org=pytorch runner_group_id=42/.test(d.logs), { ms: 15000 });
   // Passes go by (one a second), GitHub is asked again each time, and still nothing is made.
   const asked = await groupAsks();
   await d.until('two more questions to GitHub', async () => (await groupAsks()) >= asked + 2, { ms: 15000 });
@@ -89,7 +90,7 @@ test('restricted to a pinned workflow: the runner is made; GitHub failing keeps 
   await policy({ restricted_to_workflows: true, selected_workflows: ['pytorch/pytorch/.github/workflows/nightly.yml@refs/heads/main'] });
   const [runner] = await d.until('a runner for the queued job', () => live().length === 1 && live(), { ms: 15000 });
   assert.equal(runner.pool, 'nightly');
-  assert.match(d.logs, /event=github.runner_group_restricted org=pytorch runner_group_id=42/);
+  await d.until('the verdict in the log', () => /event=github.runner_group_restricted org=pytorch runner_group_id=42/.test(d.logs), { ms: 15000 });
   assert.equal(pool().runner_group.verdict, 'restricted');
   // GitHub answers 500s, then a 403 (the App lost its permission): what GitHub said last
   // stands, and the failure is shown.
@@ -103,7 +104,7 @@ test('restricted to a pinned workflow: the runner is made; GitHub failing keeps 
 test('opened again while the runner exists: no new runner, the reason is back', async () => {
   await policy({ restricted_to_workflows: false });
   await d.until('the pool to say its group is open again', () => pool()?.waiting?.includes('is open'), { ms: 15000 });
-  assert.equal(d.logs.match(/event=github.runner_group_open/g).length, 2);
+  await d.until('the second warning in the log', () => d.logs.match(/event=github.runner_group_open/g).length === 2, { ms: 15000 });
   // A second queued job gets nothing.
   assert.equal((await d.post('workflow_job', workflowJob('queued', 8200000002, ['self-hosted', 'nightly-s390x']))).status, 202);
   const asked = await groupAsks();

@@ -117,7 +117,7 @@ test('jobs assigned to the scale set get runners with JIT configs from it; messa
   await control('complete', { jobId: jobs[0], result: 'succeeded' });
   await d.until('the completion committed', () => sql(d, `SELECT state || ' ' || result || ' ' || runner_name FROM scale_set_jobs WHERE job_id = '${jobs[0]}'`) === `completed succeeded ${first.name}`, { ms: 20000 });
   await d.until('the statistics to say one', () => scaleSet().assigned_jobs === 1, { ms: 20000 });
-  assert.match(d.logs, new RegExp(`event=runner.job_event_ignored runner=${first.name} state=\\w+ cause=job_in_progress`));
+  await d.until('the start ignored in the log', () => new RegExp(`event=runner.job_event_ignored runner=${first.name} state=\\w+ cause=job_in_progress`).test(d.logs), { ms: 20000 });
   assert.equal(live().length, 2);
   assert.deepEqual(scaleSet().messages_by_type, { JobAvailable: 0, JobAssigned: 2, JobStarted: 1, JobCompleted: 1 });
   // /metrics says the same, and passes promtool.
@@ -162,12 +162,12 @@ test('a second controller on the same scale set waits (409) and takes over once 
   try {
     await other.until('a session conflict', () => (scaleSet(other)?.conflicts ?? 0) >= 1, { ms: 20000 });
     assert.match(scaleSet(other).why, /another session holds the scale set \(409\)/);
-    assert.match(other.logs, /level=warn event=scaleset.session_conflict/);
+    await other.until('the conflict in the log', () => /level=warn event=scaleset.session_conflict/.test(other.logs), { ms: 20000 });
     assert.equal((await state()).sessions.length, 1);
     // The first stops: its session is deleted, so the second need not wait out a linger.
     const { code } = await d.stop();
     assert.equal(code, 0);
-    assert.match(d.logs, /event=scaleset.session_deleted pool=power/);
+    await d.until('the session deleted in the log', () => /event=scaleset.session_deleted pool=power/.test(d.logs), { ms: 20000 });
     await other.until('the second polling', () => scaleSet(other)?.state === 'polling', { ms: 30000 });
     // The first's runner stays: the second adopts nothing of the first's (another
     // controller id would; this one shares it), and the assigned job still wants one.
@@ -201,7 +201,7 @@ test('the service\'s faults: an expired queue token, an evicted session, a vanis
     return st.scaleSets.length === 1 && st.scaleSets[0].id !== oldId && st.sessions.length === 1 && st;
   }, { ms: 30000 });
   assert.equal(remade.scaleSets[0].name, SET);
-  assert.match(d.logs, /event=scaleset.vanished|event=scaleset.create/);
+  await d.until('the scale set made again in the log', () => /event=scaleset.vanished|event=scaleset.create/.test(d.logs), { ms: 20000 });
 
   // The admin token revoked (401): renewed, once. The new one lives 61 s: past its first
   // second it is under the library's 60 s margin, so the next call renews it first.
