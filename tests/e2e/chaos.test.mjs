@@ -23,8 +23,8 @@ import { containerPool, lxcHost } from './containers.mjs';
 import { endedRunners as chaosEnded, hostUp as chaosHostUp, liveRunners, ourContainers, supply } from './chaos-lib.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
-const JOBS = Number(process.env.CHAOS_JOBS ?? 300);
-const KILLS = Number(process.env.CHAOS_KILLS ?? 6);
+const JOBS = Number(process.env.CHAOS_JOBS ?? 200);
+const KILLS = Number(process.env.CHAOS_KILLS ?? 5);
 const RESTARTS = Number(process.env.CHAOS_LIBVIRTD_RESTARTS ?? 2);
 const libvirtd = fileURLToPath(new URL('../libvirt/libvirtd.sh', import.meta.url));
 const MAX = 6;
