@@ -163,6 +163,22 @@ static bool answer_wanted(struct ss_listener *l)
     return false;
 }
 
+/* A request of the listener's own (its answer's answer_wanted clears request_out); one
+ * that cannot be made (`req` NULL: its body could not be) backs off to `retry`, saying
+ * `what` failed when given. */
+static void listener_send(struct ss_listener *l, const struct ss_request *req, github_json_cb cb,
+                          enum ss_state retry, const char *what)
+{
+    l->request_out = true;
+    int r = req ? ss_call(l->svc, req, cb, l) : -ENOMEM;
+    if (r < 0) {
+        l->request_out = false;
+        if (what)
+            set_why(l, "%s: %s", what, strerror(-r));
+        back_off(l, retry);
+    }
+}
+
 static void statistics_set(struct ss_listener *l, json_t *stats)
 {
     if (!json_is_object(stats))
@@ -249,14 +265,9 @@ static void scale_set_save(struct ss_listener *l, int64_t id)
     else
         snprintf(path, sizeof(path), "_apis/runtime/runnerscalesets");
     struct ss_request req = {id ? "PATCH" : "POST", path, body, NULL, NULL, 0, -1};
-    l->request_out = true;
-    int r = body ? ss_call(l->svc, &req, on_scale_set_saved, l) : -ENOMEM;
+    listener_send(l, body ? &req : NULL, on_scale_set_saved, SS_ENSURING,
+                  "cannot save the scale set");
     json_decref(body);
-    if (r < 0) {
-        l->request_out = false;
-        set_why(l, "cannot save the scale set: %s", strerror(-r));
-        back_off(l, SS_ENSURING);
-    }
 }
 
 static void on_scale_set_found(void *data, const struct github_response *res)
@@ -307,13 +318,7 @@ static void ensure(struct ss_listener *l)
              (long long)l->group_id, name ? name : "");
     curl_free(name);
     struct ss_request req = {"GET", path, NULL, NULL, NULL, 0, -1};
-    l->request_out = true;
-    int r = ss_call(l->svc, &req, on_scale_set_found, l);
-    if (r < 0) {
-        l->request_out = false;
-        set_why(l, "cannot ask for the scale set: %s", strerror(-r));
-        back_off(l, SS_ENSURING);
-    }
+    listener_send(l, &req, on_scale_set_found, SS_ENSURING, "cannot ask for the scale set");
 }
 
 /* ---- the session ------------------------------------------------------------------------ */
@@ -431,14 +436,8 @@ static void session_create(struct ss_listener *l)
              (long long)l->scale_set_id);
     json_t *body = json_pack("{s:s}", "ownerName", l->sets->deps.owner);
     struct ss_request req = {"POST", path, body, NULL, NULL, 0, -1};
-    l->request_out = true;
-    int r = body ? ss_call(l->svc, &req, on_session, l) : -ENOMEM;
+    listener_send(l, body ? &req : NULL, on_session, SS_SESSION, "cannot open a session");
     json_decref(body);
-    if (r < 0) {
-        l->request_out = false;
-        set_why(l, "cannot open a session: %s", strerror(-r));
-        back_off(l, SS_SESSION);
-    }
 }
 
 static void on_session_refreshed(void *data, const struct github_response *res)
@@ -470,12 +469,7 @@ static void session_refresh(struct ss_listener *l)
     snprintf(path, sizeof(path), "_apis/runtime/runnerscalesets/%lld/sessions/%s",
              (long long)l->scale_set_id, l->session_id);
     struct ss_request req = {"PATCH", path, NULL, NULL, NULL, 0, -1};
-    l->request_out = true;
-    int r = ss_call(l->svc, &req, on_session_refreshed, l);
-    if (r < 0) {
-        l->request_out = false;
-        back_off(l, SS_SESSION);
-    }
+    listener_send(l, &req, on_session_refreshed, SS_SESSION, NULL);
 }
 
 /* ---- a message: commit, delete from the queue, acquire ---------------------------------- */
@@ -808,12 +802,7 @@ static void poll_queue(struct ss_listener *l)
     }
     snprintf(capacity, sizeof(capacity), "X-ScaleSetMaxCapacity: %lld", (long long)l->max_runners);
     struct ss_request req = {"GET", url, NULL, l->queue_token, capacity, POLL_TIMEOUT_MS, 0};
-    l->request_out = true;
-    int r = ss_call(l->svc, &req, on_poll, l);
-    if (r < 0) {
-        l->request_out = false;
-        back_off(l, SS_POLLING);
-    }
+    listener_send(l, &req, on_poll, SS_POLLING, NULL);
 }
 
 /* ---- stop ------------------------------------------------------------------------------- */
