@@ -242,6 +242,7 @@ static const struct key pool_keys[] = {
 static const struct key scope_keys[] = {
     STRING_KEY(struct config_scope, repo, false, NULL),
     STRING_KEY(struct config_scope, org, false, NULL),
+    STRING_KEY(struct config_scope, enterprise, false, NULL),
     INT_KEY(struct config_scope, runner_group_id, 1, INT64_MAX, CONFIG_DEFAULT_RUNNER_GROUP),
     {.name = NULL},
 };
@@ -812,6 +813,11 @@ static bool valid_scope_name(const char *s, bool repo)
     return n > 0 && n <= 200 && slashes == (repo ? 1u : 0u) && s[0] != '/' && s[n - 1] != '/';
 }
 
+static const char *scope_name(const struct config_scope *s)
+{
+    return s->repo ? s->repo : s->org ? s->org : s->enterprise;
+}
+
 static void check_github(struct loader *l, struct config *c, yaml_node_t *root)
 {
     (void)root;
@@ -831,7 +837,7 @@ static void check_github(struct loader *l, struct config *c, yaml_node_t *root)
         fail(l, section, "github", "needs app_id with app_private_key_file, or token_file");
     if (g->n_runner_scopes == 0)
         fail(l, key_at(l, "github.runner_scopes", &at), "github.runner_scopes",
-             "needs at least one repo or org");
+             "needs at least one repo, org or enterprise");
     if (g->api_url && strncmp(g->api_url, "https://", 8) != 0 &&
         strncmp(g->api_url, "http://127.", 11) != 0 &&
         strncmp(g->api_url, "http://localhost", 16) != 0 &&
@@ -840,15 +846,23 @@ static void check_github(struct loader *l, struct config *c, yaml_node_t *root)
              "'%s' must be https:// (plain http only on loopback, for tests)", g->api_url);
     for (size_t i = 0; i < g->n_runner_scopes; i++) {
         struct config_scope *s = &g->runner_scopes[i];
-        if (!s->repo == !s->org)
+        if (!!s->repo + !!s->org + !!s->enterprise != 1)
             fail(l, line_node(s->line, &at), "github.runner_scopes[]",
-                 "each scope names exactly one of repo (owner/name) or org");
+                 "each scope names exactly one of repo (owner/name), org or enterprise");
         else if (s->repo && !valid_scope_name(s->repo, true))
             fail(l, line_node(s->line, &at), "github.runner_scopes[].repo",
                  "'%s' is not owner/name", s->repo);
         else if (s->org && !valid_scope_name(s->org, false))
             fail(l, line_node(s->line, &at), "github.runner_scopes[].org",
                  "'%s' is not an organization name", s->org);
+        else if (s->enterprise && !valid_scope_name(s->enterprise, false))
+            fail(l, line_node(s->line, &at), "github.runner_scopes[].enterprise",
+                 "'%s' is not an enterprise's slug", s->enterprise);
+        for (size_t k = 0; k < i; k++)
+            if (strcmp(scope_name(&g->runner_scopes[k]) ?: "", scope_name(s) ?: "-") == 0)
+                fail(l, line_node(s->line, &at), "github.runner_scopes[]",
+                     "scope '%s' is given twice (pools name their scope by its name alone)",
+                     scope_name(s));
     }
 }
 
@@ -859,8 +873,7 @@ const struct config_scope *config_pool_scope(const struct config *c, const struc
     const struct config_github *g = &c->github;
     for (size_t i = 0; p->github_scope && i < g->n_runner_scopes; i++) {
         const struct config_scope *s = &g->runner_scopes[i];
-        if ((s->repo && strcmp(s->repo, p->github_scope) == 0) ||
-            (s->org && strcmp(s->org, p->github_scope) == 0))
+        if (scope_name(s) && strcmp(scope_name(s), p->github_scope) == 0)
             return s;
     }
     return !p->github_scope && g->n_runner_scopes == 1 ? &g->runner_scopes[0] : NULL;
@@ -902,6 +915,11 @@ static void check_pool_scope(struct loader *l, const struct config *c, const str
              "workflow of the repository (a pull request's too): runner groups, which can be "
              "restricted to trusted workflows, exist for organizations only; give it an org "
              "scope",
+             name, p->github_scope);
+    else if (s->enterprise)
+        fail(l, line_node(p->line, &at), "pools[].trusted",
+             "trusted pool '%s' registers in enterprise scope '%s': Hatchery checks a trusted "
+             "pool's runner group through its organization's API, so give it an org scope",
              name, p->github_scope);
     else if (s->runner_group_id == CONFIG_DEFAULT_RUNNER_GROUP)
         fail(l, line_node(p->line, &at), "pools[].trusted",

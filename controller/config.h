@@ -139,6 +139,7 @@ struct config_http {
 struct config_scope {
     char *repo; /* owner/name */
     char *org;
+    char *enterprise; /* its slug */
     int64_t runner_group_id;
     int line;
 };

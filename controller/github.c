@@ -95,7 +95,8 @@ struct github_client {
     int64_t token_expires_at;
     bool token_fetching;
     struct call *token_waiters;
-    char *lookup_repo, *lookup_org;
+    char
+        *lookup_path; /* the scope's installation: /repos/…/installation, /orgs/…, /enterprises/… */
     long timeout_ms;
     int max_retries;
     size_t max_response_bytes;
@@ -1025,18 +1026,13 @@ static void fetch_token(struct github_client *c)
         request_token(c);
         return;
     }
-    char path[512];
-    if (c->lookup_repo)
-        snprintf(path, sizeof(path), "/repos/%s/installation", c->lookup_repo);
-    else if (c->lookup_org)
-        snprintf(path, sizeof(path), "/orgs/%s/installation", c->lookup_org);
-    else {
+    if (!c->lookup_path) {
         c->token_fetching = false;
         release_token_waiters(c, -EINVAL,
                               "no installation_id and no runner scope to look it up from");
         return;
     }
-    token_step(c, "GET", path, on_installation);
+    token_step(c, "GET", c->lookup_path, on_installation);
 }
 
 /* ---- client ------------------------------------------------------------------------- */
@@ -1049,11 +1045,10 @@ static void client_release(struct github_client *c)
     free(c->api_url);
     free(c->user_agent);
     free(c->ca_file);
-    free(c->lookup_repo);
-    free(c->lookup_org);
+    free(c->lookup_path);
     c->app_key = NULL;
     c->token = NULL;
-    c->api_url = c->user_agent = c->ca_file = c->lookup_repo = c->lookup_org = NULL;
+    c->api_url = c->user_agent = c->ca_file = c->lookup_path = NULL;
 }
 
 int github_client_new(uv_loop_t *loop, const struct github_options *o,
@@ -1082,10 +1077,10 @@ int github_client_new(uv_loop_t *loop, const struct github_options *o,
     c->api_url = strndup(o->api_url, n);
     c->user_agent = strdup(o->user_agent ? o->user_agent : "hatchery");
     c->ca_file = o->ca_file ? strdup(o->ca_file) : NULL;
-    if (o->lookup_scope) {
-        c->lookup_repo = o->lookup_scope->repo ? strdup(o->lookup_scope->repo) : NULL;
-        c->lookup_org = o->lookup_scope->org ? strdup(o->lookup_scope->org) : NULL;
-    }
+    char lookup[512];
+    if (o->lookup_scope &&
+        github_scope_path(o->lookup_scope, "/installation", lookup, sizeof(lookup)) == 0)
+        c->lookup_path = strdup(lookup);
     int r = 0;
     if (!c->api_url || url_origin(c->api_url, c->api_origin, sizeof(c->api_origin)) < 0) {
         snprintf(err, err_size, "github.api_url '%s' is not a URL", o->api_url);

@@ -14,6 +14,7 @@
 #include <uv.h>
 
 #include "secret.h"
+#include "github_scope.h"
 
 enum github_auth_mode {
     GITHUB_AUTH_APP,
@@ -22,13 +23,6 @@ enum github_auth_mode {
 };
 
 extern const char *const github_auth_mode_names[GITHUB_AUTH_MODE_MAX];
-
-/* Where runners register: a repository ("owner/name") or an organization. */
-struct github_scope {
-    const char *repo; /* NULL for an org scope */
-    const char *org;  /* NULL for a repo scope */
-    int64_t runner_group_id;
-};
 
 struct github_options {
     const char *api_url; /* https://api.github.com, https://HOST/api/v3, http://127.0.0.1:PORT */

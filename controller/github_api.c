@@ -13,14 +13,11 @@
 
 static int scope_path(const struct github_scope *scope, const char *suffix, char *out, size_t size)
 {
-    int n;
-    if (scope->repo)
-        n = snprintf(out, size, "/repos/%s/actions/runners%s", scope->repo, suffix);
-    else if (scope->org)
-        n = snprintf(out, size, "/orgs/%s/actions/runners%s", scope->org, suffix);
-    else
-        return -EINVAL;
-    return n > 0 && (size_t)n < size ? 0 : -ENAMETOOLONG;
+    char tail[256];
+    int n = snprintf(tail, sizeof(tail), "/actions/runners%s", suffix);
+    if (n < 0 || (size_t)n >= sizeof(tail))
+        return -ENAMETOOLONG;
+    return github_scope_path(scope, tail, out, size);
 }
 
 /* ---- generate-jitconfig ---------------------------------------------------------------- */
@@ -28,7 +25,7 @@ static int scope_path(const struct github_scope *scope, const char *suffix, char
 struct jit_call {
     struct github_client *client;
     struct github_scope scope;
-    char *repo, *org;
+    char *scope_name; /* the copy j->scope points into */
     char *name;
     json_t *request;
     bool conflict_resolved;
@@ -39,8 +36,7 @@ struct jit_call {
 static void jit_call_free(struct jit_call *j)
 {
     json_decref(j->request);
-    free(j->repo);
-    free(j->org);
+    free(j->scope_name);
     free(j->name);
     free(j);
 }
@@ -147,9 +143,11 @@ int github_jitconfig_generate(struct github_client *client, const struct github_
     if (!j)
         return -ENOMEM;
     j->client = client;
-    j->repo = scope->repo ? strdup(scope->repo) : NULL;
-    j->org = scope->org ? strdup(scope->org) : NULL;
-    j->scope = (struct github_scope){j->repo, j->org, scope->runner_group_id};
+    const char *scope_name = github_scope_name(scope);
+    j->scope_name = scope_name ? strdup(scope_name) : NULL;
+    j->scope =
+        (struct github_scope){scope->repo ? j->scope_name : NULL, scope->org ? j->scope_name : NULL,
+                              scope->enterprise ? j->scope_name : NULL, scope->runner_group_id};
     j->name = strdup(name);
     j->cb = cb;
     j->data = data;
@@ -159,7 +157,7 @@ int github_jitconfig_generate(struct github_client *client, const struct github_
     j->request = json_pack("{s:s, s:I, s:o, s:s}", "name", name, "runner_group_id",
                            (json_int_t)scope->runner_group_id, "labels", l, "work_folder",
                            work_folder ? work_folder : "_work");
-    if (!j->name || !j->request || (scope->repo && !j->repo) || (scope->org && !j->org)) {
+    if (!j->name || !j->request || !j->scope_name) {
         jit_call_free(j);
         return -ENOMEM;
     }

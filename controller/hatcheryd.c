@@ -813,10 +813,10 @@ static json_t *admin_github(struct daemon *d, enum admin_command command, json_t
     json_t *status = github_client_status(d->github);
     json_t *scopes = json_array();
     for (size_t i = 0; i < d->n_scopes; i++)
-        json_array_append_new(
-            scopes, json_pack("{s:s, s:s, s:I}", "kind", d->scopes[i].repo ? "repo" : "org", "name",
-                              d->scopes[i].repo ? d->scopes[i].repo : d->scopes[i].org,
-                              "runner_group_id", (json_int_t)d->scopes[i].runner_group_id));
+        json_array_append_new(scopes,
+                              json_pack("{s:s, s:s, s:I}", "kind", github_scope_kind(&d->scopes[i]),
+                                        "name", github_scope_name(&d->scopes[i]), "runner_group_id",
+                                        (json_int_t)d->scopes[i].runner_group_id));
     json_object_set_new(status, "scopes", scopes);
     json_object_set_new(status, "scale_sets", scalesets_json(d->scalesets));
     json_object_set_new(status, "ok", json_true());
@@ -883,9 +883,9 @@ static struct github_scope *scopes_from_config(const struct config *c, size_t *r
 {
     struct github_scope *scopes = calloc(c->github.n_runner_scopes + 1, sizeof(*scopes));
     for (size_t i = 0; scopes && i < c->github.n_runner_scopes; i++)
-        scopes[i] =
-            (struct github_scope){c->github.runner_scopes[i].repo, c->github.runner_scopes[i].org,
-                                  c->github.runner_scopes[i].runner_group_id};
+        scopes[i] = (struct github_scope){
+            c->github.runner_scopes[i].repo, c->github.runner_scopes[i].org,
+            c->github.runner_scopes[i].enterprise, c->github.runner_scopes[i].runner_group_id};
     *ret_n = scopes ? c->github.n_runner_scopes : 0;
     return scopes;
 }
@@ -921,11 +921,11 @@ static void on_scope_probed(void *data, int err, const char *message, json_t *ru
     struct scope_probe *p = data;
     const struct github_scope *s = p->scope;
     if (err < 0)
-        log_error("github.scope_failed", "%s=%s error=\"%s\"", s->repo ? "repo" : "org",
-                  s->repo ? s->repo : s->org, message ? message : strerror(-err));
+        log_error("github.scope_failed", "%s=%s error=\"%s\"", github_scope_kind(s),
+                  github_scope_name(s), message ? message : strerror(-err));
     else
-        log_info("github.scope_ok", "%s=%s runners=%zu", s->repo ? "repo" : "org",
-                 s->repo ? s->repo : s->org, json_array_size(runners));
+        log_info("github.scope_ok", "%s=%s runners=%zu", github_scope_kind(s), github_scope_name(s),
+                 json_array_size(runners));
     free(p);
 }
 

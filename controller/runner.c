@@ -642,14 +642,7 @@ static void on_runner_inserted(void *data, int result)
 const struct github_scope *scheduler_pool_scope(const struct scheduler *s,
                                                 const struct config_pool *p)
 {
-    for (size_t i = 0; p->github_scope && i < s->deps.n_scopes; i++) {
-        const struct github_scope *sc = &s->deps.scopes[i];
-        if ((sc->repo && strcmp(sc->repo, p->github_scope) == 0) ||
-            (sc->org && strcmp(sc->org, p->github_scope) == 0))
-            return sc;
-    }
-    /* Only the one scope there is: the config refuses a pool that names none of several. */
-    return !p->github_scope && s->deps.n_scopes == 1 ? &s->deps.scopes[0] : NULL;
+    return github_scope_find(s->deps.scopes, s->deps.n_scopes, p->github_scope);
 }
 
 void runner_create(struct scheduler *s, const struct config_pool *pool, const char *host)

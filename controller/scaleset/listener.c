@@ -919,13 +919,7 @@ void scalesets_release(struct scalesets *sets)
 static const struct github_scope *pool_scope(const struct scalesets_deps *d,
                                              const struct config_pool *p)
 {
-    for (size_t i = 0; p->github_scope && i < d->n_scopes; i++) {
-        const struct github_scope *sc = &d->scopes[i];
-        if ((sc->repo && strcmp(sc->repo, p->github_scope) == 0) ||
-            (sc->org && strcmp(sc->org, p->github_scope) == 0))
-            return sc;
-    }
-    return !p->github_scope && d->n_scopes == 1 ? &d->scopes[0] : NULL;
+    return github_scope_find(d->scopes, d->n_scopes, p->github_scope);
 }
 
 static struct ss_listener *listener_new(struct scalesets *sets, const struct config_pool *p,

@@ -214,13 +214,11 @@ static void refresh_start(struct ss_service *svc)
     f->svc = svc;
     svc->refreshing = true;
     svc->sets->pending++;
-    const struct github_scope *sc = svc->scope;
     char path[512];
-    if (sc->repo)
-        snprintf(path, sizeof(path), "/repos/%s/actions/runners/registration-token", sc->repo);
-    else
-        snprintf(path, sizeof(path), "/orgs/%s/actions/runners/registration-token", sc->org);
-    int r = github_request(svc->sets->deps.github, "POST", path, NULL, on_registration_token, f);
+    int r =
+        github_scope_path(svc->scope, "/actions/runners/registration-token", path, sizeof(path));
+    if (r == 0)
+        r = github_request(svc->sets->deps.github, "POST", path, NULL, on_registration_token, f);
     if (r < 0)
         refresh_done(f, r, "registration token: %s", strerror(-r));
 }
@@ -338,7 +336,10 @@ void ss_service_free(struct ss_service *svc)
 int scaleset_config_url(const char *api_url, const struct github_scope *scope, char *out,
                         size_t size)
 {
-    const char *path = scope->repo ? scope->repo : scope->org;
+    /* The scope's page on the web: github.com/OWNER/NAME, github.com/ORG,
+     * github.com/enterprises/SLUG (actions/scaleset config.go). */
+    const char *path = github_scope_name(scope);
+    const char *kind = scope->enterprise ? "enterprises/" : "";
     char base[512];
     int n;
     if (!path)
@@ -358,6 +359,6 @@ int scaleset_config_url(const char *api_url, const struct github_scope *scope, c
     }
     if (n < 0 || (size_t)n >= sizeof(base))
         return -ENAMETOOLONG;
-    n = snprintf(out, size, "%s/%s", base, path);
+    n = snprintf(out, size, "%s/%s%s", base, kind, path);
     return n > 0 && (size_t)n < size ? 0 : -ENAMETOOLONG;
 }

@@ -4,17 +4,22 @@
 # hatcheryd's CPU time and RSS, and the reconcile tick's duration; beside the raw libvirt
 # create+destroy rate measured in the same run (provision_bench overhead), as a ratio.
 # GitHub is played by Prism behind the double. It prints figures; it asserts nothing.
-# usage: tests/bench/scale_bench.sh [JOBS] [HOSTS]
+# With `scaleset`, the jobs come through one runner scale set instead of webhooks: queued
+# at once on the double's Actions-service stand-in, long-polled by hatcheryd in messages of
+# at most 50, each committed and acknowledged, and every JIT config asked of the service.
+# usage: tests/bench/scale_bench.sh [JOBS] [HOSTS] [webhook|scaleset]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
 jobs=${1:-1000}
 hosts=${2:-20}
+via=${3:-webhook}
+case $via in webhook|scaleset) ;; *) echo "scale_bench: the third argument is webhook or scaleset, not '$via'" >&2; exit 2 ;; esac
 if [ -z "${GITHUB_DOUBLE_URL:-}" ]; then
   ./deploy/install-deps.sh >/dev/null
   cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release -DHATCHERY_TESTS=OFF -DHATCHERY_BENCH=ON >/dev/null
   cmake --build build-bench -j"$(nproc)" >/dev/null
-  exec tests/github/with-prism.sh "$0" "$jobs" "$hosts"
+  exec tests/github/with-prism.sh "$0" "$jobs" "$hosts" "$via"
 fi
 work=$(mktemp -d /tmp/hatchery-scale-XXXXXX)
 cleanup() {
@@ -32,7 +37,7 @@ port=$(node -e 's=require("net").createServer().listen(0,"127.0.0.1",()=>{consol
   echo "listen: 127.0.0.1:$port"
   echo "state_dir: $work/state"
   echo "admin_socket: $work/admin.sock"
-  echo "webhook_secret_file: $work/secret"
+  [ "$via" = scaleset ] || echo "webhook_secret_file: $work/secret"
   echo "reconcile_interval_s: 5"
   # GitHub delivers from many addresses; this one sender stands for all of them, so the
   # per-address connection limit (32 by default) is lifted here, not in the product.
@@ -48,7 +53,9 @@ port=$(node -e 's=require("net").createServer().listen(0,"127.0.0.1",()=>{consol
     echo "  - {name: h$i, uri: 'test://$work/h$i.xml', vcpus: 4096, memory_mib: 4194304, max_guests: 4096, storage_pool: default-pool}"
   done
   echo "pools:"
-  echo "  - {name: scale, labels: [scale], arch: s390x, image: /default-pool/base.qcow2, vcpus: 1, memory_mib: 64, disk_mib: 64, network: none, max_runners: $jobs, boot_timeout_s: 3600}"
+  scale_set=
+  [ "$via" = webhook ] || scale_set="scale_set: scale, "
+  echo "  - {name: scale, labels: [scale], ${scale_set}arch: s390x, image: /default-pool/base.qcow2, vcpus: 1, memory_mib: 64, disk_mib: 64, network: none, max_runners: $jobs, boot_timeout_s: 3600}"
 } > "$work/hatchery.yaml"
 # test:///default is one instance per process, shared by every connection to it; a
 # test driver given a file is private to its connection: 20 files are 20 hosts.
@@ -77,8 +84,20 @@ for _ in $(seq 100); do [ "$(grep -c 'event=host.up' "$work/log" 2>/dev/null)" =
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 rss0=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
 cpu0=$(cpu)
+polling() {
+  build-bench/hatchery --socket "$work/admin.sock" --json github 2>/dev/null |
+    node -e 'process.exit(JSON.parse(require("fs").readFileSync(0)).scale_sets[0]?.state === "polling" ? 0 : 1)'
+}
+if [ "$via" = scaleset ]; then
+  for _ in $(seq 600); do polling && break; sleep 0.1; done
+  polling || { echo "the scale set is not polling after 60 s; the end of hatcheryd's log:"; tail -n 60 "$work/log"; exit 1; }
+fi
 t0=$(date +%s.%N)
-node tests/tools/send-burst.mjs "http://127.0.0.1:$port/webhook" "$work/secret" "$jobs" scale
+if [ "$via" = scaleset ]; then
+  curl -sf -X POST "$GITHUB_DOUBLE_URL/__scaleset/jobs" -d "{\"count\": $jobs, \"scaleSet\": \"scale\"}" >/dev/null
+else
+  node tests/tools/send-burst.mjs "http://127.0.0.1:$port/webhook" "$work/secret" "$jobs" scale
+fi
 while :; do
   if ! kill -0 "$pid" 2>/dev/null; then
     echo "hatcheryd died; the end of its log:"; tail -n 60 "$work/log"; exit 1
@@ -102,10 +121,10 @@ raw=$(build-bench/provision_bench overhead 300 | awk '/raw libvirt loop/ {print 
 # many domains, measured apart, is libvirt's part of hatcheryd's RSS (on a real host it is
 # libvirtd's, in another process).
 libvirt_kib=$(build-bench/provision_bench footprint "$jobs" "$hosts" | awk '{print $(NF-1)}')
-node -e '
+VIA=$via node -e '
   const [jobs, hosts, t0, t1, cpu0, cpu1, hz, rss, tick, raw, rss0, libvirt] = process.argv.slice(1).map(Number);
   const secs = t1 - t0, rate = jobs / secs;
-  console.log(`${jobs} queued jobs over ${hosts} test-driver hosts (one private test:/// instance each)`);
+  console.log(`${jobs} queued jobs ${process.env.VIA === "scaleset" ? "through one runner scale set" : "by webhook"} over ${hosts} test-driver hosts (one private test:/// instance each)`);
   console.log(`  all have runners after      ${secs.toFixed(1)} s  (${(rate * 60).toFixed(0)} runners/min; GARM users report ~200/min)`);
   console.log(`  hatcheryd CPU               ${((cpu1 - cpu0) / hz).toFixed(1)} s`);
   console.log(`  hatcheryd RSS               ${(rss / 1024).toFixed(1)} MiB (goal < 64 MiB at 1,000 jobs, < 128 at 10,000); ${(rss0 / 1024).toFixed(1)} MiB before the burst`);

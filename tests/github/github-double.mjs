@@ -44,6 +44,10 @@ let runnerReleases = null;
 // one workflow at refs/heads/main): runner_group_id -> fields, once a test sets them, as an
 // organization owner would change the group's policy.
 const runnerGroups = new Map();
+// The network's cost, added to every answer from GitHub's API and from the Actions service
+// alike (a held long poll's too, when it is answered), so that benchmarks compare the
+// paths at one latency: ms, once a test sets it.
+let latencyMs = 0;
 
 function b64urlJson(part) {
   return JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
@@ -101,6 +105,7 @@ createServer(async (req, res) => {
     if (url === '/__double/revoke' && req.method === 'POST') { tokens = new Set(); return send(res, 200, {}, '{}'); }
     if (url === '/__double/token-ttl' && req.method === 'POST') { tokenTtl = Number(body.toString()); return send(res, 200, {}, '{}'); }
     if (url === '/__double/jit' && req.method === 'POST') { jitConfig = body.toString(); return send(res, 200, {}, '{}'); }
+    if (url === '/__double/latency' && req.method === 'POST') { latencyMs = Number(body.toString()); return send(res, 200, {}, '{}'); }
     if (url === '/__double/stateful' && req.method === 'POST') { stateful = true; return send(res, 200, {}, '{}'); }
     if (url === '/__double/runners') return send(res, 200, {}, JSON.stringify([...registered].map(([id, name]) => ({ id, name }))));
     if (url === '/__double/registrations') return send(res, 200, {}, JSON.stringify({ registrations }));
@@ -132,16 +137,19 @@ createServer(async (req, res) => {
     const [status, out] = service.control(req.method, url.split('?')[0], body.toString());
     return send(res, status, {}, JSON.stringify(out));
   }
+  const latency = () => latencyMs && new Promise((r) => setTimeout(r, latencyMs));
   if (url.startsWith('/tenant/123/')) {
     const answer = await service.handle(req, body);
+    await latency();
     if (answer === 'reset') return req.socket.destroy();
     if (answer === 'hang') return;
     const [status, out] = answer;
     if (out === null) { res.writeHead(status); return res.end(); }
     return send(res, status, {}, typeof out === 'string' ? out : JSON.stringify(out));
   }
+  await latency(); // nothing below is held: before the answer is the same as on it
   if (/^(\/api\/v3)?\/actions\/runner-registration$/.test(url) && req.method === 'POST') {
-    log.push({ method: req.method, url, headers: req.headers });
+    log.push({ method: req.method, url, headers: req.headers, body: body.toString() });
     const fault = takeFault(req.method, url);
     if (fault?.status) return send(res, fault.status, {}, JSON.stringify(fault.body ?? { message: 'injected' }));
     const [status, out] = service.runnerRegistration(req.headers, body.toString());

@@ -5,6 +5,10 @@
 //
 //   node tests/github/make-openapi-cutdown.mjs [PATH/TO/api.github.com.json]
 //
+// An enterprise's runners live under /enterprises/{enterprise}, which GitHub describes for
+// Enterprise Cloud only (ghec.json, beside api.github.com.json in the same package): those
+// operations, and the components they use that api.github.com.json lacks, come from it.
+//
 // Without a path it installs the pinned @octokit/openapi into a temporary directory.
 // Two changes are made for Prism (see docs/ORACLES.md):
 //  - every application/json response is also offered as application/vnd.github+json,
@@ -38,6 +42,13 @@ const OPERATIONS = {
   '/orgs/{org}/actions/runners/registration-token': ['post'],
   '/repos/{owner}/{repo}/actions/runners/registration-token': ['post'],
 };
+const ENTERPRISE_OPERATIONS = {
+  '/enterprises/{enterprise}/installation': ['get'],
+  '/enterprises/{enterprise}/actions/runners/generate-jitconfig': ['post'],
+  '/enterprises/{enterprise}/actions/runners': ['get'],
+  '/enterprises/{enterprise}/actions/runners/{runner_id}': ['get', 'delete'],
+  '/enterprises/{enterprise}/actions/runners/registration-token': ['post'],
+};
 
 let source = process.argv[2];
 let tmp = null;
@@ -48,6 +59,7 @@ if (!source) {
   source = join(tmp, 'node_modules/@octokit/openapi/generated/api.github.com.json');
 }
 const full = JSON.parse(readFileSync(source, 'utf8'));
+const ghec = JSON.parse(readFileSync(join(dirname(source), 'ghec.json'), 'utf8'));
 
 const out = {
   openapi: full.openapi,
@@ -64,31 +76,35 @@ const out = {
 };
 
 const seen = new Set();
-function collect(node) {
-  if (Array.isArray(node)) return node.forEach(collect);
+// A component comes from api.github.com.json when it has it, else from `doc`.
+function collect(node, doc) {
+  if (Array.isArray(node)) return node.forEach((n) => collect(n, doc));
   if (!node || typeof node !== 'object') return;
   for (const [k, v] of Object.entries(node)) {
     if (k === '$ref' && typeof v === 'string' && v.startsWith('#/components/') && !seen.has(v)) {
       seen.add(v);
       const [, , kind, name] = v.split('/');
+      const from = full.components[kind]?.[name] ? full : doc;
       out.components[kind] ??= {};
-      out.components[kind][name] = full.components[kind][name];
-      collect(full.components[kind][name]);
+      out.components[kind][name] = from.components[kind][name];
+      collect(from.components[kind][name], from);
     } else {
-      collect(v);
+      collect(v, doc);
     }
   }
 }
 
-for (const [path, methods] of Object.entries(OPERATIONS)) {
-  out.paths[path] = {};
-  for (const m of methods) {
-    const op = full.paths[path]?.[m];
-    if (!op) throw new Error(`${m.toUpperCase()} ${path} is not in the description`);
-    out.paths[path][m] = op;
+for (const [doc, operations] of [[full, OPERATIONS], [ghec, ENTERPRISE_OPERATIONS]]) {
+  for (const [path, methods] of Object.entries(operations)) {
+    out.paths[path] = {};
+    for (const m of methods) {
+      const op = doc.paths[path]?.[m];
+      if (!op) throw new Error(`${m.toUpperCase()} ${path} is not in the description`);
+      out.paths[path][m] = op;
+    }
+    if (doc.paths[path].parameters) out.paths[path].parameters = doc.paths[path].parameters;
+    collect(out.paths[path], doc);
   }
-  if (full.paths[path].parameters) out.paths[path].parameters = full.paths[path].parameters;
-  collect(out.paths[path]);
 }
 
 // Prism adjustments, applied to copies so the committed components stay GitHub's.

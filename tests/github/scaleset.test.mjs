@@ -266,3 +266,40 @@ test('kill -9 between the commit and the delete: the lingering session is waited
   const { violations } = await (await fetch(`${api}/__double/log`)).json();
   assert.deepEqual(violations, []);
 });
+
+// Last: it leaves a second scale set in the stand-in, which the tests above take as the only one.
+test('an enterprise scope: the installation, the registration token and the config URL are the enterprise\'s', async () => {
+  const ENT = 'ent-s390x';
+  const other = new Daemon({
+    pools: pools.replace(`labels: [${SET}]`, `labels: [${ENT}]`).replace(`scale_set: ${SET}`, `scale_set: ${ENT}`)
+      .replace('github_scope: pytorch', 'github_scope: octo-corp'),
+    extra: github.replace('    - org: pytorch', '    - enterprise: octo-corp'),
+    webhooks: false,
+  });
+  const mark = (await (await fetch(`${api}/__double/log`)).json()).log.length;
+  await other.start();
+  try {
+    const view = await other.until('the enterprise\'s scale set polling', () => {
+      const v = other.cliJson('github').scale_sets.find((x) => x.name === ENT);
+      return v?.state === 'polling' && v;
+    }, { ms: 20000 });
+    assert.deepEqual(other.cliJson('github').scopes, [{ kind: 'enterprise', name: 'octo-corp', runner_group_id: 1 }]);
+    const { jobs: [job] } = await control('jobs', { count: 1, scaleSet: ENT });
+    const runner = await other.until('a runner for the enterprise\'s job', () => live(other)[0], { ms: 20000 });
+    assert.equal(runner.pool, 'power');
+    const st = await state();
+    assert.ok(st.runners.some((r) => r.name === runner.name && r.runnerScaleSetId === view.id), 'its JIT config came from the scale set');
+    const { log, violations } = await (await fetch(`${api}/__double/log`)).json();
+    const mine = log.slice(mark);
+    assert.ok(mine.some((e) => e.method === 'GET' && e.url === '/enterprises/octo-corp/installation'));
+    assert.ok(mine.some((e) => e.method === 'POST' && e.url === '/enterprises/octo-corp/actions/runners/registration-token'));
+    const registration = mine.find((e) => e.url === '/actions/runner-registration');
+    assert.equal(JSON.parse(registration.body).url, `${api}/enterprises/octo-corp`);
+    assert.deepEqual(violations, []);
+    await control('complete', { jobId: job, result: 'canceled' });
+  } finally {
+    const { code } = await other.stop();
+    other.cleanup();
+    assert.equal(code, 0);
+  }
+});

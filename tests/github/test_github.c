@@ -19,8 +19,10 @@
 
 static const char *double_url;
 static uv_loop_t loop;
-static const struct github_scope repo_scope = {"octo/hello", NULL, 1};
-static const struct github_scope org_scope = {NULL, "octo", 3};
+static const struct github_scope repo_scope = {.repo = "octo/hello", .runner_group_id = 1};
+static const struct github_scope org_scope = {.org = "octo", .runner_group_id = 3};
+static const struct github_scope enterprise_scope = {.enterprise = "octo-corp",
+                                                     .runner_group_id = 4};
 
 /* ---- talking to the double (blocking curl is fine in a test) ------------------------- */
 
@@ -86,6 +88,7 @@ static void assert_no_violations(void)
 /* ---- the client ---------------------------------------------------------------------- */
 
 static const char *api_url;
+static const struct github_scope *lookup_scope = &repo_scope; /* where the installation is */
 
 static struct github_client *client_with(enum github_auth_mode auth, const char *token_file,
                                          size_t max_response, long timeout_ms)
@@ -101,7 +104,7 @@ static struct github_client *client_with(enum github_auth_mode auth, const char 
         .max_retries = 3,
         .max_response_bytes = max_response,
         .max_backoff_ms = 100,
-        .lookup_scope = &repo_scope,
+        .lookup_scope = lookup_scope,
     };
     struct github_client *c = NULL;
     char err[256];
@@ -681,6 +684,44 @@ static void test_pagination_stays_on_the_api_host(void **state)
     assert_no_violations();
 }
 
+/* An enterprise's runners (GitHub Enterprise Cloud's description, which Prism serves for
+ * these paths): the App's installation on the enterprise, then JIT configs, lists, gets and
+ * deletes under /enterprises/SLUG. */
+static void test_enterprise_scope(void **state)
+{
+    (void)state;
+    lookup_scope = &enterprise_scope;
+    struct github_client *c = client();
+    lookup_scope = &repo_scope;
+    struct result r = jit(c, &enterprise_scope, "hatchery-t-ent");
+    assert_int_equal(r.err, 0);
+    assert_int_equal(count_requests("GET", "/enterprises/octo-corp/installation"), 1);
+    assert_int_equal(
+        count_requests("POST", "/enterprises/octo-corp/actions/runners/generate-jitconfig"), 1);
+    json_t *l = control("GET", "/__double/log", NULL);
+    json_t *last =
+        json_array_get(json_object_get(l, "log"), json_array_size(json_object_get(l, "log")) - 1);
+    json_t *body = json_loads(json_string_value(json_object_get(last, "body")), 0, NULL);
+    assert_int_equal(json_integer_value(json_object_get(body, "runner_group_id")), 4);
+    json_decref(body);
+    json_decref(l);
+
+    r = (struct result){0};
+    assert_int_equal(github_runners_list(c, &enterprise_scope, "hatchery-t-ent", on_list, &r), 0);
+    wait_for(&r);
+    assert_int_equal(r.err, 0);
+    json_decref(r.items);
+    assert_int_equal(count_requests("GET", "/enterprises/octo-corp/actions/runners?"), 1);
+
+    r = (struct result){0};
+    assert_int_equal(github_runner_delete(c, &enterprise_scope, 23, on_done, &r), 0);
+    wait_for(&r);
+    assert_int_equal(r.err, 0);
+    assert_int_equal(count_requests("DELETE", "/enterprises/octo-corp/actions/runners/23"), 1);
+    client_done(c);
+    assert_no_violations();
+}
+
 static void test_enterprise_server_path_prefix(void **state)
 {
     (void)state;
@@ -750,6 +791,7 @@ int main(void)
         cmocka_unit_test_setup(test_malformed_and_oversized_answers, reset_double),
         cmocka_unit_test_setup(test_pagination_stays_on_the_api_host, reset_double),
         cmocka_unit_test_setup(test_enterprise_server_path_prefix, reset_double),
+        cmocka_unit_test_setup(test_enterprise_scope, reset_double),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     uv_loop_close(&loop);

@@ -378,6 +378,45 @@ static void test_pool_scopes(void **state)
     unlink(scale_set_only);
     free(scale_set_only);
 
+    /* An enterprise scope: a pool names it by its slug, a scale set serves it. */
+    static const char enterprise[] = "github:\n  token_file: /t\n  runner_scopes:\n"
+                                     "    - org: pytorch\n      runner_group_id: 42\n"
+                                     "    - enterprise: octo-corp\n      runner_group_id: 7\n";
+    snprintf(text, sizeof(text), "%s    github_scope: octo-corp\n    scale_set: p10\n%s",
+             variant(NULL, ""), enterprise);
+    char *ent = write_temp(text);
+    if (config_load(ent, &loaded, &load_errs) < 0)
+        fail_msg("%s", load_errs);
+    const struct config_scope *ent_scope = config_pool_scope(loaded, &loaded->pools[0]);
+    assert_non_null(ent_scope);
+    assert_string_equal(ent_scope->enterprise, "octo-corp");
+    assert_null(ent_scope->org);
+    assert_int_equal(ent_scope->runner_group_id, 7);
+    config_free(loaded);
+    unlink(ent);
+    free(ent);
+    /* Two kinds in one item, a bad slug, one name twice, a trusted pool in an enterprise. */
+    snprintf(text, sizeof(text),
+             "%sgithub:\n  token_file: /t\n  runner_scopes:\n    - org: pytorch\n"
+             "      enterprise: octo-corp\n",
+             variant(NULL, ""));
+    expect_error(text, "github.runner_scopes[]: each scope names exactly one of repo "
+                       "(owner/name), org or enterprise");
+    snprintf(text, sizeof(text),
+             "%sgithub:\n  token_file: /t\n  runner_scopes:\n    - enterprise: octo/corp\n",
+             variant(NULL, ""));
+    expect_error(text,
+                 "github.runner_scopes[].enterprise: 'octo/corp' is not an enterprise's slug");
+    snprintf(text, sizeof(text),
+             "%s    github_scope: pytorch\ngithub:\n  token_file: /t\n  runner_scopes:\n"
+             "    - org: pytorch\n    - enterprise: pytorch\n",
+             variant(NULL, ""));
+    expect_error(text, "scope 'pytorch' is given twice");
+    snprintf(text, sizeof(text),
+             "%s    backend: container\n    trusted: true\n    github_scope: octo-corp\n%s",
+             variant(NULL, ""), enterprise);
+    expect_error(text, "trusted pool 'linux.ppc64le' registers in enterprise scope 'octo-corp'");
+
     /* Named scopes load, and each pool gets the one it named; one scope needs no name. */
     snprintf(text, sizeof(text),
              "%s    github_scope: pytorch/pytorch\n"
