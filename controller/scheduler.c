@@ -480,6 +480,10 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
         s->stats.job_mismatches++;
         r = NULL;
     }
+    /* Its job is done, whatever state the runner is in: one that has exited already and is
+     * leaving no longer holds a scale set's job back once it is gone (note_ended_job). */
+    if (r && status == JOB_COMPLETED)
+        r->job_completed = true;
     if (r && (status == JOB_IN_PROGRESS || status == JOB_COMPLETED) &&
         runner_lifecycle_next(r->state, ev) < 0) {
         /* A late or repeated webhook (the runner ended already): nothing to do. */

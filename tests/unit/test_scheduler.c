@@ -354,24 +354,32 @@ int github_job_get(struct github_client *client, const char *repo, int64_t job_i
     return -ENOTSUP;
 }
 
-/* No pool here is served by a scale set (github.scaleset's are). */
+/* The scale set's statistics as its listener last read them (github.scaleset tests the
+ * listener itself): -2 while no pool is served by a scale set. */
+static int64_t scale_set_assigned = -2;
+
 int64_t scalesets_assigned(const struct scalesets *sets, const char *pool)
 {
     (void)sets;
     (void)pool;
-    return -2;
+    return scale_set_assigned;
 }
 
+/* A scale set's JIT configs and removals are answered as GitHub's are (answer_jit,
+ * answer_delete). */
 int scalesets_jit_generate(struct scalesets *sets, const char *pool, const char *name,
                            github_jit_cb cb, void *data)
 {
     (void)sets;
     (void)pool;
     (void)name;
-    (void)cb;
-    (void)data;
-    fail_msg("a scale set's JIT config asked for with no scale-set pool");
-    return -EOPNOTSUPP;
+    if (scale_set_assigned == -2)
+        fail_msg("a scale set's JIT config asked for with no scale-set pool");
+    jit_cb = cb;
+    jit_data = data;
+    jit_requests++;
+    pending_add(cb, NULL, data);
+    return 0;
 }
 
 int scalesets_runner_remove(struct scalesets *sets, const char *pool, int64_t runner_id,
@@ -380,10 +388,13 @@ int scalesets_runner_remove(struct scalesets *sets, const char *pool, int64_t ru
     (void)sets;
     (void)pool;
     (void)runner_id;
-    (void)cb;
-    (void)data;
-    fail_msg("a scale set's runner removed with no scale-set pool");
-    return -EOPNOTSUPP;
+    if (scale_set_assigned == -2)
+        fail_msg("a scale set's runner removed with no scale-set pool");
+    delete_cb = cb;
+    delete_data = data;
+    deletes++;
+    pending_add(NULL, cb, data);
+    return 0;
 }
 
 int scalesets_runner_remove_by_name(struct scalesets *sets, const char *pool, const char *name,
@@ -593,6 +604,7 @@ static int setup(void **state)
     host_image_state = IMAGE_UNCHECKED;
     host_image_sha[0] = 0;
     virtual_time = true;
+    scale_set_assigned = -2;
     return 0;
 }
 
@@ -1095,6 +1107,47 @@ static void a_stop_while_a_runner_is_recorded(void **state)
 }
 
 /* Without rotate_outdated, only `hatchery rotate` (scheduler_rotate) retires them. */
+/* A scale set's job is held by the runner that took it until the service says it
+ * completed. Its JobCompleted often comes once the runner has already exited and its guest
+ * is going (the agent's exit and the service's message race): the job is done then too,
+ * and the next job assigned gets a runner at once, not after the 10 minutes an ended job
+ * is otherwise held back. */
+static void a_scale_set_job_completed_while_its_runner_leaves(void **state)
+{
+    (void)state;
+    config_free(config);
+    write_config("    scale_set: p-set\n"
+                 "github:\n  token_file: /t\n  runner_scopes:\n    - repo: pytorch/pytorch\n");
+    scale_set_assigned = 1;
+    struct scheduler *s = start();
+    spin(3500);
+    assert_int_equal(n_guests, 1);
+    struct guest *g = &guests[0];
+    g->events->on_booting(g->data, g);
+    bring_online(g, 4300);
+    scheduler_job_event(s, 501, JOB_IN_PROGRESS, g->name);
+    assert_string_equal(state_of(s, g->name), "busy");
+    struct agent_exit exit = {.code = 0, .duration_s = 3};
+    g->events->on_exited(g->data, g, &exit);
+    spin(300);
+    assert_true(g->torn_down);
+    g->events->on_gone(g->data, g);
+    assert_string_equal(state_of(s, g->name), "deleting");
+    /* Now the service's JobCompleted, and its statistics without the job. */
+    scale_set_assigned = 0;
+    scheduler_job_event(s, 501, JOB_COMPLETED, g->name);
+    answer_delete(0, NULL);
+    spin(300);
+    assert_string_equal(state_of(s, g->name), "deleted");
+    /* The next job: a runner for it on the next tick. */
+    scale_set_assigned = 1;
+    scheduler_kick(s);
+    spin(1500);
+    assert_int_equal(n_guests, 2);
+    assert_int_equal(scheduler_stats_get(s)->jobs_lost, 0);
+    stop(s);
+}
+
 static void without_rotate_outdated_only_the_command_rotates(void **state)
 {
     (void)state;
@@ -1207,6 +1260,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(without_rotate_outdated_only_the_command_rotates, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(exit_127_backs_off_only_before_a_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_scale_set_job_completed_while_its_runner_leaves, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_stop_while_a_runner_is_recorded, setup, teardown),
         /* Last: libvirt's event loop is registered once in a process. */
         cmocka_unit_test_setup_teardown(the_libvirt_provider_on_the_test_driver, setup, teardown),
