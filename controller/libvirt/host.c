@@ -124,7 +124,7 @@ static void host_give_up_guests(struct host *h)
     for (struct guest *g = h->guests; g; g = g->next) {
         char why[512];
         snprintf(why, sizeof(why), "host %s went down (%s)", h->cfg.name, h->error);
-        h->prov->hooks.guest_lost(g, why);
+        h->prov->hooks.on_guest_lost(g, why);
     }
 }
 
@@ -373,12 +373,12 @@ static void host_reinventory(struct host *h)
             char why[512];
             snprintf(why, sizeof(why), "host %s came back, but its domains could not be listed",
                      h->cfg.name);
-            h->prov->hooks.guest_lost(g, why);
+            h->prov->hooks.on_guest_lost(g, why);
         } else if (host_runs(h, g->domain)) {
             kept++;
         } else {
             stopped++;
-            h->prov->hooks.guest_stopped(g, "while the host was unreachable");
+            h->prov->hooks.on_guest_stopped(g, "while the host was unreachable");
         }
     }
     log_info("host.reinventoried", "host=%s guests_running=%zu guests_stopped=%zu", h->cfg.name,

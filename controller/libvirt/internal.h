@@ -246,8 +246,8 @@ struct guest {
  * cannot be reached, one of them stopped while its host was away, a domain's lifecycle
  * event, and the last work done after provisioner_free. */
 struct provisioner_hooks {
-    void (*guest_lost)(struct guest *g, const char *why);
-    void (*guest_stopped)(struct guest *g, const char *why);
+    void (*on_guest_lost)(struct guest *g, const char *why);
+    void (*on_guest_stopped)(struct guest *g, const char *why);
     int (*lifecycle)(virConnectPtr conn, virDomainPtr dom, int event, int detail, void *opaque);
     void (*finalize)(struct provisioner *p);
 };

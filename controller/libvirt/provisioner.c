@@ -30,8 +30,8 @@ int provisioner_new(uv_loop_t *loop, const struct provisioner_options *o, struct
     if (!p)
         return -ENOMEM;
     p->provider.ops = &libvirt_provider_ops;
-    p->hooks = (struct provisioner_hooks){.guest_lost = guest_lost,
-                                          .guest_stopped = guest_stopped,
+    p->hooks = (struct provisioner_hooks){.on_guest_lost = guest_lost,
+                                          .on_guest_stopped = guest_stopped,
                                           .lifecycle = on_lifecycle,
                                           .finalize = finalize};
     p->channel = (struct channel_hooks){.listen = container_listen, .open = channel_open};

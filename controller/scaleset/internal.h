@@ -55,9 +55,9 @@ struct scalesets {
     void (*done)(void *data);
     void *done_data;
     uv_timer_t done_timer; /* `done` runs from the loop, never inside a request's callback */
+    /* Called by the service after each request it counted in `pending` has ended: the
+     * listeners' side (which owns the collection) frees it once nothing is left. */
+    void (*request_ended)(struct scalesets *sets);
 };
-
-/* The request count, kept by ss_call: freeing waits for it to reach 0. */
-void scalesets_release(struct scalesets *sets);
 
 #endif

@@ -76,6 +76,7 @@ static void ensure(struct ss_listener *l);
 static void session_create(struct ss_listener *l);
 static void poll_queue(struct ss_listener *l);
 static void stop_done(struct ss_listener *l);
+static void scalesets_release(struct scalesets *sets);
 static bool delete_undeleted(struct ss_listener *l);
 
 static void set_why(struct ss_listener *l, const char *fmt, ...)
@@ -902,7 +903,7 @@ static void listener_free(struct ss_listener *l)
     free(l);
 }
 
-void scalesets_release(struct scalesets *sets)
+static void scalesets_release(struct scalesets *sets)
 {
     if (!sets->stopped || sets->pending > 0)
         return;
@@ -971,6 +972,7 @@ int scalesets_new(const struct scalesets_deps *deps, struct scalesets **ret)
     if (!sets)
         return -ENOMEM;
     sets->deps = *deps;
+    sets->request_ended = scalesets_release;
     uv_timer_init(deps->loop, &sets->done_timer);
     sets->done_timer.data = sets;
     sets->pending = 1; /* the done timer, until it is closed */

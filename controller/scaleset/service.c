@@ -122,7 +122,7 @@ static void refresh_done(struct refresh *f, int err, const char *fmt, ...)
     }
     release_waiting(svc, err, svc->last_error);
     sets->pending--;
-    scalesets_release(sets);
+    sets->request_ended(sets);
 }
 
 static void on_admin_connection(void *data, const struct github_response *res)
@@ -249,7 +249,7 @@ static void on_answer(void *data, const struct github_response *res)
         call_free(c);
     }
     sets->pending--;
-    scalesets_release(sets);
+    sets->request_ended(sets);
 }
 
 static void call_send(struct ss_call *c)

@@ -106,7 +106,11 @@ while :; do
     sleep 1; kill -0 "$pid" 2>/dev/null || continue
     echo "hatchery capacity failed; the end of hatcheryd's log:"; tail -n 60 "$work/log"; exit 1
   fi
-  have=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(0)).pools[0].runners)' <<<"$answer")
+  # A runner counts once its guest is defined and started (its JIT config fetched): booting
+  # on, as the test driver's guests never say hello. A record still pending or creating
+  # does not.
+  have=$(node -e 'const s = JSON.parse(require("fs").readFileSync(0)).pools[0].runners_by_state ?? {};
+    console.log(["booting", "configured", "idle", "busy"].reduce((n, k) => n + (s[k] ?? 0), 0))' <<<"$answer")
   [ "$have" -ge "$jobs" ] && break
   sleep 0.2
 done

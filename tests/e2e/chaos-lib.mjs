@@ -29,3 +29,38 @@ export function supply(runners) {
 
 export const ourContainers = () => spawnSync('virsh', ['-c', 'lxc:///', 'list', '--all', '--name'], { encoding: 'utf8' })
   .stdout.split('\n').filter((n) => n.startsWith('hatchery-it-'));
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const after = ([min, span]) => Date.now() + min + Math.random() * span;
+
+// Kills hatcheryd (SIGKILL) `times` times at random moments, the first `firstMs` ([least,
+// spread]) from now and each next `gapMs` after a restart, and starts it again after a
+// pause of 0.3–1 s. `due()` does it when its moment has come, and says whether it did.
+export function killer(d, times, { firstMs = [1000, 1500], gapMs = [800, 1500] } = {}) {
+  const k = {
+    kills: 0,
+    next: after(firstMs),
+    async due() {
+      if (k.kills >= times || Date.now() <= k.next) return false;
+      await d.kill9();
+      k.kills++;
+      await sleep(300 + Math.random() * 700);
+      await d.start();
+      k.next = after(gapMs);
+      return true;
+    },
+  };
+  return k;
+}
+
+// What is left once the teardowns and the reconciler have had their time: `snapshot()`
+// (async) until `empty(it)`, at most `tries` times `everyMs` apart; the last snapshot.
+export async function settle(snapshot, empty, { tries = 100, everyMs = 300 } = {}) {
+  let left = null;
+  for (let i = 0; i < tries; i++) {
+    left = await snapshot();
+    if (empty(left)) break;
+    await sleep(everyMs);
+  }
+  return left;
+}

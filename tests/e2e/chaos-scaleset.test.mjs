@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Daemon, githubConfig } from '../integration/lib/daemon.mjs';
-import { endedRunners, liveRunners, ourContainers, supply } from './chaos-lib.mjs';
+import { endedRunners, killer, liveRunners, ourContainers, settle, supply } from './chaos-lib.mjs';
 import { containerPool, lxcHost } from './containers.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
@@ -57,22 +57,15 @@ test(`${JOBS} jobs through a scale set, hatcheryd killed ${KILLS} times and paus
   const jobs = ids.map((id) => ({ id, runner: null, started: false, done: false }));
   const taken = new Set();
   const lost = [];
-  let kills = 0, stops = 0, faults = 0, worst = -Infinity, worstAfterRestart = -Infinity;
+  let stops = 0, faults = 0, worst = -Infinity, worstAfterRestart = -Infinity;
   let lastDisruption = Date.now();
-  let nextKill = Date.now() + 2000 + Math.random() * 2000;
+  const kill = killer(d, KILLS, { firstMs: [2000, 2000], gapMs: [2000, 3000] });
   let nextStop = Date.now() + 6000 + Math.random() * 3000;
   let nextFault = Date.now() + 3000;
   const deadline = Date.now() + 15 * 60 * 1000;
-  while (jobs.some((j) => !j.done) || kills < KILLS || stops < STOPS) {
+  while (jobs.some((j) => !j.done) || kill.kills < KILLS || stops < STOPS) {
     assert.ok(Date.now() < deadline, `timed out: ${jobs.filter((j) => !j.done).length} jobs not served\n${d.logs.split('\n').slice(-30).join('\n')}`);
-    if (kills < KILLS && Date.now() > nextKill) {
-      await d.kill9();
-      kills++;
-      await sleep(300 + Math.random() * 700);
-      await d.start();
-      lastDisruption = Date.now();
-      nextKill = Date.now() + 2000 + Math.random() * 3000;
-    }
+    if (await kill.due()) lastDisruption = Date.now();
     if (stops < STOPS && Date.now() > nextStop && d.proc.exitCode === null) {
       // Paused past its session's linger: the service may count the session gone; the
       // process, continued, must find its way back without a job lost or run twice.
@@ -129,20 +122,17 @@ test(`${JOBS} jobs through a scale set, hatcheryd killed ${KILLS} times and paus
   await control('settings', { queueTtlMs: 3600_000 });
   // Let the last messages be committed and deleted and the teardowns finish: then nothing
   // may be left anywhere.
-  let left = null;
-  for (let i = 0; i < 200; i++) {
+  const left = await settle(async () => {
     const st = await state();
     const set = st.scaleSets.find((s) => s.name === SET);
-    left = {
+    return {
       runners: (liveRunners(d) ?? [null]).length,
       containers: ourContainers(),
       registrations: st.runners.filter((r) => r.name.startsWith('hatchery-it-')).map((r) => r.name),
       messages: set?.messages ?? -1,
       pending: set?.pending ?? -1,
     };
-    if (!left.runners && !left.containers.length && !left.registrations.length && !left.messages && !left.pending) break;
-    await sleep(300);
-  }
+  }, (l) => !l.runners && !l.containers.length && !l.registrations.length && !l.messages && !l.pending, { tries: 200 });
   assert.deepEqual(left, { runners: 0, containers: [], registrations: [], messages: 0, pending: 0 });
   const st = await state();
   const runs = st.jobs.filter((j) => ids.includes(j.jobId)).map((j) => j.runs);
@@ -150,7 +140,7 @@ test(`${JOBS} jobs through a scale set, hatcheryd killed ${KILLS} times and paus
   assert.deepEqual(st.violations, []);
   const adopted = (d.logs.match(/event=runner.adopted /g) ?? []).length;
   const conflicts = (d.logs.match(/event=scaleset.session_conflict /g) ?? []).length;
-  console.log(`chaos through a scale set: ${JOBS} jobs, ${JOBS - lost.length} served and ${lost.length} lost, each run once, ${adopted} runners adopted across restarts, ${kills} SIGKILLs, ${stops} SIGSTOP/SIGCONT, ${faults} service faults, ${conflicts} session conflicts waited out, worst surplus ${worst} in steady state and ${worstAfterRestart} within 10 s of a restart`);
+  console.log(`chaos through a scale set: ${JOBS} jobs, ${JOBS - lost.length} served and ${lost.length} lost, each run once, ${adopted} runners adopted across restarts, ${kill.kills} SIGKILLs, ${stops} SIGSTOP/SIGCONT, ${faults} service faults, ${conflicts} session conflicts waited out, worst surplus ${worst} in steady state and ${worstAfterRestart} within 10 s of a restart`);
   assert.deepEqual(lost, [], 'jobs lost (GitHub would fail them)');
   // Not asserted: surplus. Demand is the service's statistics, which count a job until its
   // JobCompleted is read, while the test counts it done once its runner is gone; the gap

@@ -20,7 +20,7 @@ import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 import { containerPool, lxcHost } from './containers.mjs';
-import { endedRunners as chaosEnded, hostUp as chaosHostUp, liveRunners, ourContainers, supply } from './chaos-lib.mjs';
+import { endedRunners as chaosEnded, hostUp as chaosHostUp, killer, liveRunners, ourContainers, settle, supply } from './chaos-lib.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const JOBS = Number(process.env.CHAOS_JOBS ?? 200);
@@ -75,29 +75,22 @@ test(`${JOBS} jobs, hatcheryd killed ${KILLS} times: all served, nothing leaked`
   let nextFault = Date.now() + 3000;
   let faults = 0;
   const taken = new Set();
-  let kills = 0;
-  let nextKill = Date.now() + 1000 + Math.random() * 1500;
+  const kill = killer(d, KILLS);
   let worst = -Infinity;
   const lost = [];
   let restarts = 0;
   let nextRestart = Date.now() + 15000;
   const deadline = Date.now() + 15 * 60 * 1000;
-  while (jobs.some((j) => !j.done) || kills < KILLS || restarts < RESTARTS) {
+  while (jobs.some((j) => !j.done) || kill.kills < KILLS || restarts < RESTARTS) {
     assert.ok(Date.now() < deadline, `timed out: ${jobs.filter((j) => !j.done).length} jobs not served\n${d.logs.split('\n').slice(-30).join('\n')}`);
-    if (kills < KILLS && Date.now() > nextKill) {
-      await d.kill9();
-      kills++;
-      await sleep(300 + Math.random() * 700);
-      await d.start();
-      nextKill = Date.now() + 800 + Math.random() * 1500;
-    }
+    await kill.due();
     // libvirtd itself restarts (an upgrade) under running containers, once the kills are
     // over, so that the daemon that saw them go is the one that sees them back.
     // The next only once hatcheryd is back on the last one. And only while the daemon holds
     // a connection: one that never connected has no guests to see again, and would say
     // nothing (a restart right after the last kill did just that).
     const reinventoried = (d.logs.match(/event=host.reinventoried/g) ?? []).length;
-    if (restarts < RESTARTS && kills === KILLS && Date.now() > nextRestart && reinventoried >= restarts && hostUp()) {
+    if (restarts < RESTARTS && kill.kills === KILLS && Date.now() > nextRestart && reinventoried >= restarts && hostUp()) {
       assert.equal(spawnSync(libvirtd, ['stop']).status, 0);
       await sleep(500 + Math.random() * 1000);
       assert.equal(spawnSync(libvirtd, ['start']).status, 0);
@@ -143,29 +136,24 @@ test(`${JOBS} jobs, hatcheryd killed ${KILLS} times: all served, nothing leaked`
     }
     await sleep(150);
   }
-  assert.equal(kills, KILLS);
+  assert.equal(kill.kills, KILLS);
   assert.equal(restarts, RESTARTS);
   const reinventories = (d.logs.match(/event=host.reinventoried/g) ?? []).length;
   assert.ok(reinventories >= RESTARTS, `${reinventories} re-inventories for ${RESTARTS} libvirtd restarts:\n` +
     d.logs.split('\n').filter((l) => /event=(host\.|daemon\.)/.test(l)).join('\n'));
   assert.ok(worst <= 0, `at some moment ${worst} more runners than outstanding jobs (min_idle 0)`);
   // Let the reconciler and the teardowns finish, then nothing may be left anywhere.
-  let left = null;
-  for (let i = 0; i < 100; i++) {
-    const runners = live() ?? [];
-    const containers = ourContainers();
+  const left = await settle(async () => {
     const github = await (await fetch(`${api}/__double/runners`)).json();
-    left = { runners: runners.length, containers, github: github.filter((r) => r.name.startsWith('hatchery-it-')) };
-    if (!left.runners && !left.containers.length && !left.github.length) break;
-    await sleep(300);
-  }
+    return { runners: (live() ?? []).length, containers: ourContainers(), github: github.filter((r) => r.name.startsWith('hatchery-it-')) };
+  }, (l) => !l.runners && !l.containers.length && !l.github.length);
   assert.deepEqual(left, { runners: 0, containers: [], github: [] });
   const { violations } = await (await fetch(`${api}/__double/log`)).json();
   assert.deepEqual(violations, []);
   const { registrations } = await (await fetch(`${api}/__double/registrations`)).json();
   const dropped = jobs.filter((j) => j.dropped).length;
   const adopted = (d.logs.match(/event=runner.adopted /g) ?? []).length;
-  console.log(`chaos: ${JOBS} jobs, ${JOBS - lost.length} served and ${lost.length} lost (${(lost.length / KILLS).toFixed(2)} per SIGKILL), ${adopted} runners adopted across restarts, ${dropped} queued webhooks never sent, ${kills} SIGKILLs, ${restarts} libvirtd restarts (${reinventories} re-inventories), ${faults} GitHub fault bursts (3x502 + 429), ${registrations} GitHub runners registered for ${taken.size} jobs taken, worst surplus ${worst}`);
+  console.log(`chaos: ${JOBS} jobs, ${JOBS - lost.length} served and ${lost.length} lost (${(lost.length / KILLS).toFixed(2)} per SIGKILL), ${adopted} runners adopted across restarts, ${dropped} queued webhooks never sent, ${kill.kills} SIGKILLs, ${restarts} libvirtd restarts (${reinventories} re-inventories), ${faults} GitHub fault bursts (3x502 + 429), ${registrations} GitHub runners registered for ${taken.size} jobs taken, worst surplus ${worst}`);
   assert.deepEqual(lost, [], 'jobs lost (GitHub would fail them)');
   // Lost webhooks were found: jobs whose queued webhook never came were served too, and
   // the reconciler says it stored them (in the daemon that found them).

@@ -5,7 +5,7 @@
 // libvirt's test driver: what is measured is whether a runner is made at all.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { Daemon, workflowJob } from '../integration/lib/daemon.mjs';
+import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const GROUP = 42;
@@ -25,15 +25,7 @@ const d = new Daemon({
     boot_timeout_s: 600
     hosts: [host-a]
 `,
-  extra: `github:
-  api_url: ${api}
-  app_id: ${process.env.APP_ID}
-  app_private_key_file: ${process.env.APP_KEY_FILE}
-  runner_scopes:
-    - org: pytorch
-      runner_group_id: ${GROUP}
-reconcile_interval_s: 1
-`,
+  extra: githubConfig({ reconcileIntervalS: 1, runnerGroupId: GROUP, org: 'pytorch' }),
 });
 
 const policy = (fields) => fetch(`${api}/__double/runner-group`, { method: 'POST', body: JSON.stringify({ id: GROUP, ...fields }) });

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, test } from 'node:test';
-import { Daemon, workflowJob } from '../integration/lib/daemon.mjs';
+import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -27,16 +27,7 @@ const pools = `pools:
     github_scope: pytorch
     hosts: [host-a]
 `;
-const github = `github:
-  api_url: ${api}
-  app_id: ${process.env.APP_ID}
-  app_private_key_file: ${process.env.APP_KEY_FILE}
-  max_retries: 1
-  runner_scopes:
-    - org: pytorch
-      runner_group_id: 1
-reconcile_interval_s: 60
-`;
+const github = githubConfig({ reconcileIntervalS: 60, org: 'pytorch', maxRetries: 1 });
 // No webhook pool: no webhook secret either.
 const d = new Daemon({ pools, extra: github, webhooks: false });
 
@@ -273,7 +264,7 @@ test('an enterprise scope: the installation, the registration token and the conf
   const other = new Daemon({
     pools: pools.replace(`labels: [${SET}]`, `labels: [${ENT}]`).replace(`scale_set: ${SET}`, `scale_set: ${ENT}`)
       .replace('github_scope: pytorch', 'github_scope: octo-corp'),
-    extra: github.replace('    - org: pytorch', '    - enterprise: octo-corp'),
+    extra: githubConfig({ reconcileIntervalS: 60, enterprise: 'octo-corp', maxRetries: 1 }),
     webhooks: false,
   });
   const mark = (await (await fetch(`${api}/__double/log`)).json()).log.length;

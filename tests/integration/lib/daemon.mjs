@@ -231,14 +231,16 @@ export function examples(name) {
 // exports its URL and the App's key).
 // runnerGroupId: the scope's group (a trusted pool's must not be the default group, 1).
 // One runner scope: the repository pytorch/pytorch, or with `org` that organization (a
-// trusted pool needs an org scope: runner groups exist for organizations only).
-export function githubConfig({ reconcileIntervalS = 5, runnerGroupId = 1, org = null } = {}) {
+// trusted pool needs an org scope: runner groups exist for organizations only), or with
+// `enterprise` that enterprise. maxRetries: the client's (its default without).
+export function githubConfig({ reconcileIntervalS = 5, runnerGroupId = 1, org = null, enterprise = null, maxRetries = null } = {}) {
+  const scope = org ? `org: ${org}` : enterprise ? `enterprise: ${enterprise}` : 'repo: pytorch/pytorch';
   return `github:
   api_url: ${process.env.GITHUB_DOUBLE_URL}
   app_id: ${process.env.APP_ID}
-  app_private_key_file: ${process.env.APP_KEY_FILE}
+  app_private_key_file: ${process.env.APP_KEY_FILE}${maxRetries === null ? '' : `\n  max_retries: ${maxRetries}`}
   runner_scopes:
-    - ${org ? `org: ${org}` : 'repo: pytorch/pytorch'}
+    - ${scope}
       runner_group_id: ${runnerGroupId}
 reconcile_interval_s: ${reconcileIntervalS}
 `;
