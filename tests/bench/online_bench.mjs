@@ -17,6 +17,7 @@
 //              restore, the agent, the hand-over.
 import { spawnSync } from 'node:child_process';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
+import { testGuestPool } from '../e2e/test-guest-pool.mjs';
 
 const rounds = Number(process.argv[2] ?? 5);
 const latencyMs = Number(process.argv[3] ?? 50);
@@ -31,27 +32,8 @@ const cases = arches.flatMap((arch) => [
   ...(arch === 's390x' ? [{ arch, start: 'template' }] : []),
 ]).map((c) => ({ ...c, key: `${c.arch}.${c.start}` }));
 
-function pool(name, arch, start, scaleSet) {
-  const ppc = arch === 'ppc64le';
-  return `  - name: ${name}
-    labels: [${name}]${scaleSet ? `\n    scale_set: ${name}` : ''}
-    arch: ${arch}
-    image: ${g[arch]}/base.qcow2
-    kernel: ${g[arch]}/kernel
-    initrd: ${g[arch]}/initrd
-    cmdline: "${ppc ? 'console=hvc0' : 'console=ttysclp0'} quiet"
-    firmware: ${ppc ? 'vof' : 'default'}
-    network: none
-    disk_mib: 64
-    vcpus: 1
-    memory_mib: 512
-    max_runners: 1
-    boot_timeout_s: 300
-    start: ${start}
-    runner_command: [/usr/bin/fake-runner]
-    hosts: [local]
-`;
-}
+const pool = (name, arch, start, scaleSet) => testGuestPool(name, arch, g[arch],
+  [...(scaleSet ? [`scale_set: ${name}`] : []), 'max_runners: 1', 'boot_timeout_s: 300', `start: ${start}`]);
 const poolName = (c, path) => `${path}.${c.key}`;
 
 const d = new Daemon({

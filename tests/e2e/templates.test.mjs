@@ -9,32 +9,13 @@ import { spawnSync } from 'node:child_process';
 import { openSync, closeSync, writeSync, statSync, utimesSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
+import { testGuestPool } from './test-guest-pool.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
 const volumes = `/tmp/hatchery-e2e-tpl-volumes-${process.pid}`;
 
-function pool(name, arch) {
-  const ppc = arch === 'ppc64le';
-  return `  - name: ${name}
-    labels: [${name}]
-    arch: ${arch}
-    image: ${g[arch]}/base.qcow2
-    kernel: ${g[arch]}/kernel
-    initrd: ${g[arch]}/initrd
-    cmdline: "${ppc ? 'console=hvc0' : 'console=ttysclp0'} quiet"
-    firmware: ${ppc ? 'vof' : 'default'}
-    network: none
-    disk_mib: 64
-    vcpus: 1
-    memory_mib: 512
-    max_runners: 1
-    boot_timeout_s: 120
-    start: template
-    runner_command: [/usr/bin/fake-runner]
-    hosts: [local]
-`;
-}
+const pool = (name, arch) => testGuestPool(name, arch, g[arch], ['max_runners: 1', 'boot_timeout_s: 120', 'start: template']);
 
 const d = new Daemon({
   hostsExtra: `  - name: local

@@ -48,6 +48,19 @@ static char *write_temp(const char *text)
     return path;
 }
 
+/* Loads `text`, which must load; the caller frees the config. */
+static struct config *load_ok(const char *text)
+{
+    char *path = write_temp(text);
+    struct config *c = NULL;
+    char *errors = NULL;
+    if (config_load(path, &c, &errors) < 0)
+        fail_msg("%s", errors);
+    unlink(path);
+    free(path);
+    return c;
+}
+
 /* Loads `text`; expects failure and returns the error text. */
 static char *load_errors(const char *text)
 {
@@ -367,16 +380,10 @@ static void test_pool_scopes(void **state)
     expect_error(text, ":13: webhook_secret_file: required: pool 'linux.ppc64le' takes webhooks");
     snprintf(text, sizeof(text), "%s    github_scope: pytorch\n    scale_set: p10\n%s", webhookless,
              two_scopes);
-    char *scale_set_only = write_temp(text);
-    struct config *loaded = NULL;
-    char *load_errs = NULL;
-    if (config_load(scale_set_only, &loaded, &load_errs) < 0)
-        fail_msg("%s", load_errs);
+    struct config *loaded = load_ok(text);
     assert_null(loaded->webhook_secret_file);
     assert_string_equal(loaded->pools[0].scale_set, "p10");
     config_free(loaded);
-    unlink(scale_set_only);
-    free(scale_set_only);
 
     /* An enterprise scope: a pool names it by its slug, a scale set serves it. */
     static const char enterprise[] = "github:\n  token_file: /t\n  runner_scopes:\n"
@@ -384,17 +391,13 @@ static void test_pool_scopes(void **state)
                                      "    - enterprise: octo-corp\n      runner_group_id: 7\n";
     snprintf(text, sizeof(text), "%s    github_scope: octo-corp\n    scale_set: p10\n%s",
              variant(NULL, ""), enterprise);
-    char *ent = write_temp(text);
-    if (config_load(ent, &loaded, &load_errs) < 0)
-        fail_msg("%s", load_errs);
+    loaded = load_ok(text);
     const struct config_scope *ent_scope = config_pool_scope(loaded, &loaded->pools[0]);
     assert_non_null(ent_scope);
     assert_string_equal(ent_scope->enterprise, "octo-corp");
     assert_null(ent_scope->org);
     assert_int_equal(ent_scope->runner_group_id, 7);
     config_free(loaded);
-    unlink(ent);
-    free(ent);
     /* Two kinds in one item, a bad slug, one name twice, a trusted pool in an enterprise. */
     snprintf(text, sizeof(text),
              "%sgithub:\n  token_file: /t\n  runner_scopes:\n    - org: pytorch\n"
