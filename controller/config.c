@@ -1064,8 +1064,8 @@ static void check_container_pool(struct loader *l, const struct config_pool *p)
              "container pool '%s' cannot start from a template (VM pools only)",
              p->name ? p->name : "?");
     /* A container has its own users and network, but shares the host's kernel: one
-     * kernel bug from the host, no place for a pull request's code (README: Security
-     * model). The config must say that only trusted code goes there. */
+     * kernel bug from the host, no place for a pull request's code (docs/POWER-HOST.md:
+     * "Security model"). The config must say that only trusted code goes there. */
     if (!p->trusted)
         fail(l, line_node(p->line, &at), "pools[].trusted",
              "container pool '%s' is not isolated enough for untrusted jobs: set "

@@ -119,7 +119,7 @@ struct scheduler_stats {
 };
 
 /* Why a runner failed: a bounded set, the `reason` label of hatchery_runners_failed_total
- * and hatchery_jobs_lost_total (README, "Metrics"). */
+ * and hatchery_jobs_lost_total (docs/RUNNING.md: "Metrics"). */
 enum runner_failure {
     FAILURE_BOOT_TIMEOUT, /* no guest, hello or runner start within boot_timeout_s */
     FAILURE_GUEST,        /* the guest could not be made, failed or went away */

@@ -9,7 +9,7 @@ packages=(
   build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
   libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev
   libyaml-dev libcurl4-openssl-dev libvirt-dev libcmocka-dev libxml2-dev libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev
-  # man pages (docs/man: pandoc makes them from the README) and the Debian packages
+  # man pages (docs/man: pandoc makes them from the docs) and the Debian packages
   pandoc debhelper lintian
   # provisioner: a real libvirtd, emulated ppc64le and s390x guests, LXC
   libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-lxc libvirt-clients

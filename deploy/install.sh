@@ -51,10 +51,10 @@ install -m 0644 deploy/hatchery-guest-firewall.service deploy/hatchery-guest-fir
   deploy/hatchery-guest-firewall-check.timer /etc/systemd/system/
 systemctl daemon-reload 2>/dev/null || true
 systemctl enable --now hatchery-guest-firewall.service hatchery-guest-firewall-check.timer 2>/dev/null ||
-  echo "install.sh: enable hatchery-guest-firewall.service and hatchery-guest-firewall-check.timer on each libvirt host (README: Security model)"
+  echo "install.sh: enable hatchery-guest-firewall.service and hatchery-guest-firewall-check.timer on each libvirt host (docs/POWER-HOST.md: "Security model")"
 cat <<MSG
 install.sh: done. Next:
-  1. create the GitHub App from deploy/github-app-manifest.json (README: "Create the GitHub App")
+  1. create the GitHub App from deploy/github-app-manifest.json (docs/POWER-HOST.md: "Create the GitHub App")
      and save its private key as /etc/hatchery/github-app.pem (chmod 600)
   2. edit /etc/hatchery/hatchery.yaml: app_id, runner_scopes, hosts, pools
   3. hatcheryd --check-config /etc/hatchery/hatchery.yaml && systemctl enable --now hatcheryd

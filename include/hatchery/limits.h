@@ -22,7 +22,7 @@
 
 /* Webhooks. */
 /* A job's labels: a pool's CONFIG_MAX_POOL_LABELS and `self-hosted`, which every pool
- * implies (README: "How a job finds its pool"). */
+ * implies (docs/RUNNING.md: "How a job gets a runner"). */
 #define WEBHOOK_MAX_LABELS            33
 #define WEBHOOK_MAX_LABEL_BYTES       256
 #define WEBHOOK_MAX_NAME_BYTES        512

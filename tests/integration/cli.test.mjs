@@ -278,17 +278,17 @@ _hatchery; printf '%s\\n' "\${COMPREPLY[@]}"`;
   });
 });
 
-test('--help names every command the README documents', () => {
+test('--help names every command docs/RUNNING.md documents', () => {
   const r = spawnSync(HATCHERY_CLI, ['--help'], { encoding: 'utf8' });
   assert.equal(r.status, 0);
-  const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-  const block = /hatchery \[--socket PATH\] \[--json \| -o FORMAT\] \[--no-headers\] COMMAND \[ARGS\]\n([\s\S]*?)```/.exec(readme)[1];
+  const reference = readFileSync(new URL('../../docs/RUNNING.md', import.meta.url), 'utf8');
+  const block = /hatchery \[--socket PATH\] \[--json \| -o FORMAT\] \[--no-headers\] COMMAND \[ARGS\]\n([\s\S]*?)```/.exec(reference)[1];
   const documented = [...block.matchAll(/^ {2}([a-z-]+)/gm)].map((m) => m[1]);
-  assert.ok(documented.length >= 10, `README commands: ${documented}`);
+  assert.ok(documented.length >= 10, `documented commands: ${documented}`);
   for (const cmd of [...documented, 'undrain']) assert.match(r.stdout, new RegExp(`\\b${cmd}\\b`), `--help lacks ${cmd}`);
-  // ...and the README documents every command --help offers.
+  // ...and the reference documents every command --help offers.
   const offered = [...r.stdout.matchAll(/^ {2}([a-z][a-z-]*)/gm)].map((m) => m[1]);
-  for (const cmd of offered) assert.ok(documented.includes(cmd) || cmd === 'undrain', `the README lacks ${cmd}`);
+  for (const cmd of offered) assert.ok(documented.includes(cmd) || cmd === 'undrain', `docs/RUNNING.md lacks ${cmd}`);
   // And each is a command the CLI accepts: without a daemon it fails to connect (3), not on
   // usage (2); image-check needs no daemon, and says what it lacks (its own 3, bad input).
   const offline = spawnSync(HATCHERY_CLI, ['--socket', '/nonexistent/admin.sock', 'image-check'], { encoding: 'utf8' });
@@ -301,7 +301,7 @@ test('--help names every command the README documents', () => {
   }
 });
 
-// The man pages (made by pandoc from the README, docs/man/) as man shows them.
+// The man pages (made by pandoc from the documentation's sections, docs/man/) as man shows them.
 function manPage(page) {
   const file = join(process.env.HATCHERY_MAN_DIR, page);
   const r = spawnSync('man', ['-l', file], { encoding: 'utf8', env: { ...process.env, MANWIDTH: '100', MANPAGER: 'cat', LC_ALL: 'C.UTF-8' } });
@@ -324,7 +324,7 @@ test('hatchery(1) names every command and option of --help; hatcheryd(8) every o
   const doptions = [...new Set([...`${dhelp.stdout}${dhelp.stderr}`.matchAll(/(--[a-z-]+|-[a-zA-Z]\b)/g)].map((m) => m[1]))];
   assert.ok(doptions.length >= 6, `parsed from hatcheryd --help: ${doptions}`);
   for (const option of doptions) assert.ok(daemon.includes(option), `hatcheryd(8) lacks ${option}`);
-  // The README sections it is made of, and no raw markdown left in it.
+  // The sections it is made of, and no raw markdown left in it.
   for (const heading of ['HTTP endpoints', 'Logs', 'Metrics']) assert.match(daemon, new RegExp(`^ *${heading}$`, 'm'));
   // Each cross-reference resolves: `see "X"` names a section or paragraph of the same
   // page, or says which of our pages has it (`see "X" in hatchery-build-image(8)`).
@@ -351,7 +351,7 @@ test('hatchery(1) names every command and option of --help; hatcheryd(8) every o
       assert.match(m[1] ?? '', /source tree's $/, `${name}: ${m[2]} is not said to be the source tree's`);
   }
   assert.ok(unwrapped(pages['hatchery.yaml(5)']).includes('/usr/lib/hatchery/guest-firewall.sh'), 'hatchery.yaml(5) names the installed guest-firewall.sh');
-  // Each section once: a README section listed beside the one it is part of came twice.
+  // Each section once: a section listed beside the one it is part of came twice.
   for (const page of [cli, daemon, manPage('hatchery.yaml.5')]) {
     const headings = [...page.matchAll(/^( {0,3})([A-Z][^\n]*)$/gm)].map((m) => m[1] + m[2]);
     const twice = headings.filter((h, i) => headings.indexOf(h) !== i);

@@ -148,7 +148,7 @@ if [ -n "$tools" ]; then
   log "hatchery-image-tools: hatchery-build-image and its man page installed, its first errors clear"
 fi
 
-# The man pages give installed paths (docs/man/readme-sections.lua maps the checkout's to
+# The man pages give installed paths (docs/man/doc-sections.lua maps the checkout's to
 # them): each path of the package's own that a page names is there.
 named=0
 for page in 8/hatcheryd 1/hatchery 5/hatchery.yaml ${tools:+8/hatchery-build-image}; do

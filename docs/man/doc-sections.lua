@@ -1,20 +1,26 @@
--- A pandoc filter: a man page made from README.md's own sections, so that the README
--- stays the one source of what it says. The page's metadata names the sections
--- (`readme-sections`, by their heading text); they replace the page's empty
--- `::: readme-sections` div. Each is taken with everything under it, up to the next
--- heading of its level or above, and one level up (the README's `##` becomes the
--- page's `.SH`). Links keep their text; their targets are repository paths that a man
--- page cannot follow. A table becomes a list, as man pages have them: each row's first
--- cell (a key, a name) is the term, the middle cells follow as "header: value", the last
--- (the meaning) after them; a man page's narrow table columns cannot hold the README's
--- long code spans. Lines are set ragged-right and not hyphenated, so a key is not split.
-local readme_path = os.getenv('HATCHERY_README') or 'README.md'
+-- A pandoc filter: a man page made from the documentation's own sections (README.md and
+-- docs/*.md), so that each text has one source. The page's metadata names the sections
+-- (`doc-sections`, by their heading text, which is unique across the files); they
+-- replace the page's empty `::: doc-sections` div. Each is taken with everything under
+-- it, up to the next heading of its level or above (a file's own title ends it too), and
+-- one level up (a `##` becomes the page's `.SH`). Links keep their text; their targets
+-- are repository paths that a man page cannot follow. A table becomes a list, as man
+-- pages have them: each row's first cell (a key, a name) is the term, the middle cells
+-- follow as "header: value", the last (the meaning) after them; a man page's narrow
+-- table columns cannot hold the long code spans. Lines are set ragged-right and not
+-- hyphenated, so a key is not split.
+-- HATCHERY_DOCS: the files, separated by ':' (default README.md).
+local doc_paths = os.getenv('HATCHERY_DOCS') or 'README.md'
 
-local function read_readme()
-  local f = assert(io.open(readme_path, 'r'), 'readme-sections.lua: cannot open ' .. readme_path)
-  local text = f:read('a')
-  f:close()
-  return pandoc.read(text, 'gfm').blocks
+local function read_docs()
+  local blocks = pandoc.List()
+  for path in doc_paths:gmatch('[^:]+') do
+    local f = assert(io.open(path, 'r'), 'doc-sections.lua: cannot open ' .. path)
+    local text = f:read('a')
+    f:close()
+    blocks:extend(pandoc.read(text, 'gfm').blocks)
+  end
+  return blocks
 end
 
 local function section(blocks, title)
@@ -26,7 +32,7 @@ local function section(blocks, title)
     end
     if level then table.insert(out, b) end
   end
-  assert(level, 'readme-sections.lua: README.md has no section "' .. title .. '"')
+  assert(level, 'doc-sections.lua: no document has a section "' .. title .. '"')
   return out, level
 end
 
@@ -69,6 +75,10 @@ local installed = {
   { 'deploy/github-app-manifest.json', '/usr/share/doc/hatchery/examples/github-app-manifest.json' },
   { 'deploy/monitoring/', '/usr/share/doc/hatchery/examples/' },
   { 'docs/OPERATIONS.md', '/usr/share/doc/hatchery/OPERATIONS.md.gz' },
+  { 'docs/POWER-HOST.md', '/usr/share/doc/hatchery/POWER-HOST.md.gz' },
+  { 'docs/CONFIGURATION.md', '/usr/share/doc/hatchery/CONFIGURATION.md.gz' },
+  { 'docs/RUNNING.md', '/usr/share/doc/hatchery/RUNNING.md.gz' },
+  { 'docs/IMAGES.md', '/usr/share/doc/hatchery/IMAGES.md.gz' },
   { 'deploy/hatcheryd.service', 'hatcheryd.service' },
   { 'images/enable-binfmt.sh', '/usr/lib/hatchery/image/enable-binfmt.sh' },
   { 'images/runner/build-image.sh', 'hatchery-build-image' },
@@ -94,11 +104,11 @@ local function installed_path(c)
 end
 
 function Pandoc(doc)
-  local wanted = doc.meta['readme-sections']
+  local wanted = doc.meta['doc-sections']
   if not wanted then return doc end
-  local readme, taken = read_readme(), pandoc.List()
+  local docs, taken = read_docs(), pandoc.List()
   for _, title in ipairs(wanted) do
-    local blocks, level = section(readme, pandoc.utils.stringify(title))
+    local blocks, level = section(docs, pandoc.utils.stringify(title))
     for _, b in ipairs(blocks) do
       if b.t == 'Header' then b.level = math.max(1, b.level - level + 1) end
       taken:insert(b)
@@ -107,13 +117,13 @@ function Pandoc(doc)
   local placed = false
   doc = doc:walk({
     Div = function(d)
-      if d.classes:includes('readme-sections') then
+      if d.classes:includes('doc-sections') then
         placed = true
         return taken
       end
     end,
   })
-  assert(placed, 'readme-sections.lua: the page has no ::: readme-sections div')
+  assert(placed, 'doc-sections.lua: the page has no ::: doc-sections div')
   doc.meta['header-includes'] = pandoc.MetaBlocks({ pandoc.RawBlock('man', '.nh\n.ad l') })
   doc = doc:walk({ Link = function(l) return l.content end, Table = table_to_list })
   return doc:walk({ Code = installed_path })
