@@ -92,15 +92,4 @@ void front_close(struct front *front);
 /* After the loop has ended: waits for the front's exit and frees what is left. */
 void front_free(struct front *front);
 
-/* The confinement the front puts itself under: no_new_privs, then the seccomp allowlist.
- * Returns 0, or -ENOSYS where the kernel (or an emulator) has no seccomp filter, or another
- * negative errno. Public for its test. */
-int front_sandbox_apply(void);
-/* Before the front's loop exists: io_uring_setup (and the other io_uring calls) fail with
- * ENOSYS, as on a kernel without io_uring, so that libuv keeps to plain epoll. A ring made
- * before the allowlist would carry operations past it unseen, and libuv 1.49 and later
- * (Debian 13) batch epoll_ctl through one whatever UV_USE_IO_URING says, then abort when
- * the allowlist refuses io_uring_enter. Same returns as front_sandbox_apply(). */
-int front_refuse_io_uring(void);
-
 #endif

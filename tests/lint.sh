@@ -33,9 +33,9 @@ fi
 if ! perl tests/tools/log-keys.pl $(echo "$files" | tr ' ' '\n' | grep -E '^(controller|agent)/.*\.c$'); then
   status=1
 fi
-# Layers (docs/DESIGN.md): no two files of the controller, or of its libvirt provider, call
-# each other, directly or around a loop.
-if ! python3 tests/tools/layers.py controller controller/libvirt; then
+# Layers (docs/DESIGN.md): no two files of the controller, of its libvirt provider or of its
+# scale sets call each other, directly or around a loop.
+if ! python3 tests/tools/layers.py controller controller/libvirt controller/scaleset; then
   status=1
 fi
 [ "$status" = 0 ] && echo "lint: $(echo "$files" | wc -w) files clean"

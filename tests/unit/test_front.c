@@ -26,6 +26,7 @@
 #include "address_window.h"
 #include "front.h"
 #include "front_frame.h"
+#include "front_sandbox.h"
 #include "log.h"
 
 enum probe {
