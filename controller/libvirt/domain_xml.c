@@ -1,7 +1,10 @@
 /* Domain XML through libxml2's xmlTextWriter; see domain_xml.h. */
 #include "domain_xml.h"
 
+#include <libxml/parser.h>
 #include <libxml/xmlwriter.h>
+#include <libxml/xpath.h>
+#include <libxml/xpathInternals.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -506,4 +509,151 @@ char *domain_xml_guest_filter(const char *name, const char *uuid)
     }
     ok = ok && end(w) >= 0;
     return xml_end(w, buf, ok);
+}
+
+/* ---- reading: restores and metadata ----------------------------------------------------- */
+
+/* Sets `attr` on every element `xpath` selects; returns how many there were. */
+static int xml_set_attr(xmlXPathContextPtr ctx, const char *xpath, const char *attr,
+                        const char *value)
+{
+    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST xpath, ctx);
+    int n = o && o->nodesetval ? o->nodesetval->nodeNr : 0;
+    for (int i = 0; i < n; i++)
+        xmlSetProp(o->nodesetval->nodeTab[i], BAD_CAST attr, BAD_CAST value);
+    xmlXPathFreeObject(o);
+    return n;
+}
+
+/* Removes every node `xpath` selects. */
+static void xml_remove(xmlXPathContextPtr ctx, const char *xpath)
+{
+    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST xpath, ctx);
+    for (int i = 0; o && o->nodesetval && i < o->nodesetval->nodeNr; i++) {
+        xmlNodePtr node = o->nodesetval->nodeTab[i];
+        if (node->type == XML_ATTRIBUTE_NODE) {
+            xmlRemoveProp((xmlAttrPtr)node);
+        } else {
+            xmlUnlinkNode(node);
+            xmlFreeNode(node);
+        }
+        o->nodesetval->nodeTab[i] = NULL;
+    }
+    xmlXPathFreeObject(o);
+}
+
+/* `xml` parsed (no network, no error printed), with the metadata's namespace as "h"; NULL
+ * when it does not parse. */
+static xmlXPathContextPtr xml_open(const char *xml, xmlDocPtr *ret_doc)
+{
+    *ret_doc = xml ? xmlReadMemory(xml, (int)strlen(xml), "domain.xml", NULL,
+                                   XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING)
+                   : NULL;
+    xmlXPathContextPtr ctx = *ret_doc ? xmlXPathNewContext(*ret_doc) : NULL;
+    if (ctx && xmlXPathRegisterNs(ctx, BAD_CAST "h", BAD_CAST DOMAIN_METADATA_NS) != 0) {
+        xmlXPathFreeContext(ctx);
+        ctx = NULL;
+    }
+    if (!ctx) {
+        xmlFreeDoc(*ret_doc);
+        *ret_doc = NULL;
+    }
+    return ctx;
+}
+
+/* The one node `xpath` selects from `from` (NULL: the document), or NULL (none, or
+ * several). */
+static xmlNodePtr xml_one(xmlXPathContextPtr ctx, xmlNodePtr from, const char *xpath)
+{
+    xmlXPathObjectPtr o = from ? xmlXPathNodeEval(from, BAD_CAST xpath, ctx)
+                               : xmlXPathEvalExpression(BAD_CAST xpath, ctx);
+    xmlNodePtr node =
+        o && o->nodesetval && o->nodesetval->nodeNr == 1 ? o->nodesetval->nodeTab[0] : NULL;
+    xmlXPathFreeObject(o);
+    return node;
+}
+
+char *domain_xml_restore(const char *saved, const struct domain_restore *r, char *err,
+                         size_t err_size)
+{
+    xmlDocPtr doc = NULL;
+    xmlXPathContextPtr ctx = xml_open(saved, &doc);
+    char *out = NULL;
+    if (!ctx) {
+        snprintf(err, err_size, "the saved domain XML does not parse");
+        goto done;
+    }
+    if (xml_set_attr(ctx, "/domain/devices/disk[@device='disk']/source", "volume", r->volume) !=
+        1) {
+        snprintf(err, err_size, "the saved domain has not one overlay volume");
+        goto done;
+    }
+    xml_remove(ctx, "/domain/metadata/h:runner/h:template-key");
+    xml_remove(ctx, "/domain/metadata/h:runner/h:runner-name");
+    xml_remove(ctx, "/domain/devices/disk[@device='disk']/backingStore");
+    xml_remove(ctx, "/domain/devices/disk[@device='disk']/source/@index");
+    if (r->channel_path) {
+        xml_set_attr(ctx, "/domain/devices/channel[@type='unix']/source", "path", r->channel_path);
+        xml_set_attr(ctx, "/domain/devices/console[@type='file']/source", "path", r->console_log);
+        xml_set_attr(ctx, "/domain/devices/serial[@type='file']/source", "path", r->console_log);
+    }
+    xmlNodePtr runner = xml_one(ctx, NULL, "/domain/metadata/h:runner");
+    if (!runner) {
+        snprintf(err, err_size, "the saved domain has no runner metadata");
+        goto done;
+    }
+    char id[32];
+    snprintf(id, sizeof(id), "%lld", (long long)r->runner_id);
+    xmlNodePtr runner_id = xml_one(ctx, runner, "h:runner-id");
+    if (runner_id)
+        xmlNodeSetContent(runner_id, BAD_CAST id);
+    /* xmlNewTextChild escapes the text. */
+    xmlNewTextChild(runner, runner->ns, BAD_CAST "runner-name", BAD_CAST r->runner_name);
+    xmlChar *text = NULL;
+    int len = 0;
+    xmlDocDumpMemory(doc, &text, &len);
+    out = text ? strndup((const char *)text, (size_t)len) : NULL;
+    xmlFree(text);
+    if (!out)
+        snprintf(err, err_size, "out of memory");
+done:
+    xmlXPathFreeContext(ctx);
+    xmlFreeDoc(doc);
+    return out;
+}
+
+/* The text of the metadata's element `name` into `out`; false when there is none (or it
+ * does not fit). */
+static bool metadata_text(xmlXPathContextPtr ctx, xmlNodePtr runner, const char *name, char *out,
+                          size_t size)
+{
+    char xpath[64];
+    snprintf(xpath, sizeof(xpath), "h:%s", name);
+    xmlNodePtr node = xml_one(ctx, runner, xpath);
+    xmlChar *text = node ? xmlNodeGetContent(node) : NULL;
+    bool found = text && strlen((const char *)text) < size;
+    if (found)
+        snprintf(out, size, "%s", (const char *)text);
+    xmlFree(text);
+    return found;
+}
+
+void domain_xml_metadata(const char *xml, struct domain_metadata *out)
+{
+    memset(out, 0, sizeof(*out));
+    xmlDocPtr doc = NULL;
+    xmlXPathContextPtr ctx = xml_open(xml, &doc);
+    /* The element alone (its root), or inside a whole domain's <metadata>. */
+    xmlNodePtr runner = ctx ? xml_one(ctx, NULL, "/h:runner | /domain/metadata/h:runner") : NULL;
+    if (runner) {
+        char id[32];
+        out->found = true;
+        metadata_text(ctx, runner, "controller", out->controller, sizeof(out->controller));
+        if (metadata_text(ctx, runner, "runner-id", id, sizeof(id)))
+            out->runner_id = strtoll(id, NULL, 10);
+        metadata_text(ctx, runner, "runner-name", out->runner_name, sizeof(out->runner_name));
+        metadata_text(ctx, runner, "template-key", out->template_key, sizeof(out->template_key));
+    }
+    xmlXPathFreeContext(ctx);
+    xmlFreeDoc(doc);
 }

@@ -74,6 +74,35 @@ char *domain_xml_dir_pool(const char *name, const char *path, const char *mode);
 /* A qcow2 overlay volume of `capacity_mib` on the qcow2 image `backing`: */
 char *domain_xml_overlay_volume(const char *name, const char *backing, int64_t capacity_mib);
 
+/* What a runner's guest restored from a template differs in from the template's saved
+ * domain: the rest (the template's name and UUID among it: libvirt 9.0 refuses others on a
+ * restore) stays as saved. */
+struct domain_restore {
+    const char *volume;       /* the runner's own overlay volume */
+    const char *channel_path; /* the agent's socket and the console log; NULL on a host */
+    const char *console_log;  /* reached through streams, where the saved ones stand */
+    int64_t runner_id;
+    const char *runner_name; /* said in the metadata's <runner-name> */
+};
+/* The XML to restore `saved` (virDomainSaveImageGetXMLDesc's) with: the runner's volume,
+ * paths and metadata, the template's key and the disk's saved backing chain left out
+ * (libvirt reads the chain from the new overlay). NULL with a reason in `err`: the saved
+ * XML does not parse, has not exactly one disk or no runner metadata. The caller frees. */
+char *domain_xml_restore(const char *saved, const struct domain_restore *r, char *err,
+                         size_t err_size);
+
+/* What Hatchery's metadata says of a domain, read from its <runner> element
+ * (virDomainGetMetadata) or from a whole domain's XML (a saved image's): all empty when
+ * there is none or it does not parse. */
+struct domain_metadata {
+    bool found;
+    char controller[128];
+    int64_t runner_id;
+    char runner_name[200]; /* a guest restored from a template: the runner it serves */
+    char template_key[65]; /* a template being built: what it is built from */
+};
+void domain_xml_metadata(const char *xml, struct domain_metadata *out);
+
 /* The guest filter (guest_filter.h) named `name`, as an nwfilter definition; `uuid` (NULL:
  * none, libvirt picks one) is the defined filter's when it replaces it: libvirt refuses a
  * filter whose name is taken under another UUID. */

@@ -6,9 +6,6 @@
 
 #include <errno.h>
 #include <libvirt/virterror.h>
-#include <libxml/parser.h>
-#include <libxml/xpath.h>
-#include <libxml/xpathInternals.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,89 +241,6 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
 
 /* -- templates: a guest saved while its agent waits, restored for each runner -- */
 
-/* Sets `attr` on every element `xpath` selects; returns how many there were. */
-static int xml_set_attr(xmlXPathContextPtr ctx, const char *xpath, const char *attr,
-                        const char *value)
-{
-    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST xpath, ctx);
-    int n = o && o->nodesetval ? o->nodesetval->nodeNr : 0;
-    for (int i = 0; i < n; i++)
-        xmlSetProp(o->nodesetval->nodeTab[i], BAD_CAST attr, BAD_CAST value);
-    xmlXPathFreeObject(o);
-    return n;
-}
-
-/* Removes every node `xpath` selects. */
-static void xml_remove(xmlXPathContextPtr ctx, const char *xpath)
-{
-    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST xpath, ctx);
-    for (int i = 0; o && o->nodesetval && i < o->nodesetval->nodeNr; i++) {
-        xmlNodePtr node = o->nodesetval->nodeTab[i];
-        if (node->type == XML_ATTRIBUTE_NODE) {
-            xmlRemoveProp((xmlAttrPtr)node);
-        } else {
-            xmlUnlinkNode(node);
-            xmlFreeNode(node);
-        }
-        o->nodesetval->nodeTab[i] = NULL;
-    }
-    xmlXPathFreeObject(o);
-}
-
-/* The XML a runner's guest is restored with: the saved domain's (its name and UUID stay
- * the template's: libvirt 9.0 refuses others on a restore), with the runner's own overlay
- * volume, channel socket, console log and metadata. The disk's backing chain is left for
- * libvirt to read from the new overlay (runner → template → image), not taken from the
- * template's. */
-static char *restore_xml(const struct guest *g, const char *saved, char *err, size_t err_size)
-{
-    xmlDocPtr doc = xmlReadMemory(saved, (int)strlen(saved), "saved.xml", NULL, XML_PARSE_NONET);
-    xmlXPathContextPtr ctx = doc ? xmlXPathNewContext(doc) : NULL;
-    char *out = NULL;
-    if (!ctx || xmlXPathRegisterNs(ctx, BAD_CAST "h", BAD_CAST DOMAIN_METADATA_NS) != 0) {
-        snprintf(err, err_size, "the saved domain XML does not parse");
-        goto done;
-    }
-    if (xml_set_attr(ctx, "/domain/devices/disk[@device='disk']/source", "volume", g->volume) !=
-        1) {
-        snprintf(err, err_size, "the saved domain has not one overlay volume");
-        goto done;
-    }
-    xml_remove(ctx, "/domain/metadata/h:runner/h:template-key");
-    xml_remove(ctx, "/domain/devices/disk[@device='disk']/backingStore");
-    xml_remove(ctx, "/domain/devices/disk[@device='disk']/source/@index");
-    if (!g->host->streams) {
-        xml_set_attr(ctx, "/domain/devices/channel[@type='unix']/source", "path", g->channel_path);
-        xml_set_attr(ctx, "/domain/devices/console[@type='file']/source", "path", g->console_log);
-        xml_set_attr(ctx, "/domain/devices/serial[@type='file']/source", "path", g->console_log);
-    }
-    xmlXPathObjectPtr o = xmlXPathEvalExpression(BAD_CAST "/domain/metadata/h:runner", ctx);
-    xmlNodePtr runner =
-        o && o->nodesetval && o->nodesetval->nodeNr == 1 ? o->nodesetval->nodeTab[0] : NULL;
-    xmlXPathFreeObject(o);
-    if (!runner) {
-        snprintf(err, err_size, "the saved domain has no runner metadata");
-        goto done;
-    }
-    char id[32];
-    snprintf(id, sizeof(id), "%lld", (long long)g->runner_id);
-    for (xmlNodePtr c = runner->children; c; c = c->next)
-        if (c->type == XML_ELEMENT_NODE && xmlStrcmp(c->name, BAD_CAST "runner-id") == 0)
-            xmlNodeSetContent(c, BAD_CAST id);
-    xmlNewTextChild(runner, runner->ns, BAD_CAST "runner-name", BAD_CAST g->name);
-    xmlChar *text = NULL;
-    int len = 0;
-    xmlDocDumpMemory(doc, &text, &len);
-    out = text ? strndup((const char *)text, (size_t)len) : NULL;
-    xmlFree(text);
-    if (!out)
-        snprintf(err, err_size, "out of memory");
-done:
-    xmlXPathFreeContext(ctx);
-    xmlFreeDoc(doc);
-    return out;
-}
-
 /* A runner's guest from a template, on a worker: its overlay on the template's disk, then
  * the restore of the template's memory into it. */
 static void restore_on(struct guest *g, virConnectPtr conn)
@@ -362,7 +276,12 @@ static void restore_on(struct guest *g, virConnectPtr conn)
         guest_error_set(g, "template %.100s: %.300s", g->domain, libvirt_error());
         return;
     }
-    g->xml = restore_xml(g, saved, err, sizeof(err));
+    const struct domain_restore r = {.volume = g->volume,
+                                     .channel_path = h->streams ? NULL : g->channel_path,
+                                     .console_log = g->console_log,
+                                     .runner_id = g->runner_id,
+                                     .runner_name = g->name};
+    g->xml = domain_xml_restore(saved, &r, err, sizeof(err));
     free(saved);
     if (!g->xml) {
         guest_error_set(g, "template %.100s: %.300s", g->domain, err);
@@ -927,20 +846,6 @@ const char *guest_console_log(const struct guest *g)
     return g->console_log;
 }
 
-/* The runner a domain serves, from its metadata: a guest restored from a template runs
- * under the template's name, and says its runner's in <runner-name>. Into `out`, or empty. */
-void metadata_runner_name(const char *md, char *out, size_t size)
-{
-    const char *at = md ? strstr(md, "runner-name>") : NULL;
-    out[0] = 0;
-    if (!at)
-        return;
-    at += strlen("runner-name>");
-    size_t n = strcspn(at, "<");
-    if (n < size)
-        snprintf(out, size, "%.*s", (int)n, at);
-}
-
 /* The domain that serves runner `name`: its own, or a template's restored for it (its
  * metadata says so). On a worker; NULL when there is none. */
 virDomainPtr runner_domain(virConnectPtr conn, const char *name)
@@ -953,10 +858,10 @@ virDomainPtr runner_domain(virConnectPtr conn, const char *name)
     for (int i = 0; i < n; i++) {
         char *md =
             virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
-        char runner[256];
-        metadata_runner_name(md, runner, sizeof(runner));
+        struct domain_metadata m;
+        domain_xml_metadata(md, &m);
         free(md);
-        if (!dom && runner[0] && strcmp(runner, name) == 0)
+        if (!dom && m.runner_name[0] && strcmp(m.runner_name, name) == 0)
             dom = doms[i];
         else
             virDomainFree(doms[i]);

@@ -334,7 +334,6 @@ void on_adopt_timeout(uv_timer_t *t);
 void on_boot_timeout(uv_timer_t *t);
 uint64_t hello_timeout_ms(const struct guest *g);
 void on_pipe_closed(uv_handle_t *handle);
-void metadata_runner_name(const char *md, char *out, size_t size);
 virDomainPtr runner_domain(virConnectPtr conn, const char *name);
 
 /* container.c: a container's files, seen from its user namespace (domain_xml.h's id base).

@@ -27,26 +27,25 @@ int provisioner_tagged_domains(struct provisioner *p, const char *host, char ***
         return -EIO;
     char **names = calloc((size_t)n + 1, sizeof(char *));
     size_t found = 0;
-    char needle[128], prefix[128];
-    snprintf(needle, sizeof(needle), "controller>%s</", p->controller_id);
+    char prefix[128];
     snprintf(prefix, sizeof(prefix), "hatchery-%s-", p->controller_id);
     for (int i = 0; i < n; i++) {
         char *md =
             virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
         const char *name = virDomainGetName(doms[i]);
-        bool ours = md && strstr(md, needle);
+        struct domain_metadata m;
+        domain_xml_metadata(md, &m);
+        bool ours = m.found && strcmp(m.controller, p->controller_id) == 0;
         /* A stale transient domain that is shut off (see domain_remove) has no readable
          * metadata: a name of ours is all that is left to go by. */
         if (!md && name && strncmp(name, prefix, strlen(prefix)) == 0 &&
             virDomainIsActive(doms[i]) == 0 && virDomainIsPersistent(doms[i]) == 0)
             ours = true;
         /* A template being built is no runner: its builder (or the next one) owns it. */
-        if (ours && md && strstr(md, "template-key>"))
+        if (ours && m.template_key[0])
             ours = false;
-        char runner[256];
-        metadata_runner_name(md, runner, sizeof(runner));
         if (ours && names && name)
-            names[found++] = strdup(runner[0] ? runner : name);
+            names[found++] = strdup(m.runner_name[0] ? m.runner_name : name);
         free(md);
         virDomainFree(doms[i]);
     }
@@ -110,10 +109,10 @@ static int orphan_volumes(struct provisioner *p, struct host *h, char ***ret_nam
     for (int i = 0; i < n_doms; i++) {
         char *md =
             virDomainGetMetadata(doms[i], VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
-        char runner[256];
-        metadata_runner_name(md, runner, sizeof(runner));
-        if (runner[0] && serving)
-            serving[n_serving++] = strdup(runner);
+        struct domain_metadata m;
+        domain_xml_metadata(md, &m);
+        if (m.runner_name[0] && serving)
+            serving[n_serving++] = strdup(m.runner_name);
         free(md);
         virDomainFree(doms[i]);
     }

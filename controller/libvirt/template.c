@@ -357,7 +357,9 @@ static void slot_check_work(uv_work_t *w)
     virDomainPtr dom = virDomainLookupByName(conn, c->name);
     if (dom) {
         char *md = virDomainGetMetadata(dom, VIR_DOMAIN_METADATA_ELEMENT, DOMAIN_METADATA_NS, 0);
-        if (md && strstr(md, "template-key>"))
+        struct domain_metadata m;
+        domain_xml_metadata(md, &m);
+        if (m.template_key[0])
             virDomainDestroy(dom); /* a build nobody finishes */
         else
             snprintf(c->reason, sizeof(c->reason), "in use by a runner");
@@ -366,9 +368,9 @@ static void slot_check_work(uv_work_t *w)
     }
     if (!c->reason[0] && !c->rebuild) {
         char *xml = virDomainSaveImageGetXMLDesc(conn, file, 0);
-        char needle[96];
-        snprintf(needle, sizeof(needle), "template-key>%s<", c->want_key);
-        if (xml && strstr(xml, needle)) {
+        struct domain_metadata m;
+        domain_xml_metadata(xml, &m);
+        if (m.template_key[0] && strcmp(m.template_key, c->want_key) == 0) {
             c->valid = true;
             struct stat st;
             c->bytes = h->local_files && stat(file, &st) == 0 ? (int64_t)st.st_size : -1;

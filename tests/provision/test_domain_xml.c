@@ -75,6 +75,77 @@ static void check(const char *name, const struct domain_spec *spec)
     check_xml(name, xml, "domain");
 }
 
+/* What hatcheryd reads back from libvirt: the metadata of a domain it wrote, whole or as
+ * virDomainGetMetadata gives it, and a template's saved domain restored for a runner. */
+static void test_metadata_and_restore(void **state)
+{
+    (void)state;
+    struct domain_spec s = vm(ARCH_S390X);
+    s.name = "hatchery-tpl-p10-ci-linux.s390x-0";
+    s.template_key = "5f2a";
+    char err[256];
+    char *saved = domain_xml_build(&s, err, sizeof(err));
+    assert_non_null(saved);
+    struct domain_metadata m;
+    domain_xml_metadata(saved, &m);
+    assert_true(m.found);
+    assert_string_equal(m.controller, "p10-ci");
+    assert_int_equal(m.runner_id, 42);
+    assert_string_equal(m.template_key, "5f2a");
+    assert_string_equal(m.runner_name, "");
+    /* The element alone, as libvirt answers for the namespace. */
+    domain_xml_metadata("<hatchery:runner xmlns:hatchery=\"" DOMAIN_METADATA_NS "\">"
+                        "<hatchery:controller>p10-ci</hatchery:controller>"
+                        "<hatchery:runner-id>7</hatchery:runner-id>"
+                        "<hatchery:runner-name>hatchery-p10-ci-7</hatchery:runner-name>"
+                        "</hatchery:runner>",
+                        &m);
+    assert_true(m.found);
+    assert_int_equal(m.runner_id, 7);
+    assert_string_equal(m.runner_name, "hatchery-p10-ci-7");
+    assert_string_equal(m.template_key, "");
+
+    /* Restored for runner 43: its volume, paths and name; the template's key gone. A
+     * hostile name comes back as it was, escaped on the way. */
+    const struct domain_restore r = {.volume = "hatchery-p10-ci-43.qcow2",
+                                     .channel_path = "/run/c/43.sock",
+                                     .console_log = "/var/log/43.log",
+                                     .runner_id = 43,
+                                     .runner_name = "a</hatchery:runner-name><x>&"};
+    char *restored = domain_xml_restore(saved, &r, err, sizeof(err));
+    if (!restored)
+        fail_msg("%s", err);
+    domain_xml_metadata(restored, &m);
+    assert_int_equal(m.runner_id, 43);
+    assert_string_equal(m.runner_name, r.runner_name);
+    assert_string_equal(m.template_key, "");
+    assert_string_equal(m.controller, "p10-ci");
+    assert_non_null(strstr(restored, "volume=\"hatchery-p10-ci-43.qcow2\""));
+    assert_non_null(strstr(restored, "path=\"/run/c/43.sock\""));
+    assert_null(strstr(restored, "hatchery-p10-ci-42.qcow2"));
+    assert_non_null(strstr(restored, "<name>hatchery-tpl-p10-ci-linux.s390x-0</name>"));
+    /* On a host reached through streams the saved paths stay. */
+    const struct domain_restore remote = {.volume = "v.qcow2", .runner_id = 44, .runner_name = "r"};
+    char *kept = domain_xml_restore(saved, &remote, err, sizeof(err));
+    assert_non_null(kept);
+    assert_non_null(strstr(kept, s.channel_path));
+    free(kept);
+    free(restored);
+    free(saved);
+
+    /* Bad input: nothing read, a clear error. */
+    domain_xml_metadata(NULL, &m);
+    assert_false(m.found);
+    domain_xml_metadata("<hatchery:runner><unclosed>", &m);
+    assert_false(m.found);
+    domain_xml_metadata("<runner-name>no namespace</runner-name>", &m);
+    assert_false(m.found);
+    assert_null(domain_xml_restore("not xml <<<", &r, err, sizeof(err)));
+    assert_string_equal(err, "the saved domain XML does not parse");
+    assert_null(domain_xml_restore("<domain><devices/></domain>", &r, err, sizeof(err)));
+    assert_string_equal(err, "the saved domain has not one overlay volume");
+}
+
 static void test_ppc64le(void **state)
 {
     (void)state;
@@ -251,6 +322,7 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_metadata_and_restore),
         cmocka_unit_test(test_ppc64le),
         cmocka_unit_test(test_s390x),
         cmocka_unit_test(test_guest_filter),
