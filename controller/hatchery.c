@@ -293,18 +293,29 @@ static struct {
     int tables; /* printed so far */
 } output;
 
+static void table_free(struct table *t)
+{
+    for (size_t i = 0; i < t->n_rows * t->n_columns; i++)
+        free(t->cells[i]);
+    free(t->cells);
+}
+
 static void table_print(struct table *t)
 {
-    if (output.format == OUTPUT_NAME) {
-        for (size_t r = 0; output.tables == 0 && r < t->n_rows; r++)
-            puts(t->cells[r * t->n_columns] ? t->cells[r * t->n_columns] : "-");
-        output.tables++;
-        for (size_t i = 0; i < t->n_rows * t->n_columns; i++)
-            free(t->cells[i]);
-        free(t->cells);
+    /* For scripts (-o name, --no-headers), a listing is its first table alone: the rows a
+     * pipe takes apart are all of one kind. */
+    bool first_only = output.format == OUTPUT_NAME || output.no_headers;
+    if (first_only && output.tables > 0) {
+        table_free(t);
         return;
     }
     output.tables++;
+    if (output.format == OUTPUT_NAME) {
+        for (size_t r = 0; r < t->n_rows; r++)
+            puts(t->cells[r * t->n_columns] ? t->cells[r * t->n_columns] : "-");
+        table_free(t);
+        return;
+    }
     for (size_t c = 0; c < t->n_columns; c++) {
         size_t w = strlen(t->headers[c]);
         if (w > t->widths[c])
@@ -316,9 +327,7 @@ static void table_print(struct table *t)
             bool last = c + 1 == t->n_columns;
             printf("%-*s%s", last ? 0 : (int)t->widths[c], v ? v : "", last ? "\n" : "  ");
         }
-    for (size_t i = 0; i < t->n_rows * t->n_columns; i++)
-        free(t->cells[i]);
-    free(t->cells);
+    table_free(t);
 }
 
 static char *fmt_value(json_t *v)
@@ -567,7 +576,7 @@ static void print_hosts(json_t *answer)
             free_cells(cells, 7);
         }
     }
-    if (tt.n_rows && output.format != OUTPUT_NAME)
+    if (tt.n_rows && output.format != OUTPUT_NAME && !output.no_headers)
         printf("\n");
     table_print(&tt);
 }

@@ -84,7 +84,7 @@ local installed = {
   { 'images/runner/build-image.sh', 'hatchery-build-image' },
   { 'images/runner/initramfs/', '/usr/lib/hatchery/image/runner/initramfs/' },
 }
-local source_only = { 'deploy/', 'docs/', 'images/', 'tests/', 'controller/', 'agent/', 'debian/', 'docker/' }
+local source_only = { 'deploy/', 'docs/', 'images/', 'tests/', 'controller/', 'agent/', 'debian/', 'docker/', 'include/' }
 
 local function starts(s, prefix) return s:sub(1, #prefix) == prefix end
 

@@ -347,7 +347,7 @@ test('hatchery(1) names every command and option of --help; hatcheryd(8) every o
     const flat = unwrapped(page);
     for (const path of ['deploy/guest-firewall.sh', 'deploy/hatchery.example.yaml', 'deploy/monitoring/', 'docs/OPERATIONS.md', 'images/enable-binfmt.sh'])
       assert.ok(!flat.includes(path), `${name} names ${path}, a checkout's path`);
-    for (const m of flat.matchAll(/(\S+ \S+ )?\b((?:deploy|docs|tests|controller|debian)\/[\w./-]+)/g))
+    for (const m of flat.matchAll(/(\S+ \S+ )?(?<![\w/.-])((?:deploy|docs|tests|controller|debian|include)\/[\w./-]+)/g))
       assert.match(m[1] ?? '', /source tree's $/, `${name}: ${m[2]} is not said to be the source tree's`);
   }
   assert.ok(unwrapped(pages['hatchery.yaml(5)']).includes('/usr/lib/hatchery/guest-firewall.sh'), 'hatchery.yaml(5) names the installed guest-firewall.sh');
