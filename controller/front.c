@@ -24,14 +24,6 @@
 
 #define READY_TIMEOUT_MS 30000
 
-static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
-{
-    (void)handle;
-    (void)suggested;
-    static char read_buf[64 * 1024];
-    *buf = uv_buf_init(read_buf, sizeof(read_buf));
-}
-
 /* ---- the core's side ----------------------------------------------------------------------- */
 
 struct front {
@@ -409,7 +401,7 @@ int front_attach(struct front *f, uv_loop_t *loop, const struct front_callbacks 
         return r;
     f->attached = true;
     f->pipe.data = f;
-    r = uv_read_start((uv_stream_t *)&f->pipe, on_alloc, on_front_read);
+    r = uv_read_start((uv_stream_t *)&f->pipe, frame_read_alloc, on_front_read);
     if (r < 0 || f->log_fd < 0)
         return r;
     r = uv_pipe_init(loop, &f->log_pipe, 0);
@@ -419,7 +411,7 @@ int front_attach(struct front *f, uv_loop_t *loop, const struct front_callbacks 
         return r;
     f->log_attached = true;
     f->log_pipe.data = f;
-    return uv_read_start((uv_stream_t *)&f->log_pipe, on_alloc, on_front_log);
+    return uv_read_start((uv_stream_t *)&f->log_pipe, frame_read_alloc, on_front_log);
 }
 
 void front_respond(struct front_call *call, int status, const char *content_type, const char *body,

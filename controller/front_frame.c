@@ -231,3 +231,11 @@ void frame_request_free(struct frame_request *r)
     free(r->peer);
     memset(r, 0, sizeof(*r));
 }
+
+void frame_read_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
+{
+    (void)handle;
+    (void)suggested;
+    static char read_buf[64 * 1024];
+    *buf = uv_buf_init(read_buf, sizeof(read_buf));
+}

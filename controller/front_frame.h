@@ -74,6 +74,9 @@ void frame_end(struct frame_out *o, const void *body, size_t body_len);
 int frame_send(uv_pipe_t *pipe, struct frame_out *o);
 /* A write that completes before it returns: the front's first frame, before any loop. */
 int frame_write_all(int fd, const char *data, size_t len);
+/* libuv's allocator for reading a socketpair or pipe of the front's: one static buffer,
+ * which each read callback consumes (frame_in_append copies) before the next read. */
+void frame_read_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf);
 
 /* Reading: append what arrived, then take frames off the front of the buffer. */
 int frame_in_append(struct frame_in *in, const char *data, size_t len);

@@ -27,14 +27,6 @@
 /* The core's answers: /metrics is the largest. */
 #define FRAME_MAX_ANSWER_BYTES (64 * 1024 * 1024)
 
-static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf)
-{
-    (void)handle;
-    (void)suggested;
-    static char read_buf[64 * 1024];
-    *buf = uv_buf_init(read_buf, sizeof(read_buf));
-}
-
 struct pending {
     uint32_t id;
     struct http_conn *conn;
@@ -439,7 +431,7 @@ void front_process_main(const struct config *config, const struct front_user *us
         _exit(1);
     }
     send_first(fd, FRAME_READY, r == 0 ? "sandboxed" : "unconfined", NULL);
-    uv_read_start((uv_stream_t *)&fp.core, on_alloc, on_core_read);
+    uv_read_start((uv_stream_t *)&fp.core, frame_read_alloc, on_core_read);
     uv_run(fp.loop, UV_RUN_DEFAULT);
     /* No exit handlers: they belong to the core (and sanitizers' leak checks would need
      * what the filter forbids). */

@@ -17,7 +17,7 @@
 //              restore, the agent, the hand-over.
 import { spawnSync } from 'node:child_process';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
-import { testGuestPool } from '../e2e/test-guest-pool.mjs';
+import { testGuestHost, testGuestPool } from '../e2e/test-guest-pool.mjs';
 
 const rounds = Number(process.argv[2] ?? 5);
 const latencyMs = Number(process.argv[3] ?? 50);
@@ -37,14 +37,7 @@ const pool = (name, arch, start, scaleSet) => testGuestPool(name, arch, g[arch],
 const poolName = (c, path) => `${path}.${c.key}`;
 
 const d = new Daemon({
-  hostsExtra: `  - name: local
-    uri: qemu:///system
-    vcpus: 8
-    memory_mib: 8192
-    max_guests: 8
-    storage_pool: hatchery-online-bench-${process.pid}
-    storage_dir: ${volumes}
-`,
+  hostsExtra: testGuestHost(`hatchery-online-bench-${process.pid}`, volumes, 8),
   pools: 'pools:\n' + cases.map((c) => pool(poolName(c, 'webhook'), c.arch, c.start, false) +
     pool(poolName(c, 'scaleset'), c.arch, c.start, true)).join(''),
   extra: githubConfig({ reconcileIntervalS: 5 }),

@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { openSync, closeSync, writeSync, statSync, utimesSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, githubConfig, workflowJob } from '../integration/lib/daemon.mjs';
-import { testGuestPool } from './test-guest-pool.mjs';
+import { testGuestHost, testGuestPool } from './test-guest-pool.mjs';
 
 const api = process.env.GITHUB_DOUBLE_URL;
 const g = { ppc64le: process.env.GUEST_ppc64le, s390x: process.env.GUEST_s390x };
@@ -18,14 +18,7 @@ const volumes = `/tmp/hatchery-e2e-tpl-volumes-${process.pid}`;
 const pool = (name, arch) => testGuestPool(name, arch, g[arch], ['max_runners: 1', 'boot_timeout_s: 120', 'start: template']);
 
 const d = new Daemon({
-  hostsExtra: `  - name: local
-    uri: qemu:///system
-    vcpus: 4
-    memory_mib: 4096
-    max_guests: 4
-    storage_pool: hatchery-e2e-tpl-${process.pid}
-    storage_dir: ${volumes}
-`,
+  hostsExtra: testGuestHost(`hatchery-e2e-tpl-${process.pid}`, volumes, 4),
   pools: 'pools:\n' + pool('tpl.s390x', 's390x') + pool('tpl.ppc64le', 'ppc64le'),
   extra: githubConfig({ reconcileIntervalS: 5 }),
 });
