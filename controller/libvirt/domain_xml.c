@@ -628,7 +628,7 @@ static bool metadata_text(xmlXPathContextPtr ctx, xmlNodePtr runner, const char 
                           size_t size)
 {
     char xpath[64];
-    snprintf(xpath, sizeof(xpath), "h:%s", name);
+    snprintf(xpath, sizeof(xpath), "*[local-name()='%s']", name);
     xmlNodePtr node = xml_one(ctx, runner, xpath);
     xmlChar *text = node ? xmlNodeGetContent(node) : NULL;
     bool found = text && strlen((const char *)text) < size;
@@ -643,8 +643,10 @@ void domain_xml_metadata(const char *xml, struct domain_metadata *out)
     memset(out, 0, sizeof(*out));
     xmlDocPtr doc = NULL;
     xmlXPathContextPtr ctx = xml_open(xml, &doc);
-    /* The element alone (its root), or inside a whole domain's <metadata>. */
-    xmlNodePtr runner = ctx ? xml_one(ctx, NULL, "/h:runner | /domain/metadata/h:runner") : NULL;
+    /* The element alone, as virDomainGetMetadata answers for our namespace (libvirt gives
+     * it back without one), or inside a whole domain's <metadata>, in our namespace. */
+    xmlNodePtr runner =
+        ctx ? xml_one(ctx, NULL, "/*[local-name()='runner'] | /domain/metadata/h:runner") : NULL;
     if (runner) {
         char id[32];
         out->found = true;

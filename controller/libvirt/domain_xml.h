@@ -91,9 +91,10 @@ struct domain_restore {
 char *domain_xml_restore(const char *saved, const struct domain_restore *r, char *err,
                          size_t err_size);
 
-/* What Hatchery's metadata says of a domain, read from its <runner> element
- * (virDomainGetMetadata) or from a whole domain's XML (a saved image's): all empty when
- * there is none or it does not parse. */
+/* What Hatchery's metadata says of a domain, read from its <runner> element (as
+ * virDomainGetMetadata answers for DOMAIN_METADATA_NS: without the namespace) or from a
+ * whole domain's XML (a saved image's): all empty when there is none or it does not
+ * parse. */
 struct domain_metadata {
     bool found;
     char controller[128];

@@ -93,12 +93,11 @@ static void test_metadata_and_restore(void **state)
     assert_int_equal(m.runner_id, 42);
     assert_string_equal(m.template_key, "5f2a");
     assert_string_equal(m.runner_name, "");
-    /* The element alone, as libvirt answers for the namespace. */
-    domain_xml_metadata("<hatchery:runner xmlns:hatchery=\"" DOMAIN_METADATA_NS "\">"
-                        "<hatchery:controller>p10-ci</hatchery:controller>"
-                        "<hatchery:runner-id>7</hatchery:runner-id>"
-                        "<hatchery:runner-name>hatchery-p10-ci-7</hatchery:runner-name>"
-                        "</hatchery:runner>",
+    /* The element alone, as libvirt 9.0 answers virDomainGetMetadata for our namespace:
+     * without it. */
+    domain_xml_metadata("<runner>\n  <controller>p10-ci</controller>\n"
+                        "  <runner-id>7</runner-id>\n"
+                        "  <runner-name>hatchery-p10-ci-7</runner-name>\n</runner>",
                         &m);
     assert_true(m.found);
     assert_int_equal(m.runner_id, 7);
@@ -138,7 +137,12 @@ static void test_metadata_and_restore(void **state)
     assert_false(m.found);
     domain_xml_metadata("<hatchery:runner><unclosed>", &m);
     assert_false(m.found);
-    domain_xml_metadata("<runner-name>no namespace</runner-name>", &m);
+    domain_xml_metadata("<runner-name>not a runner</runner-name>", &m);
+    assert_false(m.found);
+    /* Another namespace's <runner> inside a domain's metadata is not ours. */
+    domain_xml_metadata("<domain><metadata><x:runner xmlns:x=\"urn:other\"><x:controller>p10-ci"
+                        "</x:controller></x:runner></metadata></domain>",
+                        &m);
     assert_false(m.found);
     assert_null(domain_xml_restore("not xml <<<", &r, err, sizeof(err)));
     assert_string_equal(err, "the saved domain XML does not parse");
