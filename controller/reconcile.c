@@ -16,11 +16,63 @@
 #include "log.h"
 #include "wall_clock.h"
 
+/* An org scope's repositories, listed through the installation and cached, so that lost
+ * jobs are found across them a few repositories per pass. */
+struct org_repos {
+    char **names;
+    size_t n;
+    size_t cursor;
+    int64_t listed_ms;
+    bool listing;
+};
+
+struct orphan;
+
+/* The reconciler's own state: what its passes have in flight, the GitHub runners it
+ * retries deleting, and each org scope's repositories. */
+struct reconciler {
+    double pass_ms;              /* the loop time of the pass so far, callbacks included */
+    int lists_pending;           /* GitHub lists of passes not answered yet */
+    int late_checks_pending;     /* late queued jobs asked about, not settled yet */
+    struct org_repos *org_repos; /* per scope (used by org scopes) */
+    size_t n_scopes;
+    struct orphan *orphans;
+    size_t n_orphans;
+};
+
+struct reconciler *reconciler_new(size_t n_scopes)
+{
+    struct reconciler *rec = calloc(1, sizeof(*rec));
+    if (!rec)
+        return NULL;
+    rec->org_repos = calloc(n_scopes + 1, sizeof(*rec->org_repos));
+    if (!rec->org_repos) {
+        free(rec);
+        return NULL;
+    }
+    rec->n_scopes = n_scopes;
+    return rec;
+}
+
+void reconciler_free(struct reconciler *rec)
+{
+    if (!rec)
+        return;
+    free(rec->orphans);
+    for (size_t i = 0; i < rec->n_scopes; i++) {
+        for (size_t k = 0; k < rec->org_repos[i].n; k++)
+            free(rec->org_repos[i].names[k]);
+        free(rec->org_repos[i].names);
+    }
+    free(rec->org_repos);
+    free(rec);
+}
+
 /* Time a reconciler callback spends on the loop counts to its pass. */
 void reconcile_pass_add(struct scheduler *s, uint64_t t0)
 {
-    s->pass_ms += (double)(uv_hrtime() - t0) / 1e6;
-    s->stats.reconcile_last_ms = s->pass_ms;
+    s->rec->pass_ms += (double)(uv_hrtime() - t0) / 1e6;
+    s->stats.reconcile_last_ms = s->rec->pass_ms;
 }
 
 /* ---- reconciliation ----------------------------------------------------------------------- */
@@ -59,22 +111,22 @@ struct orphan {
 
 static struct orphan *orphan_get(struct scheduler *s, int64_t github_id, bool add)
 {
-    for (size_t i = 0; i < s->n_orphans; i++)
-        if (s->orphans[i].github_id == github_id)
-            return &s->orphans[i];
+    for (size_t i = 0; i < s->rec->n_orphans; i++)
+        if (s->rec->orphans[i].github_id == github_id)
+            return &s->rec->orphans[i];
     if (!add)
         return NULL;
-    struct orphan *grown = realloc(s->orphans, (s->n_orphans + 1) * sizeof(*grown));
+    struct orphan *grown = realloc(s->rec->orphans, (s->rec->n_orphans + 1) * sizeof(*grown));
     if (!grown)
         return NULL;
-    s->orphans = grown;
-    s->orphans[s->n_orphans] = (struct orphan){.github_id = github_id};
-    return &s->orphans[s->n_orphans++];
+    s->rec->orphans = grown;
+    s->rec->orphans[s->rec->n_orphans] = (struct orphan){.github_id = github_id};
+    return &s->rec->orphans[s->rec->n_orphans++];
 }
 
 static void orphan_drop(struct scheduler *s, struct orphan *o)
 {
-    *o = s->orphans[--s->n_orphans];
+    *o = s->rec->orphans[--s->rec->n_orphans];
 }
 
 struct orphan_delete {
@@ -140,7 +192,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
     struct scope_ctx *ctx = data;
     struct scheduler *s = ctx->s;
     uint64_t t0 = uv_hrtime();
-    s->lists_pending--;
+    s->rec->lists_pending--;
     size_t i;
     json_t *gr;
     if (err < 0)
@@ -205,7 +257,7 @@ static void on_late_check_settled(void *data, int result)
 {
     struct scheduler *s = data;
     (void)result;
-    s->late_checks_pending--;
+    s->rec->late_checks_pending--;
     scheduler_recount(s);
 }
 
@@ -218,7 +270,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     bool late = kind == CHECK_LATE;
     free(pc);
     if (!late)
-        s->lists_pending--;
+        s->rec->lists_pending--;
     const char *status = json_string_value(json_object_get(res->body, "status"));
     const char *conclusion = json_string_value(json_object_get(res->body, "conclusion"));
     enum job_status st;
@@ -230,7 +282,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
                  "job=%lld error=\"%s\"", (long long)id,
                  res->message ? res->message : "no status in the answer");
         if (late)
-            s->late_checks_pending--; /* asked again on a later pass */
+            s->rec->late_checks_pending--; /* asked again on a later pass */
         return;
     } else if (job_status_parse(status, &st) < 0) {
         st = JOB_COMPLETED; /* a state GitHub added that is not waiting for a runner */
@@ -241,7 +293,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
                  job_status_names[st]);
         s->stats.late_jobs_verified++;
         if (store_job_verified(s->deps.store, id, on_late_check_settled, s) < 0)
-            s->late_checks_pending--;
+            s->rec->late_checks_pending--;
         return;
     }
     if (st <= JOB_QUEUED || (kind == CHECK_STUCK && st == JOB_IN_PROGRESS)) {
@@ -264,7 +316,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     int r = store_job_retire(s->deps.store, id, st, conclusion, now,
                              late ? on_late_check_settled : NULL, late ? s : NULL);
     if (late && r < 0)
-        s->late_checks_pending--;
+        s->rec->late_checks_pending--;
     scheduler_recount(s);
 }
 
@@ -272,7 +324,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
  * it), counting the questions in flight. Takes `rows`. */
 static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, enum job_check kind)
 {
-    int *pending = kind == CHECK_LATE ? &s->late_checks_pending : &s->lists_pending;
+    int *pending = kind == CHECK_LATE ? &s->rec->late_checks_pending : &s->rec->lists_pending;
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -300,7 +352,7 @@ static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, 
  * GitHub says it is still queued; one GitHub says is not is retired, as a phantom is. */
 void verify_late_jobs(struct scheduler *s)
 {
-    if (!gh(s) || s->late_checks_pending > 0)
+    if (!gh(s) || s->rec->late_checks_pending > 0)
         return;
     ask_about_jobs(s, store_jobs_unverified(s->deps.store, LATE_CHECKS_PER_PASS), NULL, CHECK_LATE);
 }
@@ -338,7 +390,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     struct scheduler *s = ctx->s;
     char *repo = ctx->repo;
     free(ctx);
-    s->lists_pending--;
+    s->rec->lists_pending--;
     if (err < 0) {
         log_warn("reconcile.queued_list_failed", "repository=%s error=\"%s\"", repo,
                  message ? message : "?");
@@ -429,9 +481,9 @@ static void queued_jobs_start(struct scheduler *s, const struct github_scope *sc
     ctx->s = s;
     ctx->scope = scope;
     ctx->repo = copy;
-    s->lists_pending++;
+    s->rec->lists_pending++;
     if (github_queued_jobs_list(gh(s), repo, on_queued_jobs, ctx) < 0) {
-        s->lists_pending--;
+        s->rec->lists_pending--;
         free(copy);
         free(ctx);
     }
@@ -444,8 +496,8 @@ static void on_org_repos(void *data, int err, const char *message, json_t *repos
     size_t i = (size_t)(ctx->scope - s->deps.scopes);
     const char *org = ctx->scope->org;
     free(ctx);
-    s->lists_pending--;
-    struct org_repos *o = &s->org_repos[i];
+    s->rec->lists_pending--;
+    struct org_repos *o = &s->rec->org_repos[i];
     o->listing = false;
     if (err < 0) {
         log_warn("reconcile.org_repos_failed", "org=%s error=\"%s\"", org, message ? message : "?");
@@ -476,17 +528,17 @@ static void on_org_repos(void *data, int err, const char *message, json_t *repos
 static void org_queued_jobs(struct scheduler *s, size_t i)
 {
     const struct github_scope *scope = &s->deps.scopes[i];
-    struct org_repos *o = &s->org_repos[i];
+    struct org_repos *o = &s->rec->org_repos[i];
     if (!o->listing && (!o->listed_ms || wall_clock_ms() - o->listed_ms > ORG_REPOS_TTL_MS)) {
         struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
         if (ctx) {
             ctx->s = s;
             ctx->scope = scope;
             o->listing = true;
-            s->lists_pending++;
+            s->rec->lists_pending++;
             if (github_installation_repos_list(gh(s), on_org_repos, ctx) < 0) {
                 o->listing = false;
-                s->lists_pending--;
+                s->rec->lists_pending--;
                 free(ctx);
             }
         }
@@ -636,7 +688,7 @@ void reconcile_pass(struct scheduler *s)
 {
     uint64_t t0 = uv_hrtime();
     s->stats.reconcile_ticks++;
-    s->pass_ms = 0;
+    s->rec->pass_ms = 0;
     reconcile_recover(s);
     for (size_t i = 0; i < cfg(s)->n_hosts; i++)
         if (provider_host_up(prov(s), cfg(s)->hosts[i].name)) {
@@ -645,9 +697,9 @@ void reconcile_pass(struct scheduler *s)
         }
     /* While a rate-limit wait holds the last pass's lists back, a new pass would only pile
      * more behind them, all fired at once when the wait ends. */
-    if (gh(s) && s->lists_pending > 0) {
+    if (gh(s) && s->rec->lists_pending > 0) {
         s->stats.reconcile_github_skipped++;
-        log_info("reconcile.github_skipped", "lists_pending=%d", s->lists_pending);
+        log_info("reconcile.github_skipped", "lists_pending=%d", s->rec->lists_pending);
     } else if (gh(s)) {
         for (size_t i = 0; i < s->deps.n_scopes; i++) {
             struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -655,9 +707,9 @@ void reconcile_pass(struct scheduler *s)
                 break;
             ctx->s = s;
             ctx->scope = &s->deps.scopes[i];
-            s->lists_pending++;
+            s->rec->lists_pending++;
             if (github_runners_list(gh(s), ctx->scope, NULL, on_github_runners, ctx) < 0) {
-                s->lists_pending--;
+                s->rec->lists_pending--;
                 free(ctx);
             }
             /* A trusted pool's group, asked again: an owner may open it at any time. */
@@ -665,7 +717,7 @@ void reconcile_pass(struct scheduler *s)
                 runner_group_checks_ask(s->groups, gh(s), i, false, scheduler_recount_cb, s);
             if (s->deps.scopes[i].repo)
                 queued_jobs_start(s, &s->deps.scopes[i], s->deps.scopes[i].repo);
-            else if (s->deps.scopes[i].org && s->org_repos)
+            else if (s->deps.scopes[i].org)
                 org_queued_jobs(s, i);
         }
         verify_stuck_jobs(s);

@@ -523,18 +523,18 @@ int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
     s->why = calloc(cfg(s)->n_pools + 1, sizeof(*s->why));
     s->failures = calloc(cfg(s)->n_pools + 1, sizeof(int));
     s->retry_at_ms = calloc(cfg(s)->n_pools + 1, sizeof(int64_t));
-    s->org_repos = calloc(s->deps.n_scopes + 1, sizeof(*s->org_repos));
+    s->rec = reconciler_new(s->deps.n_scopes);
     s->isolation_log = guest_isolation_log_new();
     s->groups = runner_group_checks_new(s->deps.scopes, s->deps.n_scopes);
-    if (!s->drained || !s->why || !s->failures || !s->retry_at_ms || !s->org_repos ||
-        !s->isolation_log || !s->groups) {
+    if (!s->drained || !s->why || !s->failures || !s->retry_at_ms || !s->rec || !s->isolation_log ||
+        !s->groups) {
         guest_isolation_log_free(s->isolation_log);
         runner_group_checks_free(s->groups);
         free(s->drained);
         free(s->why);
         free(s->failures);
         free(s->retry_at_ms);
-        free(s->org_repos);
+        reconciler_free(s->rec);
         free(s);
         return -ENOMEM;
     }
@@ -592,16 +592,8 @@ void scheduler_free(struct scheduler *s)
     free(s->why);
     free(s->failures);
     free(s->retry_at_ms);
-    free(s->orphans);
-    s->orphans = NULL;
-    s->n_orphans = 0;
-    for (size_t i = 0; s->org_repos && i < s->deps.n_scopes; i++) {
-        for (size_t k = 0; k < s->org_repos[i].n; k++)
-            free(s->org_repos[i].names[k]);
-        free(s->org_repos[i].names);
-    }
-    free(s->org_repos);
-    s->org_repos = NULL;
+    reconciler_free(s->rec);
+    s->rec = NULL;
     free(s->stats.pools);
     s->stats.pools = NULL;
     s->stats.n_pools = 0;

@@ -55,16 +55,6 @@ struct runner {
 
 #define RUNNER_BUCKETS 1024 /* by id; a power of two */
 
-/* An org scope's repositories, listed through the installation and cached, so that lost
- * jobs are found across them a few repositories per pass. */
-struct org_repos {
-    char **names;
-    size_t n;
-    size_t cursor;
-    int64_t listed_ms;
-    bool listing;
-};
-
 /* A scale-set runner gone with its job before the service said the job completed: the
  * service's statistics still count the job until then, and no runner is made for it. */
 #define ENDED_JOBS_MAX    128
@@ -83,7 +73,6 @@ struct scheduler {
     struct runner *by_id[RUNNER_BUCKETS];
     int64_t next_id;
     int64_t first_id; /* records below it are an earlier process's */
-    double pass_ms;   /* the loop time of the reconciler pass so far, callbacks included */
     /* Jobs credited with an online runner whose write may not be committed yet. */
     int64_t supplied_recent[64];
     size_t supplied_next;
@@ -94,15 +83,11 @@ struct scheduler {
     struct guest_isolation_log *isolation_log; /* what the journal was told of each host */
     char (*why)[512];                          /* per pool: why queued jobs wait, or "" */
     int *failures;                             /* per pool: runners that failed in a row */
-    int64_t *retry_at_ms;    /* per pool: no new runner before this, after failures */
-    bool recovered;          /* reconcile_recover() ran: earlier records are adopted or failed */
-    int64_t rotated_ms;      /* when the tick last looked for outdated idle runners */
-    int lists_pending;       /* GitHub lists of reconciler passes not answered yet */
-    int late_checks_pending; /* late queued jobs asked about, not settled yet */
-    struct org_repos *org_repos;        /* per scope (used by org scopes) */
+    int64_t *retry_at_ms;   /* per pool: no new runner before this, after failures */
+    bool recovered;         /* reconcile_recover() ran: earlier records are adopted or failed */
+    int64_t rotated_ms;     /* when the tick last looked for outdated idle runners */
+    struct reconciler *rec; /* reconcile.c's own state */
     struct runner_group_checks *groups; /* per scope: the runner group's policy, as GitHub says */
-    struct orphan *orphans;
-    size_t n_orphans;
     struct ended_job ended_jobs[ENDED_JOBS_MAX];
     size_t n_ended_jobs;
     int64_t started_ms;
@@ -178,6 +163,8 @@ struct runner *runner_find(struct scheduler *s, const char *name);
 void runner_index(struct runner *r);
 
 /* reconcile.c */
+struct reconciler *reconciler_new(size_t n_scopes);
+void reconciler_free(struct reconciler *rec);
 void reconcile_pass_add(struct scheduler *s, uint64_t t0);
 void verify_late_jobs(struct scheduler *s);
 void reconcile_recover(struct scheduler *s);
