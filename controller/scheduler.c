@@ -341,13 +341,17 @@ static void tick(struct scheduler *s)
     for (size_t p = 0; p < c->n_pools; p++) {
         const struct config_pool *pool = &c->pools[p];
         int64_t queued = queue[p].verified;
-        int64_t unbusy = 0, live = 0;
+        /* took: runners that took a job, which a scale set's runner holds until the service
+         * says it completed, finishing or not (the statistics count the job till then). */
+        int64_t unbusy = 0, live = 0, took = 0;
         for (struct runner *r = s->runners; r; r = r->next) {
             if (strcmp(r->pool->name, pool->name) != 0 || !runner_state_live(r->state))
                 continue;
             live++;
             if (runner_state_unbusy(r->state))
                 unbusy++;
+            if (r->job_id || r->state == RUNNER_BUSY)
+                took++;
         }
         if (pool->scale_set) {
             /* Its jobs are the ones the service assigned to the scale set, running ones
@@ -361,13 +365,7 @@ static void tick(struct scheduler *s)
                          pool->scale_set);
                 continue;
             }
-            /* A runner that took a job holds it until the service says it completed,
-             * finishing or not: the statistics count the job till then. */
-            int64_t took = 0;
-            for (struct runner *r = s->runners; r; r = r->next)
-                if (strcmp(r->pool->name, pool->name) == 0 && runner_state_live(r->state) &&
-                    (r->job_id || r->state == RUNNER_BUSY))
-                    took++;
+            /* And jobs whose runner left before the service completed them. */
             took += scheduler_ended_jobs(s, pool->name);
             queued = assigned > took ? assigned - took : 0;
         }
