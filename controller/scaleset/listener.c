@@ -639,9 +639,8 @@ static bool delete_undeleted(struct ss_listener *l)
     return true;
 }
 
-static void on_committed(void *data, int result)
+static void committed(struct handling *h, int result)
 {
-    struct handling *h = data;
     struct ss_listener *l = h->l;
     if (!answer_wanted(l)) {
         handling_free(h);
@@ -658,6 +657,18 @@ static void on_committed(void *data, int result)
         l->last_message_id = h->message_id;
     tell_jobs(l, h->events);
     ack(h);
+}
+
+/* The store's answer to a message's commit. The commit counts in `pending` as a request
+ * does: a stop that came meanwhile frees the listeners only after it (the store always
+ * answers, -ECANCELED when it closes first). */
+static void on_committed(void *data, int result)
+{
+    struct handling *h = data;
+    struct scalesets *sets = h->l->sets;
+    committed(h, result);
+    sets->pending--;
+    scalesets_release(sets);
 }
 
 static const char *job_state(const char *type)
@@ -736,9 +747,11 @@ static void handle_message(struct ss_listener *l, json_t *msg)
     statistics_set(l, json_object_get(msg, "statistics"));
     l->state = SS_HANDLING;
     l->request_out = true;
+    l->sets->pending++;
     int r = store_scaleset_message_commit(l->sets->deps.store, l->name, l->scale_set_id,
                                           h->message_id, jobs, wall_clock_ms(), on_committed, h);
     if (r < 0) {
+        l->sets->pending--;
         l->request_out = false;
         handling_free(h);
         back_off(l, SS_POLLING);
