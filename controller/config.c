@@ -80,6 +80,14 @@ int config_pool_index(const struct config *c, const char *name)
     return -1;
 }
 
+int config_host_index(const struct config *c, const char *name)
+{
+    for (size_t i = 0; name && i < c->n_hosts; i++)
+        if (strcmp(c->hosts[i].name, name) == 0)
+            return (int)i;
+    return -1;
+}
+
 bool config_pool_remote_only(const struct config *c, const struct config_pool *pool)
 {
     for (size_t h = 0; h < c->n_hosts; h++) {

@@ -206,6 +206,8 @@ bool config_pool_uses_host(const struct config_pool *pool, const char *host);
 /* Pools are known by name: a reload may move, add or remove them. The index of the pool
  * named `name` in `c`, or -1. */
 int config_pool_index(const struct config *c, const char *name);
+/* Hosts too: the index of the host named `name` in `c`, or -1. */
+int config_host_index(const struct config *c, const char *name);
 /* Letters, digits, '-', '_' and '.', 1 to `max` of them: a name that is safe in a path,
  * libvirt's XML and a log line. */
 bool config_name_valid(const char *s, size_t max);

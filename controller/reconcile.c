@@ -1,7 +1,5 @@
-/* The reconciler: recovery and adoption after a restart, orphan domains, volumes and
- * GitHub runners, queued jobs GitHub knows and the store does not, and phantom jobs whose
- * `completed` never came; see scheduler.h. */
-#include "scheduler_internal.h"
+/* The reconciler; see reconcile.h. */
+#include "reconcile.h"
 #include "scaleset/scaleset.h"
 
 #include <errno.h>
@@ -14,6 +12,9 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "runner.h"
+#include "runner_group.h"
+#include "webhook.h"
 #include "wall_clock.h"
 
 /* An org scope's repositories, listed through the installation and cached, so that lost
@@ -31,6 +32,10 @@ struct orphan;
 /* The reconciler's own state: what its passes have in flight, the GitHub runners it
  * retries deleting, and each org scope's repositories. */
 struct reconciler {
+    struct runners *runners;
+    const struct runner_env *env;
+    struct runner_group_checks *groups;
+    bool recovered;              /* reconcile_recover() ran */
     double pass_ms;              /* the loop time of the pass so far, callbacks included */
     int lists_pending;           /* GitHub lists of passes not answered yet */
     int late_checks_pending;     /* late queued jobs asked about, not settled yet */
@@ -40,11 +45,15 @@ struct reconciler {
     size_t n_orphans;
 };
 
-struct reconciler *reconciler_new(size_t n_scopes)
+struct reconciler *reconciler_new(struct runners *reg, struct runner_group_checks *groups)
 {
     struct reconciler *rec = calloc(1, sizeof(*rec));
     if (!rec)
         return NULL;
+    rec->runners = reg;
+    rec->env = runners_env(reg);
+    rec->groups = groups;
+    size_t n_scopes = rec->env->n_scopes;
     rec->org_repos = calloc(n_scopes + 1, sizeof(*rec->org_repos));
     if (!rec->org_repos) {
         free(rec);
@@ -68,34 +77,54 @@ void reconciler_free(struct reconciler *rec)
     free(rec);
 }
 
-/* Time a reconciler callback spends on the loop counts to its pass. */
-void reconcile_pass_add(struct scheduler *s, uint64_t t0)
+bool reconcile_recovered(const struct reconciler *rec)
 {
-    s->rec->pass_ms += (double)(uv_hrtime() - t0) / 1e6;
-    s->stats.reconcile_last_ms = s->rec->pass_ms;
+    return rec->recovered;
+}
+
+static const struct config *cfg(const struct reconciler *rec)
+{
+    return env_config(rec->env);
+}
+
+static struct github_client *gh(const struct reconciler *rec)
+{
+    return env_github(rec->env);
+}
+
+static struct provider *prov(const struct reconciler *rec)
+{
+    return env_provider(rec->env);
+}
+
+/* Time a reconciler callback spends on the loop counts to its pass. */
+static void reconcile_pass_add(struct reconciler *rec, uint64_t t0)
+{
+    rec->pass_ms += (double)(uv_hrtime() - t0) / 1e6;
+    rec->env->stats->reconcile_last_ms = rec->pass_ms;
 }
 
 /* ---- reconciliation ----------------------------------------------------------------------- */
 
 static void on_orphan_removed(void *data, int err)
 {
-    struct scheduler *s = data;
+    struct reconciler *rec = data;
     if (err == 0)
-        s->stats.reconcile_domains_removed++;
+        rec->env->stats->reconcile_domains_removed++;
 }
 
 static void on_tagged(void *data, const char *host, char **names, size_t n)
 {
-    struct scheduler *s = data;
+    struct reconciler *rec = data;
     uint64_t t0 = uv_hrtime();
     for (size_t i = 0; i < n; i++) {
-        struct runner *r = runner_find(s, names[i]);
+        struct runner *r = runners_find(rec->runners, names[i]);
         if (r && runner_state_live(r->state))
             continue;
         log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
-        provider_remove(prov(s), host, names[i], on_orphan_removed, s);
+        provider_remove(prov(rec), host, names[i], on_orphan_removed, rec);
     }
-    reconcile_pass_add(s, t0);
+    reconcile_pass_add(rec, t0);
 }
 
 /* GitHub runners of ours with no live record, being deleted: each with its own back-off,
@@ -109,57 +138,57 @@ struct orphan {
 
 #define ORPHAN_BACKOFF_MAX_MS (10 * 60 * 1000)
 
-static struct orphan *orphan_get(struct scheduler *s, int64_t github_id, bool add)
+static struct orphan *orphan_get(struct reconciler *rec, int64_t github_id, bool add)
 {
-    for (size_t i = 0; i < s->rec->n_orphans; i++)
-        if (s->rec->orphans[i].github_id == github_id)
-            return &s->rec->orphans[i];
+    for (size_t i = 0; i < rec->n_orphans; i++)
+        if (rec->orphans[i].github_id == github_id)
+            return &rec->orphans[i];
     if (!add)
         return NULL;
-    struct orphan *grown = realloc(s->rec->orphans, (s->rec->n_orphans + 1) * sizeof(*grown));
+    struct orphan *grown = realloc(rec->orphans, (rec->n_orphans + 1) * sizeof(*grown));
     if (!grown)
         return NULL;
-    s->rec->orphans = grown;
-    s->rec->orphans[s->rec->n_orphans] = (struct orphan){.github_id = github_id};
-    return &s->rec->orphans[s->rec->n_orphans++];
+    rec->orphans = grown;
+    rec->orphans[rec->n_orphans] = (struct orphan){.github_id = github_id};
+    return &rec->orphans[rec->n_orphans++];
 }
 
-static void orphan_drop(struct scheduler *s, struct orphan *o)
+static void orphan_drop(struct reconciler *rec, struct orphan *o)
 {
-    *o = s->rec->orphans[--s->rec->n_orphans];
+    *o = rec->orphans[--rec->n_orphans];
 }
 
 struct orphan_delete {
-    struct scheduler *s;
+    struct reconciler *rec;
     int64_t github_id;
 };
 
 static void on_orphan_volumes(void *data, const char *host, char **names, size_t n)
 {
-    struct scheduler *s = data;
+    struct reconciler *rec = data;
     uint64_t t0 = uv_hrtime();
     for (size_t i = 0; i < n; i++) {
-        struct runner *r = runner_find(s, names[i]);
+        struct runner *r = runners_find(rec->runners, names[i]);
         if (r && (runner_state_live(r->state) || r->guest))
             continue; /* being created or torn down now */
         log_info("reconcile.orphan_volume", "host=%s volume=%s.qcow2 action=remove", host,
                  names[i]);
-        s->stats.reconcile_volumes_removed++;
-        provider_remove(prov(s), host, names[i], NULL, NULL);
+        rec->env->stats->reconcile_volumes_removed++;
+        provider_remove(prov(rec), host, names[i], NULL, NULL);
     }
-    reconcile_pass_add(s, t0);
+    reconcile_pass_add(rec, t0);
 }
 
 static void on_orphan_runner_deleted(void *data, int err, const char *message)
 {
     struct orphan_delete *od = data;
-    struct scheduler *s = od->s;
-    struct orphan *o = orphan_get(s, od->github_id, false);
+    struct reconciler *rec = od->rec;
+    struct orphan *o = orphan_get(rec, od->github_id, false);
     free(od);
     if (err == 0) {
-        s->stats.reconcile_github_deleted++;
+        rec->env->stats->reconcile_github_deleted++;
         if (o)
-            orphan_drop(s, o);
+            orphan_drop(rec, o);
         return;
     }
     if (!o)
@@ -179,7 +208,7 @@ static void on_orphan_runner_deleted(void *data, int err, const char *message)
 }
 
 struct scope_ctx {
-    struct scheduler *s;
+    struct reconciler *rec;
     const struct github_scope *scope;
     char *repo; /* queued jobs: the repository listed (owned) */
 };
@@ -190,9 +219,9 @@ struct scope_ctx {
 static void on_github_runners(void *data, int err, const char *message, json_t *runners)
 {
     struct scope_ctx *ctx = data;
-    struct scheduler *s = ctx->s;
+    struct reconciler *rec = ctx->rec;
     uint64_t t0 = uv_hrtime();
-    s->rec->lists_pending--;
+    rec->lists_pending--;
     size_t i;
     json_t *gr;
     if (err < 0)
@@ -200,32 +229,32 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
     json_array_foreach(runners, i, gr)
     {
         const char *name = json_string_value(json_object_get(gr, "name"));
-        if (!name || strncmp(name, s->prefix, strlen(s->prefix)) != 0)
+        if (!name || !runners_name_ours(rec->runners, name))
             continue; /* not ours: never touched */
-        struct runner *r = runner_find(s, name);
+        struct runner *r = runners_find(rec->runners, name);
         if (r && runner_state_live(r->state) && r->state != RUNNER_FAILED)
             continue;
         if (json_is_true(json_object_get(gr, "busy")))
             continue;
         int64_t id = json_integer_value(json_object_get(gr, "id"));
-        struct orphan *o = orphan_get(s, id, true);
+        struct orphan *o = orphan_get(rec, id, true);
         if (!o || o->in_flight || o->next_ms > wall_clock_ms())
             continue; /* its back-off after a failed delete */
         struct orphan_delete *od = calloc(1, sizeof(*od));
         if (!od)
             continue;
-        od->s = s;
+        od->rec = rec;
         od->github_id = id;
         log_info("reconcile.orphan_github_runner", "runner=%s attempt=%d action=delete", name,
                  o->attempts + 1);
         o->in_flight = true;
-        if (github_runner_delete(gh(s), ctx->scope, id, on_orphan_runner_deleted, od) < 0) {
+        if (github_runner_delete(gh(rec), ctx->scope, id, on_orphan_runner_deleted, od) < 0) {
             o->in_flight = false;
             free(od);
         }
     }
     free(ctx);
-    reconcile_pass_add(s, t0);
+    reconcile_pass_add(rec, t0);
 }
 
 /* ---- phantom queued jobs: their `completed` never came ---------------------------------- */
@@ -246,7 +275,7 @@ enum job_check {
 };
 
 struct phantom_check {
-    struct scheduler *s;
+    struct reconciler *rec;
     int64_t job_id;
     enum job_check kind;
 };
@@ -255,22 +284,22 @@ struct phantom_check {
  * says unverified, and the next pass must not ask again. */
 static void on_late_check_settled(void *data, int result)
 {
-    struct scheduler *s = data;
+    struct reconciler *rec = data;
     (void)result;
-    s->rec->late_checks_pending--;
-    scheduler_recount(s);
+    rec->late_checks_pending--;
+    env_recount(rec->env);
 }
 
 static void on_phantom_checked(void *data, const struct github_response *res)
 {
     struct phantom_check *pc = data;
-    struct scheduler *s = pc->s;
+    struct reconciler *rec = pc->rec;
     int64_t id = pc->job_id;
     enum job_check kind = pc->kind;
     bool late = kind == CHECK_LATE;
     free(pc);
     if (!late)
-        s->rec->lists_pending--;
+        rec->lists_pending--;
     const char *status = json_string_value(json_object_get(res->body, "status"));
     const char *conclusion = json_string_value(json_object_get(res->body, "conclusion"));
     enum job_status st;
@@ -282,7 +311,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
                  "job=%lld error=\"%s\"", (long long)id,
                  res->message ? res->message : "no status in the answer");
         if (late)
-            s->rec->late_checks_pending--; /* asked again on a later pass */
+            rec->late_checks_pending--; /* asked again on a later pass */
         return;
     } else if (job_status_parse(status, &st) < 0) {
         st = JOB_COMPLETED; /* a state GitHub added that is not waiting for a runner */
@@ -291,15 +320,15 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     if (late && st <= JOB_QUEUED) {
         log_info("webhook.late_job_verified", "job=%lld github_status=%s", (long long)id,
                  job_status_names[st]);
-        s->stats.late_jobs_verified++;
-        if (store_job_verified(s->deps.store, id, on_late_check_settled, s) < 0)
-            s->rec->late_checks_pending--;
+        rec->env->stats->late_jobs_verified++;
+        if (store_job_verified(rec->env->store, id, on_late_check_settled, rec) < 0)
+            rec->late_checks_pending--;
         return;
     }
     if (st <= JOB_QUEUED || (kind == CHECK_STUCK && st == JOB_IN_PROGRESS)) {
         /* Really queued (a run in progress hides it from the queued list), or really still
          * running: asked again after another PHANTOM_AGE_MS (STUCK_GRACE_MS). */
-        store_job_touch(s->deps.store, id, now);
+        store_job_touch(rec->env->store, id, now);
         return;
     }
     static const char *const events[] = {[CHECK_PHANTOM] = "reconcile.phantom_job",
@@ -308,23 +337,24 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     log_info(events[kind], "job=%lld github_status=%s action=retire", (long long)id,
              job_status_names[st]);
     if (kind == CHECK_LATE)
-        s->stats.late_jobs_retired++;
+        rec->env->stats->late_jobs_retired++;
     else if (kind == CHECK_STUCK)
-        s->stats.reconcile_stuck_retired++;
+        rec->env->stats->reconcile_stuck_retired++;
     else
-        s->stats.reconcile_phantoms_retired++;
-    int r = store_job_retire(s->deps.store, id, st, conclusion, now,
-                             late ? on_late_check_settled : NULL, late ? s : NULL);
+        rec->env->stats->reconcile_phantoms_retired++;
+    int r = store_job_retire(rec->env->store, id, st, conclusion, now,
+                             late ? on_late_check_settled : NULL, late ? rec : NULL);
     if (late && r < 0)
-        s->rec->late_checks_pending--;
-    scheduler_recount(s);
+        rec->late_checks_pending--;
+    env_recount(rec->env);
 }
 
 /* Asks GitHub about each job of `rows` (its id, and its repository unless `repo` says
  * it), counting the questions in flight. Takes `rows`. */
-static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, enum job_check kind)
+static void ask_about_jobs(struct reconciler *rec, json_t *rows, const char *repo,
+                           enum job_check kind)
 {
-    int *pending = kind == CHECK_LATE ? &s->rec->late_checks_pending : &s->rec->lists_pending;
+    int *pending = kind == CHECK_LATE ? &rec->late_checks_pending : &rec->lists_pending;
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -332,12 +362,12 @@ static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, 
         struct phantom_check *pc = calloc(1, sizeof(*pc));
         if (!pc)
             break;
-        pc->s = s;
+        pc->rec = rec;
         pc->job_id = json_integer_value(json_object_get(row, "id"));
         pc->kind = kind;
         (*pending)++;
         const char *in = repo ? repo : json_string_value(json_object_get(row, "repository"));
-        if (github_job_get(gh(s), in, pc->job_id, on_phantom_checked, pc) < 0) {
+        if (github_job_get(gh(rec), in, pc->job_id, on_phantom_checked, pc) < 0) {
             (*pending)--;
             free(pc);
         }
@@ -350,47 +380,48 @@ static void ask_about_jobs(struct scheduler *s, json_t *rows, const char *repo, 
 /* Queued jobs from a delivery sent long after the job was made (WEBHOOK_FRESH_MS): an
  * operator's redelivery, or a captured delivery replayed. No runner is made for one until
  * GitHub says it is still queued; one GitHub says is not is retired, as a phantom is. */
-void verify_late_jobs(struct scheduler *s)
+void reconcile_verify_late_jobs(struct reconciler *rec)
 {
-    if (!gh(s) || s->rec->late_checks_pending > 0)
+    if (!gh(rec) || rec->late_checks_pending > 0)
         return;
-    ask_about_jobs(s, store_jobs_unverified(s->deps.store, LATE_CHECKS_PER_PASS), NULL, CHECK_LATE);
+    ask_about_jobs(rec, store_jobs_unverified(rec->env->store, LATE_CHECKS_PER_PASS), NULL,
+                   CHECK_LATE);
 }
 
 /* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for
  * `repo` does not show (`listed`, a JSON array of ids): each is asked about (a few per
  * pass), and retired when GitHub says it is no longer queued. Otherwise one lost
  * `completed` webhook keeps a runner reserved for ever. */
-static void verify_phantoms(struct scheduler *s, const char *repo, const char *listed)
+static void verify_phantoms(struct reconciler *rec, const char *repo, const char *listed)
 {
     int64_t cutoff = wall_clock_ms() - PHANTOM_AGE_MS;
     ask_about_jobs(
-        s, store_jobs_queued_unlisted(s->deps.store, repo, cutoff, listed, PHANTOM_PER_PASS), repo,
-        CHECK_PHANTOM);
+        rec, store_jobs_queued_unlisted(rec->env->store, repo, cutoff, listed, PHANTOM_PER_PASS),
+        repo, CHECK_PHANTOM);
 }
 
 /* Jobs in progress longer than their pool's job_timeout_s and STUCK_GRACE_MS: the agent
  * stops a job at its limit and hatcheryd tears its guest down, so GitHub has finished it
  * and its `completed` was lost. Each is asked about (a few a pass) and retired when GitHub
  * says it is done; otherwise it would count as running for ever. */
-static void verify_stuck_jobs(struct scheduler *s)
+static void verify_stuck_jobs(struct reconciler *rec)
 {
     int64_t now = wall_clock_ms();
-    for (size_t p = 0; p < cfg(s)->n_pools; p++) {
-        const struct config_pool *pool = &cfg(s)->pools[p];
+    for (size_t p = 0; p < cfg(rec)->n_pools; p++) {
+        const struct config_pool *pool = &cfg(rec)->pools[p];
         int64_t cutoff = now - pool->job_timeout_s * 1000 - STUCK_GRACE_MS;
-        ask_about_jobs(s, store_jobs_stuck(s->deps.store, pool->name, cutoff, STUCK_PER_PASS), NULL,
-                       CHECK_STUCK);
+        ask_about_jobs(rec, store_jobs_stuck(rec->env->store, pool->name, cutoff, STUCK_PER_PASS),
+                       NULL, CHECK_STUCK);
     }
 }
 
 static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
 {
     struct scope_ctx *ctx = data;
-    struct scheduler *s = ctx->s;
+    struct reconciler *rec = ctx->rec;
     char *repo = ctx->repo;
     free(ctx);
-    s->rec->lists_pending--;
+    rec->lists_pending--;
     if (err < 0) {
         log_warn("reconcile.queued_list_failed", "repository=%s error=\"%s\"", repo,
                  message ? message : "?");
@@ -409,9 +440,9 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     }
     char *ids_text = json_dumps(ids, JSON_COMPACT);
     json_decref(ids);
-    json_t *unknown_rows = ids_text ? store_job_ids_unknown(s->deps.store, ids_text) : NULL;
+    json_t *unknown_rows = ids_text ? store_job_ids_unknown(rec->env->store, ids_text) : NULL;
     if (ids_text)
-        verify_phantoms(s, repo, ids_text);
+        verify_phantoms(rec, repo, ids_text);
     free(ids_text);
     json_t *unknown = json_object();
     json_t *row;
@@ -443,7 +474,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
             break;
         char delivery[64];
         snprintf(delivery, sizeof(delivery), "reconcile-%lld", (long long)json_integer_value(id));
-        const struct config_pool *pool = job_pool_match(cfg(s), values, n);
+        const struct config_pool *pool = job_pool_match(cfg(rec), values, n);
         ev->delivery_id = strdup(delivery);
         ev->job_id = json_integer_value(id);
         ev->run_id = json_integer_value(json_object_get(job, "run_id"));
@@ -459,16 +490,16 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
             ev->run_id = 1;
         log_info("reconcile.lost_job", "job=%lld pool=%s action=store", (long long)ev->job_id,
                  pool ? pool->name : "(unmatched)");
-        s->stats.reconcile_jobs_found++;
-        store_job_event_submit(s->deps.store, ev, NULL, NULL);
+        rec->env->stats->reconcile_jobs_found++;
+        store_job_event_submit(rec->env->store, ev, NULL, NULL);
     }
     json_decref(unknown);
     free(repo);
-    scheduler_recount(s);
-    reconcile_pass_add(s, t0);
+    env_recount(rec->env);
+    reconcile_pass_add(rec, t0);
 }
 
-static void queued_jobs_start(struct scheduler *s, const struct github_scope *scope,
+static void queued_jobs_start(struct reconciler *rec, const struct github_scope *scope,
                               const char *repo)
 {
     struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -478,12 +509,12 @@ static void queued_jobs_start(struct scheduler *s, const struct github_scope *sc
         free(copy);
         return;
     }
-    ctx->s = s;
+    ctx->rec = rec;
     ctx->scope = scope;
     ctx->repo = copy;
-    s->rec->lists_pending++;
-    if (github_queued_jobs_list(gh(s), repo, on_queued_jobs, ctx) < 0) {
-        s->rec->lists_pending--;
+    rec->lists_pending++;
+    if (github_queued_jobs_list(gh(rec), repo, on_queued_jobs, ctx) < 0) {
+        rec->lists_pending--;
         free(copy);
         free(ctx);
     }
@@ -492,12 +523,12 @@ static void queued_jobs_start(struct scheduler *s, const struct github_scope *sc
 static void on_org_repos(void *data, int err, const char *message, json_t *repos)
 {
     struct scope_ctx *ctx = data;
-    struct scheduler *s = ctx->s;
-    size_t i = (size_t)(ctx->scope - s->deps.scopes);
+    struct reconciler *rec = ctx->rec;
+    size_t i = (size_t)(ctx->scope - rec->env->scopes);
     const char *org = ctx->scope->org;
     free(ctx);
-    s->rec->lists_pending--;
-    struct org_repos *o = &s->rec->org_repos[i];
+    rec->lists_pending--;
+    struct org_repos *o = &rec->org_repos[i];
     o->listing = false;
     if (err < 0) {
         log_warn("reconcile.org_repos_failed", "org=%s error=\"%s\"", org, message ? message : "?");
@@ -525,121 +556,58 @@ static void on_org_repos(void *data, int err, const char *message, json_t *repos
 
 /* Lost jobs of an org scope: its repositories (listed through the installation every
  * ORG_REPOS_TTL_MS), a few per pass in turn, fewer when the rate-limit budget is low. */
-static void org_queued_jobs(struct scheduler *s, size_t i)
+static void org_queued_jobs(struct reconciler *rec, size_t i)
 {
-    const struct github_scope *scope = &s->deps.scopes[i];
-    struct org_repos *o = &s->rec->org_repos[i];
+    const struct github_scope *scope = &rec->env->scopes[i];
+    struct org_repos *o = &rec->org_repos[i];
     if (!o->listing && (!o->listed_ms || wall_clock_ms() - o->listed_ms > ORG_REPOS_TTL_MS)) {
         struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
         if (ctx) {
-            ctx->s = s;
+            ctx->rec = rec;
             ctx->scope = scope;
             o->listing = true;
-            s->rec->lists_pending++;
-            if (github_installation_repos_list(gh(s), on_org_repos, ctx) < 0) {
+            rec->lists_pending++;
+            if (github_installation_repos_list(gh(rec), on_org_repos, ctx) < 0) {
                 o->listing = false;
-                s->rec->lists_pending--;
+                rec->lists_pending--;
                 free(ctx);
             }
         }
     }
     struct github_stats gs;
-    github_client_stats(gh(s), &gs);
+    github_client_stats(gh(rec), &gs);
     size_t per_pass = gs.ratelimit_remaining >= 0 && gs.ratelimit_remaining < 200 ? 0
                       : gs.ratelimit_remaining >= 0 && gs.ratelimit_remaining < 1000
                           ? 1
                           : ORG_REPOS_PER_PASS;
     for (size_t k = 0; k < per_pass && k < o->n; k++) {
-        queued_jobs_start(s, scope, o->names[o->cursor % o->n]);
+        queued_jobs_start(rec, scope, o->names[o->cursor % o->n]);
         o->cursor = (o->cursor + 1) % o->n;
     }
 }
 
-static int64_t row_ms(json_t *row, const char *key)
-{
-    json_t *v = json_object_get(row, key);
-    return json_is_integer(v) ? json_integer_value(v) : 0;
-}
-
-/* An earlier hatcheryd's runner whose guest may still run: back in memory in its
- * recorded state, its guest re-attached. Its state's timeout counts from when it was
- * entered, not from now. */
-static void runner_adopt(struct scheduler *s, json_t *row, const struct config_pool *pool,
-                         enum runner_state state)
-{
-    struct runner *r = calloc(1, sizeof(*r));
-    if (!r)
-        return;
-    r->s = s;
-    r->id = json_integer_value(json_object_get(row, "id"));
-    snprintf(r->name, sizeof(r->name), "%s", json_string_value(json_object_get(row, "name")));
-    snprintf(r->host, sizeof(r->host), "%s", json_string_value(json_object_get(row, "host")));
-    r->pool = pool;
-    r->scope = scheduler_pool_scope(s, pool);
-    r->state = state;
-    r->github_runner_id = row_ms(row, "github_runner_id");
-    r->job_id = row_ms(row, "job_id");
-    json_t *exit_code = json_object_get(row, "exit_code");
-    r->exit_code = json_is_integer(exit_code) ? (int)json_integer_value(exit_code) : -1;
-    snprintf(r->reason, sizeof(r->reason), "%s",
-             json_is_string(json_object_get(row, "reason"))
-                 ? json_string_value(json_object_get(row, "reason"))
-                 : "");
-    const char *image = json_string_value(json_object_get(row, "image"));
-    snprintf(r->image, sizeof(r->image), "%s", image ? image : ""); /* NULL: before schema 7 */
-    r->finished_ms = row_ms(row, "finished_at");
-    r->created_ms = row_ms(row, "created_at");
-    r->online_ms = row_ms(row, "online_at");
-    r->busy_ms = row_ms(row, "busy_at");
-    r->hello = true;
-    r->adopting = true;
-    r->adopt_started_ms = s->started_ms;
-    r->heartbeat_ms = wall_clock_ms();
-    uv_timer_init(s->deps.loop, &r->timer);
-    r->timer.data = r;
-    r->next = s->runners;
-    s->runners = r;
-    runner_index(r);
-    log_info("runner.adopting", "runner=%s pool=%s host=%s state=%s", r->name, pool->name, r->host,
-             runner_state_names[state]);
-    int64_t since = state == RUNNER_BUSY ? r->busy_ms : state == RUNNER_IDLE ? r->online_ms : 0;
-    arm_timeout(r, since ? since : wall_clock_ms());
-    struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = pool};
-    int e = provider_guest_adopt(prov(s), r->host, &spec, &runner_guest_events, r, &r->guest);
-    if (e < 0) {
-        r->guest = NULL;
-        runner_fail(r, FAILURE_NOT_ADOPTED, "not adopted after a restart: %s",
-                    e == -ENODEV ? "host down" : strerror(-e));
-    }
-}
-
-/* Records the store holds as live that no runner in memory owns: an earlier hatcheryd's.
- * Those in configured, idle, busy or finishing whose pool and host are still configured
- * are adopted; the rest are failed and their guests removed. */
-void reconcile_recover(struct scheduler *s)
+void reconcile_recover(struct reconciler *rec)
 {
     /* This process's records all have a runner in memory until they are final: only an
      * earlier process's can be stale. */
-    json_t *rows = store_runners_live_before(s->deps.store, s->first_id);
-    const struct config *c = cfg(s);
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        const char *name = json_string_value(json_object_get(row, "name"));
-        const char *host = json_string_value(json_object_get(row, "host"));
-        struct runner *r = name ? runner_find(s, name) : NULL;
-        if (r || !name)
+    struct store_runner_row *rows;
+    size_t n;
+    if (store_runners_live_before(rec->env->store, runners_first_id(rec->runners), &rows, &n) < 0)
+        return; /* again at the next pass */
+    const struct config *c = cfg(rec);
+    for (size_t i = 0; i < n; i++) {
+        const struct store_runner_row *row = &rows[i];
+        const char *name = row->name, *host = row->host[0] ? row->host : NULL;
+        if (!name[0] || runners_find(rec->runners, name))
             continue;
-        if (host && !provider_host_up(prov(s), host))
+        if (host && !provider_host_up(prov(rec), host))
             continue; /* again when the host is back */
-        const char *state = json_string_value(json_object_get(row, "state"));
-        int st = runner_state_from_name(state);
-        int slot = config_pool_index(c, json_string_value(json_object_get(row, "pool")));
+        int st = runner_state_from_name(row->state);
+        int slot = config_pool_index(c, row->pool);
         const struct config_pool *pool = slot >= 0 ? &c->pools[slot] : NULL;
-        if (st >= 0 && pool && host_index(c, host) >= 0 &&
+        if (st >= 0 && pool && config_host_index(c, host) >= 0 &&
             runner_lifecycle_next((enum runner_state)st, RUNNER_EV_ADOPTED) >= 0) {
-            runner_adopt(s, row, pool, (enum runner_state)st);
+            runner_adopt(rec->runners, row, pool, (enum runner_state)st);
             continue;
         }
         bool lost = st == RUNNER_BUSY;
@@ -648,85 +616,77 @@ void reconcile_recover(struct scheduler *s)
                  lost ? "job lost: " : "", pool ? "" : " and its pool is no longer configured");
         if (st != RUNNER_FAILED) {
             log_warn("reconcile.stale_record", "runner=%s state=%s job_lost=%d action=fail", name,
-                     state ? state : "?", lost);
-            s->stats.reconcile_records_failed++;
-            const char *pool_name = json_string_value(json_object_get(row, "pool"));
-            scheduler_count_failure(s, pool_name ? pool_name : "", FAILURE_RESTART, lost);
+                     row->state[0] ? row->state : "?", lost);
+            rec->env->stats->reconcile_records_failed++;
+            scheduler_stats_failure(rec->env->stats, row->pool, FAILURE_RESTART, lost);
         }
         if (host)
-            provider_remove(prov(s), host, name, NULL, NULL);
-        json_t *gid = json_object_get(row, "github_runner_id");
-        const struct github_scope *scope = pool ? scheduler_pool_scope(s, pool) : NULL;
-        if (!scope && s->deps.n_scopes)
-            scope = &s->deps.scopes[0];
-        if (gh(s) && !json_is_integer(gid) && pool && pool->scale_set)
+            provider_remove(prov(rec), host, name, NULL, NULL);
+        int64_t gid = row->github_runner_id;
+        const struct github_scope *scope = pool ? env_pool_scope(rec->env, pool) : NULL;
+        if (!scope && rec->env->n_scopes)
+            scope = &rec->env->scopes[0];
+        if (gh(rec) && !gid && pool && pool->scale_set)
             /* Registered, maybe, by an answer the crash kept from the record: by name. */
-            scalesets_runner_remove_by_name(scalesets_of(s), pool->name, name,
+            scalesets_runner_remove_by_name(env_scalesets(rec->env), pool->name, name,
                                             on_github_deleted_quiet, NULL);
-        else if (gh(s) && json_is_integer(gid) && scope && pool)
-            runner_unregister(s, pool, scope, json_integer_value(gid), on_github_deleted_quiet,
-                              NULL);
-        else if (gh(s) && json_is_integer(gid) && scope)
-            github_runner_delete(gh(s), scope, json_integer_value(gid), on_github_deleted_quiet,
-                                 NULL);
-        store_runner_mark_deleted(s->deps.store, json_integer_value(json_object_get(row, "id")),
-                                  reason, wall_clock_ms());
+        else if (gh(rec) && gid && scope && pool)
+            runner_unregister(rec->env, pool, scope, gid, on_github_deleted_quiet, NULL);
+        else if (gh(rec) && gid && scope)
+            github_runner_delete(gh(rec), scope, gid, on_github_deleted_quiet, NULL);
+        store_runner_mark_deleted(rec->env->store, row->id, reason, wall_clock_ms());
     }
-    json_decref(rows);
-    s->recovered = true;
+    free(rows);
+    rec->recovered = true;
 }
 
-static bool scope_has_trusted_pool(struct scheduler *s, const struct github_scope *scope)
+static bool scope_has_trusted_pool(struct reconciler *rec, const struct github_scope *scope)
 {
-    for (size_t p = 0; p < cfg(s)->n_pools; p++)
-        if (cfg(s)->pools[p].trusted && scheduler_pool_scope(s, &cfg(s)->pools[p]) == scope)
+    for (size_t p = 0; p < cfg(rec)->n_pools; p++)
+        if (cfg(rec)->pools[p].trusted && env_pool_scope(rec->env, &cfg(rec)->pools[p]) == scope)
             return true;
     return false;
 }
 
-void reconcile_pass(struct scheduler *s)
+void reconcile_pass(struct reconciler *rec)
 {
     uint64_t t0 = uv_hrtime();
-    s->stats.reconcile_ticks++;
-    s->rec->pass_ms = 0;
-    reconcile_recover(s);
-    for (size_t i = 0; i < cfg(s)->n_hosts; i++)
-        if (provider_host_up(prov(s), cfg(s)->hosts[i].name)) {
-            provider_tagged_async(prov(s), cfg(s)->hosts[i].name, on_tagged, s);
-            provider_orphan_volumes_async(prov(s), cfg(s)->hosts[i].name, on_orphan_volumes, s);
+    rec->env->stats->reconcile_ticks++;
+    rec->pass_ms = 0;
+    reconcile_recover(rec);
+    for (size_t i = 0; i < cfg(rec)->n_hosts; i++)
+        if (provider_host_up(prov(rec), cfg(rec)->hosts[i].name)) {
+            provider_tagged_async(prov(rec), cfg(rec)->hosts[i].name, on_tagged, rec);
+            provider_orphan_volumes_async(prov(rec), cfg(rec)->hosts[i].name, on_orphan_volumes,
+                                          rec);
         }
     /* While a rate-limit wait holds the last pass's lists back, a new pass would only pile
      * more behind them, all fired at once when the wait ends. */
-    if (gh(s) && s->rec->lists_pending > 0) {
-        s->stats.reconcile_github_skipped++;
-        log_info("reconcile.github_skipped", "lists_pending=%d", s->rec->lists_pending);
-    } else if (gh(s)) {
-        for (size_t i = 0; i < s->deps.n_scopes; i++) {
+    if (gh(rec) && rec->lists_pending > 0) {
+        rec->env->stats->reconcile_github_skipped++;
+        log_info("reconcile.github_skipped", "lists_pending=%d", rec->lists_pending);
+    } else if (gh(rec)) {
+        for (size_t i = 0; i < rec->env->n_scopes; i++) {
             struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
             if (!ctx)
                 break;
-            ctx->s = s;
-            ctx->scope = &s->deps.scopes[i];
-            s->rec->lists_pending++;
-            if (github_runners_list(gh(s), ctx->scope, NULL, on_github_runners, ctx) < 0) {
-                s->rec->lists_pending--;
+            ctx->rec = rec;
+            ctx->scope = &rec->env->scopes[i];
+            rec->lists_pending++;
+            if (github_runners_list(gh(rec), ctx->scope, NULL, on_github_runners, ctx) < 0) {
+                rec->lists_pending--;
                 free(ctx);
             }
             /* A trusted pool's group, asked again: an owner may open it at any time. */
-            if (scope_has_trusted_pool(s, &s->deps.scopes[i]))
-                runner_group_checks_ask(s->groups, gh(s), i, false, scheduler_recount_cb, s);
-            if (s->deps.scopes[i].repo)
-                queued_jobs_start(s, &s->deps.scopes[i], s->deps.scopes[i].repo);
-            else if (s->deps.scopes[i].org)
-                org_queued_jobs(s, i);
+            if (scope_has_trusted_pool(rec, &rec->env->scopes[i]))
+                runner_group_checks_ask(rec->groups, gh(rec), i, false, rec->env->recount,
+                                        rec->env->recount_data);
+            if (rec->env->scopes[i].repo)
+                queued_jobs_start(rec, &rec->env->scopes[i], rec->env->scopes[i].repo);
+            else if (rec->env->scopes[i].org)
+                org_queued_jobs(rec, i);
         }
-        verify_stuck_jobs(s);
+        verify_stuck_jobs(rec);
     }
-    reconcile_pass_add(s, t0);
-}
-
-void on_reconcile(uv_timer_t *t)
-{
-    struct scheduler *s = t->data;
-    reconcile_pass(s);
+    reconcile_pass_add(rec, t0);
 }

@@ -1,9 +1,10 @@
-/* One runner's life, from its record to its end: the store record, the lifecycle moves
- * (runner_lifecycle.h), the guest's events, creation; see scheduler.h. */
-#include "scheduler_internal.h"
+/* One runner's life, from its record to its end, and the registry of runners; see
+ * runner.h. */
+#include "runner.h"
 #include "scaleset/scaleset.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +17,53 @@
 #include "log.h"
 #include "wall_clock.h"
 
+#define RUNNER_BUCKETS       1024 /* by id; a power of two */
+#define DEFAULT_COMMAND_ARGS 2
+
+/* A scale-set runner gone with its job before the service said the job completed: the
+ * service's statistics still count the job until then, and no runner is made for it. */
+#define ENDED_JOBS_MAX    128
+#define ENDED_JOB_KEEP_MS (10 * 60 * 1000)
+struct ended_job {
+    char pool[CONFIG_MAX_NAME_BYTES + 1];
+    int64_t job_id;
+    int64_t ended_ms;
+};
+
+/* Per pool of the running config: failures in a row, and the back-off they earned. */
+struct pool_health {
+    int failures;
+    int64_t retry_at_ms;
+};
+
+struct runners {
+    struct runner_env env;
+    struct runner *list;
+    struct runner *by_id[RUNNER_BUCKETS];
+    int64_t next_id;
+    int64_t first_id; /* records below it are an earlier process's */
+    char prefix[64];  /* hatchery-<controller>- */
+    int64_t started_ms;
+    struct pool_health *pools; /* by slot in the running config */
+    /* Jobs credited with an online runner whose write may not be committed yet. */
+    int64_t supplied_recent[64];
+    size_t supplied_next;
+    struct ended_job ended_jobs[ENDED_JOBS_MAX];
+    size_t n_ended_jobs;
+    /* runners_free was called: runners still held are freed by their holds, and the
+     * registry with the last of them (`unfreed` counts them, and the owner's reference). */
+    bool closing;
+    size_t unfreed;
+};
+
 static void record_then(struct runner *r, store_write_cb cb);
 static void on_runner_timer(uv_timer_t *t);
+static void runner_index(struct runner *r);
 static void runner_unindex(struct runner *r);
+static void runner_record(struct runner *r);
+static void arm_timeout(struct runner *r, int64_t since_ms);
+static bool runner_move(struct runner *r, enum runner_event ev);
+extern const struct guest_events runner_guest_events;
 
 /* The Listener itself, not run.sh: run.sh exits 0 for every return code but 2, and the
  * agent reports what the code means (and re-launches on 2, 3 and 4 as run.sh would). */
@@ -27,7 +72,7 @@ static const char *const default_command[DEFAULT_COMMAND_ARGS] = {
 
 /* ---- the store record ------------------------------------------------------------------ */
 
-void runner_record(struct runner *r)
+static void runner_record(struct runner *r)
 {
     record_then(r, NULL);
 }
@@ -46,14 +91,14 @@ static void record_then(struct runner *r, store_write_cb cb)
                                           .busy_ms = r->busy_ms,
                                           .finished_ms = r->finished_ms,
                                           .updated_ms = wall_clock_ms()};
-    int e = store_runner_update(r->s->deps.store, &u, cb, cb ? r : NULL);
+    int e = store_runner_update(r->reg->env.store, &u, cb, cb ? r : NULL);
     if (e < 0 && cb)
         cb(r, e); /* not taken: the caller still hears of it */
 }
 
 /* Starts the state's timeout (runner_lifecycle.h), counted from `since_ms`: now, or for
  * an adopted runner when it entered its state. */
-void arm_timeout(struct runner *r, int64_t since_ms)
+static void arm_timeout(struct runner *r, int64_t since_ms)
 {
     const struct lifecycle_limits limits = {.boot_timeout_s = r->pool->boot_timeout_s,
                                             .idle_max_age_s = r->pool->idle_max_age_s,
@@ -69,13 +114,13 @@ void arm_timeout(struct runner *r, int64_t since_ms)
 
 /* Moves the runner by `ev` as the lifecycle table says, records it and starts the new
  * state's timeout. A move the table does not hold is refused and logged. */
-bool runner_move(struct runner *r, enum runner_event ev)
+static bool runner_move(struct runner *r, enum runner_event ev)
 {
     int to = runner_lifecycle_next(r->state, ev);
     if (to < 0) {
         log_warn("runner.transition_refused", "runner=%s pool=%s state=%s cause=%s", r->name,
                  r->pool->name, runner_state_names[r->state], runner_event_names[ev]);
-        r->s->stats.transitions_refused++;
+        r->reg->env.stats->transitions_refused++;
         return false;
     }
     if ((enum runner_state)to == r->state)
@@ -89,47 +134,54 @@ bool runner_move(struct runner *r, enum runner_event ev)
     return true;
 }
 
-/* The runner's pool's slot in the running config (its per-pool counters), or -1 when a
- * reload removed the pool. Runners keep the pool settings they were made with. */
-int pool_slot(const struct scheduler *s, const struct config_pool *pool)
+int runner_pool_slot(const struct runner *r)
 {
-    return config_pool_index(cfg(s), pool->name);
+    return config_pool_index(env_config(&r->reg->env), r->pool->name);
 }
 
 /* A pool whose runners keep failing (a broken image, a bad host) backs off exponentially,
  * up to 5 minutes, instead of boot-looping. */
 static void pool_result(struct runner *r, bool ok)
 {
-    struct scheduler *s = r->s;
-    int p = pool_slot(s, r->pool);
+    int p = runner_pool_slot(r);
     if (p < 0)
         return;
+    struct pool_health *h = &r->reg->pools[p];
     if (ok) {
-        s->failures[p] = 0;
-        s->retry_at_ms[p] = 0;
+        *h = (struct pool_health){0};
         return;
     }
     int64_t delay = 1000;
-    for (int i = 0; i < s->failures[p] && delay < 300000; i++)
+    for (int i = 0; i < h->failures && delay < 300000; i++)
         delay *= 2;
-    s->failures[p]++;
-    s->retry_at_ms[p] = wall_clock_ms() + (delay < 300000 ? delay : 300000);
+    h->failures++;
+    h->retry_at_ms = wall_clock_ms() + (delay < 300000 ? delay : 300000);
 }
 
 /* ---- the end of a runner ---------------------------------------------------------------- */
 
-void on_runner_timer_closed(uv_handle_t *h)
+static void runners_release(struct runners *reg)
+{
+    if (--reg->unfreed > 0)
+        return;
+    free(reg->pools);
+    free(reg);
+}
+
+static void on_runner_timer_closed(uv_handle_t *h)
 {
     struct runner *r = h->data;
+    struct runners *reg = r->reg;
     secret_free(r->jit);
     free(r);
+    runners_release(reg);
 }
 
 /* A scale-set runner that took a job leaves: its job counts as held until the service
- * says it completed (scheduler_job_event). */
+ * says it completed (runner_job_event). */
 static void note_ended_job(struct runner *r)
 {
-    struct scheduler *s = r->s;
+    struct runners *s = r->reg;
     if (!r->pool->scale_set || !r->job_id || r->job_completed || s->closing)
         return;
     if (s->n_ended_jobs == ENDED_JOBS_MAX) /* the oldest goes: at worst a runner too many */
@@ -142,7 +194,7 @@ static void note_ended_job(struct runner *r)
 
 static void runner_forget(struct runner *r)
 {
-    struct scheduler *s = r->s;
+    struct runners *s = r->reg;
     if (r->holds > 0) {
         r->forget_pending = true; /* the last callback that holds it frees it */
         return;
@@ -152,14 +204,14 @@ static void runner_forget(struct runner *r)
         uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
         return;
     }
-    for (struct runner **pp = &s->runners; *pp; pp = &(*pp)->next)
+    for (struct runner **pp = &s->list; *pp; pp = &(*pp)->next)
         if (*pp == r) {
             *pp = r->next;
             break;
         }
     runner_unindex(r);
     uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
-    scheduler_recount(s);
+    env_recount(&s->env);
 }
 
 /* A callback that held the runner has come: true when the runner is still wanted, false
@@ -175,20 +227,20 @@ static bool hold_release(struct runner *r)
     return !r->forget_pending;
 }
 
-int runner_unregister(struct scheduler *s, const struct config_pool *pool,
+int runner_unregister(const struct runner_env *env, const struct config_pool *pool,
                       const struct github_scope *scope, int64_t runner_id, github_done_cb cb,
                       void *data)
 {
     if (pool->scale_set)
-        return scalesets_runner_remove(scalesets_of(s), pool->name, runner_id, cb, data);
-    return github_runner_delete(gh(s), scope, runner_id, cb, data);
+        return scalesets_runner_remove(env_scalesets(env), pool->name, runner_id, cb, data);
+    return github_runner_delete(env_github(env), scope, runner_id, cb, data);
 }
 
 static void runner_deleted(struct runner *r)
 {
     r->finished_ms = r->finished_ms ? r->finished_ms : wall_clock_ms();
     if (runner_move(r, RUNNER_EV_GITHUB_DELETED))
-        r->s->stats.deleted++;
+        r->reg->env.stats->deleted++;
     runner_forget(r);
 }
 
@@ -212,10 +264,10 @@ static void runner_after_guest(struct runner *r)
         return;
     if (r->state == RUNNER_FAILED)
         runner_record(r);
-    if (gh(r->s) && r->github_runner_id > 0) {
+    if (env_github(&r->reg->env) && r->github_runner_id > 0) {
         r->holds++;
-        if (runner_unregister(r->s, r->pool, r->scope, r->github_runner_id, on_github_deleted, r) ==
-            0)
+        if (runner_unregister(&r->reg->env, r->pool, r->scope, r->github_runner_id,
+                              on_github_deleted, r) == 0)
             return;
         r->holds--;
     }
@@ -227,7 +279,7 @@ static void runner_after_guest(struct runner *r)
 static void guest_goes(struct runner *r, const char *reason)
 {
     if (r->guest)
-        provider_guest_teardown(prov(r->s), r->guest, reason);
+        provider_guest_teardown(env_provider(&r->reg->env), r->guest, reason);
     else
         runner_after_guest(r);
 }
@@ -251,9 +303,9 @@ void runner_end(struct runner *r, enum runner_event ev, enum runner_failure why,
     log_warn("runner.failed", "runner=%s pool=%s host=%s state=%s job_lost=%d why=%s reason=\"%s\"",
              r->name, r->pool->name, r->host, runner_state_names[r->state], lost,
              runner_failure_names[why], r->reason);
-    scheduler_count_failure(r->s, r->pool->name, why, lost);
+    scheduler_stats_failure(r->reg->env.stats, r->pool->name, why, lost);
     if (r->adopting)
-        r->s->stats.adopt_failed++;
+        r->reg->env.stats->adopt_failed++;
     r->adopting = false;
     /* Only a runner that never started tells of the pool's image or hosts: what a job
      * does to its own guest must not stop the pool's scaling for everyone. */
@@ -286,14 +338,14 @@ static void runner_give_up(struct runner *r)
     log_warn("runner.delete_deadline", "runner=%s state=%s guest=%s github_requests=%d", r->name,
              runner_state_names[r->state], r->guest ? "kept" : "gone", r->holds);
     if (r->guest) {
-        provider_guest_disown(prov(r->s), r->guest);
+        provider_guest_disown(env_provider(&r->reg->env), r->guest);
         r->guest = NULL;
     }
     if (!r->reason[0])
         snprintf(r->reason, sizeof(r->reason), "delete deadline passed (%d s)", LIFECYCLE_DELETE_S);
     r->finished_ms = r->finished_ms ? r->finished_ms : wall_clock_ms();
     runner_move(r, RUNNER_EV_TIMEOUT);
-    r->s->stats.deleted++;
+    r->reg->env.stats->deleted++;
     runner_forget(r);
 }
 
@@ -352,7 +404,8 @@ static void maybe_configure(struct runner *r)
     const char *const *cmd =
         p->n_runner_command ? (const char *const *)p->runner_command : default_command;
     size_t n = p->n_runner_command ? p->n_runner_command : DEFAULT_COMMAND_ARGS;
-    int e = provider_guest_send_config(prov(r->s), r->guest, r->jit, p->job_timeout_s, cmd, n);
+    int e = provider_guest_send_config(env_provider(&r->reg->env), r->guest, r->jit,
+                                       p->job_timeout_s, cmd, n);
     secret_free(r->jit); /* the JIT config travels once */
     r->jit = NULL;
     if (e < 0) {
@@ -383,12 +436,12 @@ static void ev_hello(void *data, struct guest *g, const struct agent_hello *hell
     (void)hello;
     struct runner *r = data;
     r->hello = true;
-    scheduler_observe(r->s, r->pool->name, HISTOGRAM_BOOT,
-                      (double)(wall_clock_ms() - r->created_ms) / 1000.0);
+    scheduler_stats_observe(r->reg->env.stats, r->pool->name, HISTOGRAM_BOOT,
+                            (double)(wall_clock_ms() - r->created_ms) / 1000.0);
     maybe_configure(r);
 }
 
-static bool supplied_recently(const struct scheduler *s, int64_t job_id)
+static bool supplied_recently(const struct runners *s, int64_t job_id)
 {
     for (size_t i = 0; i < sizeof(s->supplied_recent) / sizeof(s->supplied_recent[0]); i++)
         if (s->supplied_recent[i] == job_id)
@@ -401,8 +454,8 @@ static bool supplied_recently(const struct scheduler *s, int64_t job_id)
  * job's `queued` is observed. A min_idle runner with no job waiting counts for none. */
 static void credit_oldest_queued_job(struct runner *r)
 {
-    struct scheduler *s = r->s;
-    json_t *rows = store_jobs_unsupplied(s->deps.store, r->pool->name, 65);
+    struct runners *s = r->reg;
+    json_t *rows = store_jobs_unsupplied(s->env.store, r->pool->name, 65);
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -413,9 +466,10 @@ static void credit_oldest_queued_job(struct runner *r)
             continue;
         s->supplied_recent[s->supplied_next++ % 64] = id;
         if (json_is_integer(queued_at))
-            scheduler_observe(s, r->pool->name, HISTOGRAM_SUPPLIED,
-                              (double)(r->online_ms - json_integer_value(queued_at)) / 1000.0);
-        store_job_supplied(s->deps.store, id, r->online_ms);
+            scheduler_stats_observe(s->env.stats, r->pool->name, HISTOGRAM_SUPPLIED,
+                                    (double)(r->online_ms - json_integer_value(queued_at)) /
+                                        1000.0);
+        store_job_supplied(s->env.store, id, r->online_ms);
         break;
     }
     json_decref(rows);
@@ -428,12 +482,12 @@ static void ev_started(void *data, struct guest *g, int64_t pid)
     struct runner *r = data;
     r->heartbeat_ms = wall_clock_ms();
     if (r->state == RUNNER_CONFIGURED) {
-        int slot = pool_slot(r->s, r->pool);
-        r->pool_failures_at_start = slot >= 0 ? r->s->failures[slot] : 0;
+        int slot = runner_pool_slot(r);
+        r->pool_failures_at_start = slot >= 0 ? r->reg->pools[slot].failures : 0;
         pool_result(r, true);
         r->online_ms = wall_clock_ms();
-        scheduler_observe(r->s, r->pool->name, HISTOGRAM_ONLINE,
-                          (double)(r->online_ms - r->created_ms) / 1000.0);
+        scheduler_stats_observe(r->reg->env.stats, r->pool->name, HISTOGRAM_ONLINE,
+                                (double)(r->online_ms - r->created_ms) / 1000.0);
         credit_oldest_queued_job(r);
     } else if (r->state == RUNNER_BUSY && !r->online_ms) {
         r->online_ms = wall_clock_ms(); /* GitHub's in_progress came first */
@@ -449,9 +503,9 @@ static void on_exit_recorded(void *data, int result)
     if (result < 0)
         log_warn("runner.exit_unrecorded", "runner=%s error=\"%s\"", r->name, strerror(-result));
     if (r->guest) {
-        provider_guest_ack_exit(prov(r->s), r->guest);
+        provider_guest_ack_exit(env_provider(&r->reg->env), r->guest);
         /* The guest powers itself off; tear down now either way. */
-        provider_guest_teardown(prov(r->s), r->guest, "runner exited");
+        provider_guest_teardown(env_provider(&r->reg->env), r->guest, "runner exited");
     }
 }
 
@@ -478,9 +532,9 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
      * able to back its pool off for everyone. */
     if ((exit->code == 126 || exit->code == 127) && !r->online_ms && r->state != RUNNER_BUSY &&
         r->job_id == 0) {
-        int slot = pool_slot(r->s, r->pool);
+        int slot = runner_pool_slot(r);
         if (slot >= 0)
-            r->s->failures[slot] = r->pool_failures_at_start;
+            r->reg->pools[slot].failures = r->pool_failures_at_start;
         pool_result(r, false);
     }
     /* The exit is on disk before the agent hears that we have it (and may power off)
@@ -519,13 +573,13 @@ static void ev_ended(void *data, struct guest *g, const char *why)
 static void ev_resumed(void *data, struct guest *g, const struct agent_resumed *resumed)
 {
     struct runner *r = data;
-    struct scheduler *s = r->s;
+    struct runners *reg = r->reg;
     double seconds = (double)(wall_clock_ms() - r->adopt_started_ms) / 1000.0;
     r->adopting = false;
     r->heartbeat_ms = wall_clock_ms();
-    s->stats.adopted++;
-    if (seconds > s->stats.adopt_seconds_max)
-        s->stats.adopt_seconds_max = seconds;
+    reg->env.stats->adopted++;
+    if (seconds > reg->env.stats->adopt_seconds_max)
+        reg->env.stats->adopt_seconds_max = seconds;
     log_info("runner.adopted", "runner=%s pool=%s host=%s state=%s agent_pid=%lld seconds=%.3f",
              r->name, r->pool->name, r->host, runner_state_names[r->state], (long long)resumed->pid,
              seconds);
@@ -572,15 +626,15 @@ void on_github_deleted_quiet(void *data, int err, const char *message)
 static void on_jit(void *data, int err, const char *message, int64_t runner_id, struct secret *jit)
 {
     struct runner *r = data;
-    struct scheduler *s = r->s;
+    const struct runner_env *env = &r->reg->env;
     const struct config_pool *pool = r->pool;
     const struct github_scope *scope = r->scope;
     bool wanted = hold_release(r); /* false: r is freed */
     if (!wanted || r->state >= RUNNER_DELETING) {
         secret_free(jit);
         /* Registered after all: delete it, or it lingers. */
-        if (err == 0 && gh(s))
-            runner_unregister(s, pool, scope, runner_id, on_github_deleted_quiet, NULL);
+        if (err == 0 && env_github(env))
+            runner_unregister(env, pool, scope, runner_id, on_github_deleted_quiet, NULL);
         return;
     }
     if (err < 0) {
@@ -603,9 +657,10 @@ static void runner_start(struct runner *r)
     for (size_t i = 0; i < p->n_labels && n < CONFIG_MAX_POOL_LABELS + 1; i++)
         labels[n++] = p->labels[i];
     r->holds++;
-    int e = p->scale_set ? scalesets_jit_generate(scalesets_of(r->s), p->name, r->name, on_jit, r)
-                         : github_jitconfig_generate(gh(r->s), r->scope, r->name, labels, n,
-                                                     "_work", on_jit, r);
+    int e = p->scale_set
+                ? scalesets_jit_generate(env_scalesets(&r->reg->env), p->name, r->name, on_jit, r)
+                : github_jitconfig_generate(env_github(&r->reg->env), r->scope, r->name, labels, n,
+                                            "_work", on_jit, r);
     if (e < 0) {
         r->holds--;
         runner_fail(r, FAILURE_GITHUB, "cannot ask GitHub for a JIT config: %s", strerror(-e));
@@ -616,7 +671,8 @@ static void runner_start(struct runner *r)
     if (r->state != RUNNER_CREATING)
         return;
     struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = p};
-    e = provider_guest_create(prov(r->s), r->host, &spec, &runner_guest_events, r, &r->guest);
+    e = provider_guest_create(env_provider(&r->reg->env), r->host, &spec, &runner_guest_events, r,
+                              &r->guest);
     if (e < 0) {
         r->guest = NULL;
         runner_fail(r, FAILURE_GUEST, "cannot create the guest on %s: %s", r->host,
@@ -639,35 +695,47 @@ static void on_runner_inserted(void *data, int result)
     runner_start(r);
 }
 
-const struct github_scope *scheduler_pool_scope(const struct scheduler *s,
-                                                const struct config_pool *p)
+const struct github_scope *env_pool_scope(const struct runner_env *e, const struct config_pool *p)
 {
-    return github_scope_find(s->deps.scopes, s->deps.n_scopes, p->github_scope);
+    return github_scope_find(e->scopes, e->n_scopes, p->github_scope);
 }
 
-void runner_create(struct scheduler *s, const struct config_pool *pool, const char *host)
+/* A runner in memory, in the registry and its index, its timer ready: `id` and `state` as
+ * given, the rest for the caller to fill. NULL when out of memory. */
+static struct runner *runner_new(struct runners *reg, int64_t id, const struct config_pool *pool,
+                                 const char *host, enum runner_state state)
 {
     struct runner *r = calloc(1, sizeof(*r));
     if (!r)
-        return;
-    r->s = s;
-    r->id = s->next_id++;
-    snprintf(r->name, sizeof(r->name), "%s%lld", s->prefix, (long long)r->id);
+        return NULL;
+    r->reg = reg;
+    r->id = id;
+    snprintf(r->name, sizeof(r->name), "%s%lld", reg->prefix, (long long)id);
     r->pool = pool;
-    r->scope = scheduler_pool_scope(s, pool);
+    r->scope = env_pool_scope(&reg->env, pool);
     snprintf(r->host, sizeof(r->host), "%s", host);
-    r->state = RUNNER_PENDING;
+    r->state = state;
     r->exit_code = -1;
-    r->created_ms = wall_clock_ms();
-    runner_image_now(s, pool, host, r->image);
-    uv_timer_init(s->deps.loop, &r->timer);
+    uv_timer_init(reg->env.loop, &r->timer);
     r->timer.data = r;
-    r->next = s->runners;
-    s->runners = r;
+    r->next = reg->list;
+    reg->list = r;
     runner_index(r);
+    reg->unfreed++;
+    return r;
+}
+
+void runner_create(struct runners *reg, const struct config_pool *pool, const char *host)
+{
+    struct runner *r = runner_new(reg, reg->next_id, pool, host, RUNNER_PENDING);
+    if (!r)
+        return;
+    reg->next_id++;
+    r->created_ms = wall_clock_ms();
+    runner_image_now(&reg->env, pool, host, r->image);
     arm_timeout(r, r->created_ms);
-    s->stats.created++;
-    struct pool_stats *ps = scheduler_pool_stats(s, pool->name);
+    reg->env.stats->created++;
+    struct pool_stats *ps = scheduler_stats_pool(reg->env.stats, pool->name);
     if (ps)
         ps->created++;
     log_info("runner.created", "runner=%s pool=%s host=%s", r->name, pool->name, host);
@@ -683,25 +751,113 @@ void runner_create(struct scheduler *s, const struct config_pool *pool, const ch
     /* Written before anything is done: a crash from here on leaves a record to repair.
      * Held until the write comes back, so that a stop in between frees it only then. */
     r->holds++;
-    if (store_runner_insert(s->deps.store, &row, on_runner_inserted, r) < 0) {
+    if (store_runner_insert(reg->env.store, &row, on_runner_inserted, r) < 0) {
         r->holds--;
         runner_fail(r, FAILURE_STORE, "the store is busy");
     }
 }
 
-bool runner_image_now(struct scheduler *s, const struct config_pool *pool, const char *host,
-                      char out[72])
+/* Its state's timeout counts from when it was entered, not from now. */
+void runner_adopt(struct runners *reg, const struct store_runner_row *row,
+                  const struct config_pool *pool, enum runner_state state)
+{
+    struct runner *r = runner_new(reg, row->id, pool, row->host, state);
+    if (!r)
+        return;
+    if (strcmp(r->name, row->name) != 0) /* a record of another prefix is not ours */
+        snprintf(r->name, sizeof(r->name), "%s", row->name);
+    r->github_runner_id = row->github_runner_id;
+    r->job_id = row->job_id;
+    r->exit_code = row->exit_code;
+    snprintf(r->reason, sizeof(r->reason), "%s", row->reason);
+    snprintf(r->image, sizeof(r->image), "%s", row->image);
+    r->finished_ms = row->finished_ms;
+    r->created_ms = row->created_ms;
+    r->online_ms = row->online_ms;
+    r->busy_ms = row->busy_ms;
+    r->hello = true;
+    r->adopting = true;
+    r->adopt_started_ms = reg->started_ms;
+    r->heartbeat_ms = wall_clock_ms();
+    log_info("runner.adopting", "runner=%s pool=%s host=%s state=%s", r->name, pool->name, r->host,
+             runner_state_names[state]);
+    int64_t since = state == RUNNER_BUSY ? r->busy_ms : state == RUNNER_IDLE ? r->online_ms : 0;
+    arm_timeout(r, since ? since : wall_clock_ms());
+    struct guest_spec spec = {.name = r->name, .runner_id = r->id, .pool = pool};
+    int e = provider_guest_adopt(env_provider(&reg->env), r->host, &spec, &runner_guest_events, r,
+                                 &r->guest);
+    if (e < 0) {
+        r->guest = NULL;
+        runner_fail(r, FAILURE_NOT_ADOPTED, "not adopted after a restart: %s",
+                    e == -ENODEV ? "host down" : strerror(-e));
+    }
+}
+
+void runner_job_event(struct runners *reg, struct runner *r, int64_t job_id, enum job_status status)
+{
+    for (size_t i = 0; status == JOB_COMPLETED && i < reg->n_ended_jobs; i++)
+        if (reg->ended_jobs[i].job_id == job_id) {
+            memmove(reg->ended_jobs + i, reg->ended_jobs + i + 1,
+                    (reg->n_ended_jobs - i - 1) * sizeof(reg->ended_jobs[0]));
+            reg->n_ended_jobs--;
+            break;
+        }
+    if (!r)
+        return;
+    enum runner_event ev =
+        status == JOB_IN_PROGRESS ? RUNNER_EV_JOB_IN_PROGRESS : RUNNER_EV_JOB_COMPLETED;
+    /* A runner takes one job (a JIT runner is single-use): news of another job on a runner
+     * that has one is not believed. Signed deliveries say so only if the webhook secret
+     * leaked (or the front that holds it was taken over); acted on, a busy runner's job
+     * would be ended early. */
+    if (r->job_id && r->job_id != job_id &&
+        (status == JOB_IN_PROGRESS || status == JOB_COMPLETED)) {
+        log_warn("runner.job_mismatch",
+                 "runner=%s runner_job=%lld job=%lld status=%s action=\"ignored: the runner "
+                 "runs another job\"",
+                 r->name, (long long)r->job_id, (long long)job_id, job_status_names[status]);
+        reg->env.stats->job_mismatches++;
+        return;
+    }
+    /* Its job is done, whatever state the runner is in: one that has exited already and is
+     * leaving no longer holds a scale set's job back once it is gone (note_ended_job). */
+    if (status == JOB_COMPLETED)
+        r->job_completed = true;
+    if ((status == JOB_IN_PROGRESS || status == JOB_COMPLETED) &&
+        runner_lifecycle_next(r->state, ev) < 0) {
+        /* A late or repeated webhook (the runner ended already): nothing to do. */
+        log_info("runner.job_event_ignored", "runner=%s state=%s cause=%s job=%lld", r->name,
+                 runner_state_names[r->state], runner_event_names[ev], (long long)job_id);
+        return;
+    }
+    if (status == JOB_IN_PROGRESS) {
+        r->job_id = job_id;
+        r->busy_ms = wall_clock_ms();
+        int64_t queued_ms = store_job_queued_at(reg->env.store, job_id);
+        if (queued_ms >= 0)
+            scheduler_stats_observe(reg->env.stats, r->pool->name, HISTOGRAM_START,
+                                    (double)(r->busy_ms - queued_ms) / 1000.0);
+        runner_move(r, RUNNER_EV_JOB_IN_PROGRESS);
+    } else if (status == JOB_COMPLETED) {
+        r->job_id = r->job_id ? r->job_id : job_id;
+        /* The runner exits by itself after its one job; finishing gives it a grace. */
+        runner_move(r, RUNNER_EV_JOB_COMPLETED);
+    }
+}
+
+bool runner_image_now(const struct runner_env *env, const struct config_pool *pool,
+                      const char *host, char out[72])
 {
     out[0] = 0;
     struct image_status st;
-    if (pool->backend != BACKEND_VM || provider_host_image(prov(s), host, pool, &st) < 0)
+    if (pool->backend != BACKEND_VM || provider_host_image(env_provider(env), host, pool, &st) < 0)
         return false;
     const struct image_manifest *m = NULL;
     if (st.state == IMAGE_READY)
         m = &st.manifest; /* a remote host's, found through its libvirt */
     else if (st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED) {
         const struct image_cache_entry *e =
-            s->deps.images ? image_cache_get(s->deps.images, pool->image) : NULL;
+            env->images ? image_cache_get(env->images, pool->image) : NULL;
         m = e && e->manifest_rc == 0 ? &e->manifest : NULL;
     }
     if (m)
@@ -709,95 +865,135 @@ bool runner_image_now(struct scheduler *s, const struct config_pool *pool, const
     return out[0] != 0;
 }
 
-const char *const runner_failure_names[FAILURE_MAX] = {
-    [FAILURE_BOOT_TIMEOUT] = "boot_timeout",
-    [FAILURE_GUEST] = "guest",
-    [FAILURE_AGENT] = "agent",
-    [FAILURE_GITHUB] = "github",
-    [FAILURE_STORE] = "store",
-    [FAILURE_HUNG] = "hung",
-    [FAILURE_IDLE_MAX_AGE] = "idle_max_age",
-    [FAILURE_JOB_TIMEOUT] = "job_timeout",
-    [FAILURE_NOT_ADOPTED] = "not_adopted",
-    [FAILURE_RESTART] = "restart",
-    [FAILURE_OPERATOR] = "operator",
-};
+/* ---- the registry -------------------------------------------------------------------------- */
 
-struct pool_stats *scheduler_pool_stats(struct scheduler *s, const char *pool)
+struct runners *runners_new(const struct runner_env *env)
 {
-    struct scheduler_stats *st = &s->stats;
-    for (size_t i = 0; i < st->n_pools; i++)
-        if (strcmp(st->pools[i].pool, pool) == 0)
-            return &st->pools[i];
-    if (st->n_pools == CONFIG_MAX_POOLS)
+    struct runners *reg = calloc(1, sizeof(*reg));
+    if (!reg)
         return NULL;
-    if (!st->pools && !(st->pools = calloc(CONFIG_MAX_POOLS, sizeof(*st->pools))))
+    reg->env = *env;
+    const struct config *c = env_config(env);
+    reg->pools = calloc(c->n_pools + 1, sizeof(*reg->pools));
+    if (!reg->pools) {
+        free(reg);
         return NULL;
-    struct pool_stats *ps = &st->pools[st->n_pools++];
-    snprintf(ps->pool, sizeof(ps->pool), "%s", pool);
-    return ps;
-}
-
-void scheduler_count_failure(struct scheduler *s, const char *pool, enum runner_failure why,
-                             bool job_lost)
-{
-    s->stats.failed++;
-    if (job_lost)
-        s->stats.jobs_lost++;
-    struct pool_stats *ps = scheduler_pool_stats(s, pool);
-    if (ps) {
-        ps->failed[why]++;
-        if (job_lost)
-            ps->jobs_lost[why]++;
     }
+    reg->unfreed = 1; /* the owner's */
+    reg->started_ms = wall_clock_ms();
+    snprintf(reg->prefix, sizeof(reg->prefix), "hatchery-%s-", c->controller_id);
+    /* Ids are never reused, even once old records are pruned: AUTOINCREMENT remembers. */
+    reg->next_id = store_runner_next_id(env->store);
+    reg->first_id = reg->next_id;
+    return reg;
 }
 
-void scheduler_observe(struct scheduler *s, const char *pool, enum pool_histogram_kind kind,
-                       double seconds)
+void runners_free(struct runners *reg)
 {
-    struct pool_stats *ph = scheduler_pool_stats(s, pool);
-    if (!ph)
+    if (!reg)
         return;
-    struct seconds_histogram *h = &ph->of[kind];
-    int n;
-    const double *bounds = pool_histogram_bounds(kind, &n);
-    for (int i = 0; i < n; i++)
-        if (seconds <= bounds[i]) {
-            h->buckets[i]++;
-            break;
-        }
-    h->count++;
-    h->sum += seconds;
+    reg->closing = true;
+    for (struct runner *r = reg->list; r;) {
+        struct runner *next = r->next;
+        if (r->holds > 0) {
+            r->forget_pending = true;
+            uv_timer_stop(&r->timer); /* no deadline acts on it now */
+        } else
+            uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
+        r = next;
+    }
+    reg->list = NULL;
+    runners_release(reg);
+}
+
+const struct runner_env *runners_env(const struct runners *reg)
+{
+    return &reg->env;
+}
+
+struct runner *runners_first(const struct runners *reg)
+{
+    return reg->list;
+}
+
+int64_t runners_first_id(const struct runners *reg)
+{
+    return reg->first_id;
+}
+
+bool runners_name_ours(const struct runners *reg, const char *name)
+{
+    return strncmp(name, reg->prefix, strlen(reg->prefix)) == 0 && config_name_valid(name, 199);
+}
+
+int runners_pool_failures(const struct runners *reg, int slot)
+{
+    return slot >= 0 ? reg->pools[slot].failures : 0;
+}
+
+int64_t runners_pool_retry_at(const struct runners *reg, int slot)
+{
+    return slot >= 0 ? reg->pools[slot].retry_at_ms : 0;
+}
+
+int runners_config_replace(struct runners *reg, const struct config *old, const struct config *next)
+{
+    struct pool_health *pools = calloc(next->n_pools + 1, sizeof(*pools));
+    if (!pools)
+        return -ENOMEM;
+    for (size_t i = 0; i < next->n_pools; i++) {
+        int j = config_pool_index(old, next->pools[i].name);
+        if (j >= 0)
+            pools[i] = reg->pools[j];
+    }
+    free(reg->pools);
+    reg->pools = pools;
+    return 0;
+}
+
+int64_t runners_ended_jobs(struct runners *reg, const char *pool)
+{
+    int64_t n = 0, now = wall_clock_ms();
+    size_t kept = 0;
+    for (size_t i = 0; i < reg->n_ended_jobs; i++) {
+        if (now - reg->ended_jobs[i].ended_ms > ENDED_JOB_KEEP_MS)
+            continue; /* never completed: no longer held back */
+        reg->ended_jobs[kept++] = reg->ended_jobs[i];
+        n += strcmp(reg->ended_jobs[i].pool, pool) == 0;
+    }
+    reg->n_ended_jobs = kept;
+    return n;
 }
 
 /* Runners by name, which is the prefix and the id: the reconciler looks up every domain
  * and GitHub runner, so this must not walk a list of thousands. */
-struct runner *runner_find(struct scheduler *s, const char *name)
+struct runner *runners_find(const struct runners *reg, const char *name)
 {
-    size_t n = strlen(s->prefix);
-    if (strncmp(name, s->prefix, n) != 0 || name[n] < '1' || name[n] > '9')
+    size_t n = strlen(reg->prefix);
+    if (!name || strncmp(name, reg->prefix, n) != 0 || name[n] < '1' || name[n] > '9')
         return NULL;
     char *end = NULL;
     errno = 0;
     long long id = strtoll(name + n, &end, 10);
     if (errno || *end)
         return NULL;
-    for (struct runner *r = s->by_id[(uint64_t)id & (RUNNER_BUCKETS - 1)]; r; r = r->next_in_bucket)
+    for (struct runner *r = reg->by_id[(uint64_t)id & (RUNNER_BUCKETS - 1)]; r;
+         r = r->next_in_bucket)
         if (r->id == id)
             return r;
     return NULL;
 }
 
-void runner_index(struct runner *r)
+static void runner_index(struct runner *r)
 {
-    struct runner **bucket = &r->s->by_id[(uint64_t)r->id & (RUNNER_BUCKETS - 1)];
+    struct runner **bucket = &r->reg->by_id[(uint64_t)r->id & (RUNNER_BUCKETS - 1)];
     r->next_in_bucket = *bucket;
     *bucket = r;
 }
 
 static void runner_unindex(struct runner *r)
 {
-    for (struct runner **pp = &r->s->by_id[(uint64_t)r->id & (RUNNER_BUCKETS - 1)]; *pp;
+    for (struct runner **pp = &r->reg->by_id[(uint64_t)r->id & (RUNNER_BUCKETS - 1)]; *pp;
          pp = &(*pp)->next_in_bucket)
         if (*pp == r) {
             *pp = r->next_in_bucket;

@@ -1,7 +1,7 @@
 /* The scheduler: demand per pool and placement on hosts, its tick, its start and end, and
- * the admin and metrics views; see scheduler.h. A runner's own life is runner.c's, the
- * reconciler's work reconcile.c's; what they share is scheduler_internal.h. */
-#include "scheduler_internal.h"
+ * the admin and metrics views; see scheduler.h. A runner's own life and the registry of
+ * runners are runner.c's (runner.h), the reconciler's work reconcile.c's (reconcile.h). */
+#include "scheduler.h"
 #include "scaleset/scaleset.h"
 
 #include <errno.h>
@@ -16,12 +16,57 @@
 #include "guest_isolation.h"
 #include "image_cache.h"
 #include "log.h"
+#include "reconcile.h"
+#include "runner.h"
+#include "runner_group.h"
 #include "wall_clock.h"
 
-const double scheduler_boot_bounds[SCHEDULER_BOOT_BUCKETS] = {0.5, 1,  2,  5,  10, 15,
-                                                              20,  30, 45, 60, 120};
-const double scheduler_wait_bounds[SCHEDULER_WAIT_BUCKETS] = {
-    1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400};
+#define TICK_MS 1000
+
+struct scheduler {
+    struct scheduler_deps deps;
+    struct runners *runners; /* runner.c's */
+    struct reconciler *rec;  /* reconcile.c's */
+    uv_timer_t tick;
+    uv_timer_t reconcile;
+    bool *drained;                             /* per config host */
+    struct guest_isolation_log *isolation_log; /* what the journal was told of each host */
+    char (*why)[512];                          /* per pool: why queued jobs wait, or "" */
+    int64_t rotated_ms;                 /* when the tick last looked for outdated idle runners */
+    struct runner_group_checks *groups; /* per scope: the runner group's policy, as GitHub says */
+    struct scheduler_stats stats;
+};
+
+/* The running config, GitHub client and provider, read through on each use: a reload
+ * replaces the config, and a stop clears the clients. */
+static const struct config *cfg(const struct scheduler *s)
+{
+    return *s->deps.config;
+}
+
+static struct github_client *gh(const struct scheduler *s)
+{
+    return *s->deps.github;
+}
+
+static struct provider *prov(const struct scheduler *s)
+{
+    return *s->deps.provider;
+}
+
+static const struct runner_env *env(const struct scheduler *s)
+{
+    return runners_env(s->runners);
+}
+
+static void on_tick(uv_timer_t *t);
+
+/* Recounts demand soon: at most one recount per loop iteration. */
+static void scheduler_recount(void *data)
+{
+    struct scheduler *s = data;
+    uv_timer_start(&s->tick, on_tick, 0, 0);
+}
 
 /* ---- demand and placement ------------------------------------------------------------------- */
 
@@ -43,8 +88,8 @@ static struct host_view *host_views(struct scheduler *s)
         return NULL;
     for (size_t i = 0; i < c->n_hosts; i++)
         v[i].up = provider_host_status(prov(s), c->hosts[i].name, &v[i].st) == 0 && v[i].st.up;
-    for (struct runner *r = s->runners; r; r = r->next) {
-        int i = r->state == RUNNER_PENDING ? host_index(c, r->host) : -1;
+    for (struct runner *r = runners_first(s->runners); r; r = r->next) {
+        int i = r->state == RUNNER_PENDING ? config_host_index(c, r->host) : -1;
         if (i >= 0) {
             v[i].pending.guests++;
             v[i].pending.vcpus += r->pool->vcpus;
@@ -142,7 +187,7 @@ static bool hosts_settled(struct scheduler *s)
 static void check_heartbeats(struct scheduler *s)
 {
     int64_t limit_ms = cfg(s)->heartbeat_timeout_s * 1000, now = wall_clock_ms();
-    for (struct runner *r = s->runners, *next; r; r = next) {
+    for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
         next = r->next;
         if (runner_state_heartbeats(r->state) && !r->adopting && r->guest &&
             now - r->heartbeat_ms > limit_ms)
@@ -158,7 +203,7 @@ static void retire_surplus(struct scheduler *s, const struct config_pool *pool, 
     int64_t now = wall_clock_ms(), limit_ms = pool->surplus_idle_s * 1000;
     while (surplus-- > 0) {
         struct runner *oldest = NULL;
-        for (struct runner *r = s->runners; r; r = r->next)
+        for (struct runner *r = runners_first(s->runners); r; r = r->next)
             if (r->state == RUNNER_IDLE && !r->adopting && strcmp(r->pool->name, pool->name) == 0 &&
                 now - r->online_ms >= limit_ms && (!oldest || r->online_ms < oldest->online_ms))
                 oldest = r;
@@ -176,9 +221,9 @@ static void retire_surplus(struct scheduler *s, const struct config_pool *pool, 
  * and are not replaced. */
 static void retire_removed(struct scheduler *s)
 {
-    for (struct runner *r = s->runners, *next; r; r = next) {
+    for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
         next = r->next;
-        if (!runner_state_unbusy(r->state) || r->adopting || pool_slot(s, r->pool) >= 0)
+        if (!runner_state_unbusy(r->state) || r->adopting || runner_pool_slot(r) >= 0)
             continue;
         if (runner_lifecycle_next(r->state, RUNNER_EV_RETIRE) >= 0)
             runner_retire(r, "its pool %s was removed from the config", r->pool->name);
@@ -201,15 +246,15 @@ int scheduler_rotate(struct scheduler *s, const char *pool, json_t *names)
     if (!current)
         return -ENOMEM;
     int retired = 0;
-    for (struct runner *r = s->runners, *next; r; r = next) {
+    for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
         next = r->next;
-        int p = pool_slot(s, r->pool), h = host_index(c, r->host);
+        int p = runner_pool_slot(r), h = config_host_index(c, r->host);
         if (r->state != RUNNER_IDLE || r->adopting || !r->image[0] || p < 0 || h < 0 ||
             (pool && strcmp(r->pool->name, pool) != 0))
             continue;
         struct current *now = &current[(size_t)p * c->n_hosts + (size_t)h];
         if (!now->known)
-            now->known = runner_image_now(s, r->pool, r->host, now->image) ? 1 : -1;
+            now->known = runner_image_now(env(s), r->pool, r->host, now->image) ? 1 : -1;
         if (now->known < 0 || strcmp(now->image, r->image) == 0)
             continue;
         log_info("runner.outdated", "runner=%s pool=%s host=%s image=%s current=%s", r->name,
@@ -259,12 +304,12 @@ static void keep_templates(struct scheduler *s)
 static bool trusted_pool_allowed(struct scheduler *s, const struct config_pool *pool, char *why,
                                  size_t why_size)
 {
-    const struct github_scope *sc = scheduler_pool_scope(s, pool);
+    const struct github_scope *sc = env_pool_scope(env(s), pool);
     size_t i = sc ? (size_t)(sc - s->deps.scopes) : s->deps.n_scopes;
-    runner_group_checks_ask(s->groups, gh(s), i, true, scheduler_recount_cb, s);
+    runner_group_checks_ask(s->groups, gh(s), i, true, scheduler_recount, s);
     if (runner_group_checks_allow(s->groups, i, why, why_size))
         return true;
-    for (struct runner *r = s->runners, *next; r; r = next) {
+    for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
         next = r->next;
         if (r->state == RUNNER_IDLE && !r->adopting && r->pool == pool) {
             log_info("runner.group_open", "runner=%s pool=%s", r->name, pool->name);
@@ -290,21 +335,6 @@ static void note_isolation(struct scheduler *s)
     }
 }
 
-/* Scale-set jobs of `pool` whose runner left before the service said they completed. */
-static int64_t scheduler_ended_jobs(struct scheduler *s, const char *pool)
-{
-    int64_t n = 0, now = wall_clock_ms();
-    size_t kept = 0;
-    for (size_t i = 0; i < s->n_ended_jobs; i++) {
-        if (now - s->ended_jobs[i].ended_ms > ENDED_JOB_KEEP_MS)
-            continue; /* never completed: no longer held back */
-        s->ended_jobs[kept++] = s->ended_jobs[i];
-        n += strcmp(s->ended_jobs[i].pool, pool) == 0;
-    }
-    s->n_ended_jobs = kept;
-    return n;
-}
-
 static void tick(struct scheduler *s)
 {
     const struct config *c = cfg(s);
@@ -315,14 +345,14 @@ static void tick(struct scheduler *s)
         s->rotated_ms = wall_clock_ms();
         scheduler_rotate(s, NULL, NULL); /* their replacements are made below, this tick */
     }
-    if (!s->recovered && hosts_settled(s))
-        reconcile_recover(s); /* as soon as every host's first connection has been tried */
+    if (!reconcile_recovered(s->rec) && hosts_settled(s))
+        reconcile_recover(s->rec); /* as soon as every host's first connection has been tried */
     if (!gh(s)) {
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
         return;
     }
-    if (!s->recovered) {
+    if (!reconcile_recovered(s->rec)) {
         /* An earlier hatcheryd's runners are not counted yet: wait for reconcile_recover(). */
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
@@ -333,7 +363,7 @@ static void tick(struct scheduler *s)
         free(queue);
         return; /* the next tick counts again */
     }
-    verify_late_jobs(s);
+    reconcile_verify_late_jobs(s->rec);
     struct github_stats gs;
     github_client_stats(gh(s), &gs);
     bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > wall_clock_ms();
@@ -344,7 +374,7 @@ static void tick(struct scheduler *s)
         /* took: runners that took a job, which a scale set's runner holds until the service
          * says it completed, finishing or not (the statistics count the job till then). */
         int64_t unbusy = 0, live = 0, took = 0;
-        for (struct runner *r = s->runners; r; r = r->next) {
+        for (struct runner *r = runners_first(s->runners); r; r = r->next) {
             if (strcmp(r->pool->name, pool->name) != 0 || !runner_state_live(r->state))
                 continue;
             live++;
@@ -356,7 +386,7 @@ static void tick(struct scheduler *s)
         if (pool->scale_set) {
             /* Its jobs are the ones the service assigned to the scale set, running ones
              * included: those still to start are what is not busy yet. */
-            int64_t assigned = scalesets_assigned(scalesets_of(s), pool->name);
+            int64_t assigned = scalesets_assigned(env_scalesets(env(s)), pool->name);
             if (assigned < 0) {
                 snprintf(s->why[p], sizeof(s->why[p]),
                          assigned == -1 ? "waiting for scale set %s"
@@ -366,7 +396,7 @@ static void tick(struct scheduler *s)
                 continue;
             }
             /* And jobs whose runner left before the service completed them. */
-            took += scheduler_ended_jobs(s, pool->name);
+            took += runners_ended_jobs(s->runners, pool->name);
             queued = assigned > took ? assigned - took : 0;
         }
         int64_t want = queued + pool->min_idle - unbusy;
@@ -402,10 +432,12 @@ static void tick(struct scheduler *s)
                          (long long)pool->max_runners);
                 break;
             }
-            if (s->retry_at_ms[p] > wall_clock_ms()) {
+            int64_t retry_at = runners_pool_retry_at(s->runners, (int)p);
+            if (retry_at > wall_clock_ms()) {
                 snprintf(s->why[p], sizeof(s->why[p]),
-                         "%d runner(s) failed in a row: retrying in %lld s", s->failures[p],
-                         (long long)((s->retry_at_ms[p] - wall_clock_ms()) / 1000 + 1));
+                         "%d runner(s) failed in a row: retrying in %lld s",
+                         runners_pool_failures(s->runners, (int)p),
+                         (long long)((retry_at - wall_clock_ms()) / 1000 + 1));
                 break;
             }
             if (rate_limited) {
@@ -430,7 +462,7 @@ static void tick(struct scheduler *s)
             views[h].pending.guests++;
             views[h].pending.vcpus += pool->vcpus;
             views[h].pending.memory_mib += pool->memory_mib;
-            runner_create(s, pool, c->hosts[h].name);
+            runner_create(s->runners, pool, c->hosts[h].name);
             want--;
             room--;
         }
@@ -452,57 +484,17 @@ void scheduler_kick(struct scheduler *s)
     scheduler_recount(s);
 }
 
+static void on_reconcile(uv_timer_t *t)
+{
+    struct scheduler *s = t->data;
+    reconcile_pass(s->rec);
+}
+
 void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status status,
                          const char *runner_name)
 {
-    for (size_t i = 0; status == JOB_COMPLETED && i < s->n_ended_jobs; i++)
-        if (s->ended_jobs[i].job_id == job_id) {
-            memmove(s->ended_jobs + i, s->ended_jobs + i + 1,
-                    (s->n_ended_jobs - i - 1) * sizeof(s->ended_jobs[0]));
-            s->n_ended_jobs--;
-            break;
-        }
-    struct runner *r = runner_name ? runner_find(s, runner_name) : NULL;
-    enum runner_event ev =
-        status == JOB_IN_PROGRESS ? RUNNER_EV_JOB_IN_PROGRESS : RUNNER_EV_JOB_COMPLETED;
-    /* A runner takes one job (a JIT runner is single-use): news of another job on a runner
-     * that has one is not believed. Signed deliveries say so only if the webhook secret
-     * leaked (or the front that holds it was taken over); acted on, a busy runner's job
-     * would be ended early. */
-    if (r && r->job_id && r->job_id != job_id &&
-        (status == JOB_IN_PROGRESS || status == JOB_COMPLETED)) {
-        log_warn("runner.job_mismatch",
-                 "runner=%s runner_job=%lld job=%lld status=%s action=\"ignored: the runner "
-                 "runs another job\"",
-                 r->name, (long long)r->job_id, (long long)job_id, job_status_names[status]);
-        s->stats.job_mismatches++;
-        r = NULL;
-    }
-    /* Its job is done, whatever state the runner is in: one that has exited already and is
-     * leaving no longer holds a scale set's job back once it is gone (note_ended_job). */
-    if (r && status == JOB_COMPLETED)
-        r->job_completed = true;
-    if (r && (status == JOB_IN_PROGRESS || status == JOB_COMPLETED) &&
-        runner_lifecycle_next(r->state, ev) < 0) {
-        /* A late or repeated webhook (the runner ended already): nothing to do. */
-        log_info("runner.job_event_ignored", "runner=%s state=%s cause=%s job=%lld", r->name,
-                 runner_state_names[r->state], runner_event_names[ev], (long long)job_id);
-        r = NULL;
-    }
-    if (r && status == JOB_IN_PROGRESS) {
-        r->job_id = job_id;
-        r->busy_ms = wall_clock_ms();
-        int64_t queued_ms = store_job_queued_at(s->deps.store, job_id);
-        if (queued_ms >= 0)
-            scheduler_observe(s, r->pool->name, HISTOGRAM_START,
-                              (double)(r->busy_ms - queued_ms) / 1000.0);
-        runner_move(r, RUNNER_EV_JOB_IN_PROGRESS);
-    } else if (r && status == JOB_COMPLETED) {
-        r->job_id = r->job_id ? r->job_id : job_id;
-        r->job_completed = true;
-        /* The runner exits by itself after its one job; finishing gives it a grace. */
-        runner_move(r, RUNNER_EV_JOB_COMPLETED);
-    }
+    runner_job_event(s->runners, runner_name ? runners_find(s->runners, runner_name) : NULL, job_id,
+                     status);
     scheduler_kick(s);
 }
 
@@ -515,44 +507,47 @@ int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
     if (!s)
         return -ENOMEM;
     s->deps = *deps;
-    s->started_ms = wall_clock_ms();
-    snprintf(s->prefix, sizeof(s->prefix), "hatchery-%s-", cfg(s)->controller_id);
+    const struct runner_env env = {.loop = deps->loop,
+                                   .store = deps->store,
+                                   .config = deps->config,
+                                   .github = deps->github,
+                                   .provider = deps->provider,
+                                   .images = deps->images,
+                                   .scopes = deps->scopes,
+                                   .n_scopes = deps->n_scopes,
+                                   .scalesets = deps->scalesets,
+                                   .stats = &s->stats,
+                                   .recount = scheduler_recount,
+                                   .recount_data = s};
     s->drained = calloc(cfg(s)->n_hosts + 1, sizeof(bool));
     s->why = calloc(cfg(s)->n_pools + 1, sizeof(*s->why));
-    s->failures = calloc(cfg(s)->n_pools + 1, sizeof(int));
-    s->retry_at_ms = calloc(cfg(s)->n_pools + 1, sizeof(int64_t));
-    s->rec = reconciler_new(s->deps.n_scopes);
+    s->runners = runners_new(&env);
     s->isolation_log = guest_isolation_log_new();
     s->groups = runner_group_checks_new(s->deps.scopes, s->deps.n_scopes);
-    if (!s->drained || !s->why || !s->failures || !s->retry_at_ms || !s->rec || !s->isolation_log ||
-        !s->groups) {
+    s->rec = s->runners && s->groups ? reconciler_new(s->runners, s->groups) : NULL;
+    if (!s->drained || !s->why || !s->runners || !s->rec || !s->isolation_log || !s->groups) {
         guest_isolation_log_free(s->isolation_log);
+        reconciler_free(s->rec);
         runner_group_checks_free(s->groups);
+        runners_free(s->runners); /* none made: freed now */
         free(s->drained);
         free(s->why);
-        free(s->failures);
-        free(s->retry_at_ms);
-        reconciler_free(s->rec);
         free(s);
         return -ENOMEM;
     }
-    /* Ids are never reused, even once old records are pruned: AUTOINCREMENT remembers. */
-    s->next_id = store_runner_next_id(s->deps.store);
-    s->first_id = s->next_id;
     json_t *rows = store_hosts_drained(s->deps.store);
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
     {
-        int h = host_index(cfg(s), json_string_value(json_object_get(row, "name")));
+        int h = config_host_index(cfg(s), json_string_value(json_object_get(row, "name")));
         if (h >= 0)
             s->drained[h] = true;
     }
     json_decref(rows);
     for (size_t p = 0; p < cfg(s)->n_pools; p++)
-        scheduler_pool_stats(s, cfg(s)->pools[p].name); /* each series from 0 */
+        scheduler_stats_pool(&s->stats, cfg(s)->pools[p].name); /* each series from 0 */
     uv_timer_init(s->deps.loop, &s->tick);
-    s->on_tick = on_tick;
     uv_timer_init(s->deps.loop, &s->reconcile);
     s->tick.data = s->reconcile.data = s;
     uv_timer_start(&s->tick, on_tick, TICK_MS, 0);
@@ -569,32 +564,17 @@ void scheduler_free(struct scheduler *s)
         return;
     uv_close((uv_handle_t *)&s->tick, NULL);
     uv_close((uv_handle_t *)&s->reconcile, NULL);
-    /* Runners stay as records: the next start repairs them. One that a store write or a
-     * GitHub call still holds is freed when that comes back (hold_release), not before:
-     * the loop runs on until it has. */
-    s->closing = true;
-    for (struct runner *r = s->runners; r;) {
-        struct runner *next = r->next;
-        if (r->holds > 0) {
-            r->forget_pending = true;
-            uv_timer_stop(&r->timer); /* no deadline acts on it now */
-        } else
-            uv_close((uv_handle_t *)&r->timer, on_runner_timer_closed);
-        r = next;
-    }
+    reconciler_free(s->rec);
+    s->rec = NULL;
+    /* Runners stay as records: the next start repairs them (runners_free). */
+    runners_free(s->runners);
     s->runners = NULL;
     guest_isolation_log_free(s->isolation_log);
     runner_group_checks_free(s->groups);
     s->groups = NULL;
     free(s->drained);
     free(s->why);
-    free(s->failures);
-    free(s->retry_at_ms);
-    reconciler_free(s->rec);
-    s->rec = NULL;
-    free(s->stats.pools);
-    s->stats.pools = NULL;
-    s->stats.n_pools = 0;
+    scheduler_stats_free(&s->stats);
     /* The tick and reconcile handles close in this loop iteration; s outlives them by
      * being freed from the daemon after uv_run returns. */
 }
@@ -604,39 +584,28 @@ int scheduler_config_replace(struct scheduler *s, const struct config *next)
     const struct config *old = cfg(s), *c = next;
     bool *drained = calloc(c->n_hosts + 1, sizeof(bool));
     char(*why)[512] = calloc(c->n_pools + 1, sizeof(*why));
-    int *failures = calloc(c->n_pools + 1, sizeof(int));
-    int64_t *retry_at_ms = calloc(c->n_pools + 1, sizeof(int64_t));
-    if (!drained || !why || !failures || !retry_at_ms) {
+    if (!drained || !why || runners_config_replace(s->runners, old, next) < 0) {
         free(drained);
         free(why);
-        free(failures);
-        free(retry_at_ms);
         return -ENOMEM;
     }
     /* Per-pool and per-host state follows the name. */
     for (size_t i = 0; i < c->n_pools; i++) {
         int j = config_pool_index(old, c->pools[i].name);
-        if (j >= 0) {
-            failures[i] = s->failures[j];
-            retry_at_ms[i] = s->retry_at_ms[j];
+        if (j >= 0)
             memcpy(why[i], s->why[j], sizeof(why[i]));
-        }
     }
     for (size_t i = 0; i < c->n_hosts; i++) {
-        int j = host_index(old, c->hosts[i].name);
+        int j = config_host_index(old, c->hosts[i].name);
         if (j >= 0)
             drained[i] = s->drained[j];
     }
     free(s->drained);
     free(s->why);
-    free(s->failures);
-    free(s->retry_at_ms);
     s->drained = drained;
     s->why = why;
-    s->failures = failures;
-    s->retry_at_ms = retry_at_ms;
     for (size_t p = 0; p < c->n_pools; p++)
-        scheduler_pool_stats(s, c->pools[p].name);
+        scheduler_stats_pool(&s->stats, c->pools[p].name);
     if (c->reconcile_interval_s != old->reconcile_interval_s)
         uv_timer_start(&s->reconcile, on_reconcile, (uint64_t)c->reconcile_interval_s * 1000,
                        (uint64_t)c->reconcile_interval_s * 1000);
@@ -652,7 +621,8 @@ json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)
     /* Memory is ahead of the store by at most a commit: show the live state. */
     json_array_foreach(rows, i, row)
     {
-        struct runner *r = runner_find(s, json_string_value(json_object_get(row, "name")));
+        struct runner *r =
+            runners_find(s->runners, json_string_value(json_object_get(row, "name")));
         const char *stored = json_string_value(json_object_get(row, "state"));
         if (r)
             json_object_set_new(row, "state", json_string(runner_state_names[r->state]));
@@ -669,7 +639,7 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
     int64_t live = 0;
     for (int st = 0; st < RUNNER_DELETED; st++)
         json_object_set_new(states, runner_state_names[st], json_integer(0));
-    for (struct runner *r = s->runners; r; r = r->next) {
+    for (struct runner *r = runners_first(s->runners); r; r = r->next) {
         if (strcmp(r->pool->name, pool) != 0 || !runner_state_live(r->state))
             continue;
         json_t *n = json_object_get(states, runner_state_names[r->state]);
@@ -678,12 +648,12 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
     }
     const char *why = scheduler_pool_waiting(s, pool);
     int p = config_pool_index(cfg(s), pool);
-    int64_t backoff_ms = p >= 0 ? s->retry_at_ms[p] - wall_clock_ms() : 0;
+    int64_t backoff_ms = p >= 0 ? runners_pool_retry_at(s->runners, p) - wall_clock_ms() : 0;
     json_t *o = json_pack("{s:I, s:o, s:o, s:i, s:f}", "live", (json_int_t)live, "by_state", states,
                           "waiting", why ? json_string(why) : json_null(), "failures_in_a_row",
-                          p >= 0 ? s->failures[p] : 0, "backoff_s",
+                          runners_pool_failures(s->runners, p), "backoff_s",
                           backoff_ms > 0 ? (double)backoff_ms / 1000.0 : 0.0);
-    const struct github_scope *sc = p >= 0 ? scheduler_pool_scope(s, &cfg(s)->pools[p]) : NULL;
+    const struct github_scope *sc = p >= 0 ? env_pool_scope(env(s), &cfg(s)->pools[p]) : NULL;
     json_t *group = sc && cfg(s)->pools[p].trusted
                         ? runner_group_checks_json(s->groups, (size_t)(sc - s->deps.scopes))
                         : NULL;
@@ -702,7 +672,7 @@ const char *scheduler_pool_waiting(struct scheduler *s, const char *pool)
 
 int scheduler_host_drain(struct scheduler *s, const char *host, bool drained)
 {
-    int h = host_index(cfg(s), host);
+    int h = config_host_index(cfg(s), host);
     if (h < 0)
         return -ENOENT;
     s->drained[h] = drained;
@@ -714,31 +684,25 @@ int scheduler_host_drain(struct scheduler *s, const char *host, bool drained)
 
 bool scheduler_host_drained(struct scheduler *s, const char *host)
 {
-    int h = host_index(cfg(s), host);
+    int h = config_host_index(cfg(s), host);
     return h >= 0 && s->drained[h];
 }
 
 int scheduler_runner_delete(struct scheduler *s, const char *name)
 {
-    struct runner *r = runner_find(s, name);
+    struct runner *r = runners_find(s->runners, name);
     if (!r || !runner_state_live(r->state))
         return -ENOENT;
     runner_fail(r, FAILURE_OPERATOR, "deleted by an operator");
     return 0;
 }
 
-/* A name this controller gives its runners, and nothing a path could be built from. */
-static bool runner_name_ours(const struct scheduler *s, const char *name)
-{
-    return strncmp(name, s->prefix, strlen(s->prefix)) == 0 && config_name_valid(name, 199);
-}
-
 int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts)
 {
     *ret_hosts = 0;
-    if (!runner_name_ours(s, name))
+    if (!runners_name_ours(s->runners, name))
         return -EINVAL;
-    struct runner *r = runner_find(s, name);
+    struct runner *r = runners_find(s->runners, name);
     if (r && runner_state_live(r->state)) {
         runner_fail(r, FAILURE_OPERATOR, "deleted by an operator");
         return 0;
@@ -760,13 +724,13 @@ int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts
 
 bool scheduler_runner_live(struct scheduler *s, const char *name)
 {
-    struct runner *r = runner_find(s, name);
+    struct runner *r = runners_find(s->runners, name);
     return r && runner_state_live(r->state);
 }
 
 const char *scheduler_runner_log(struct scheduler *s, const char *name, char *buf, size_t size)
 {
-    if (!runner_name_ours(s, name))
+    if (!runners_name_ours(s->runners, name))
         return NULL;
     snprintf(buf, size, "%s/logs/%s.console.log", cfg(s)->state_dir, name);
     return access(buf, R_OK) == 0 ? buf : NULL;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "hatchery/limits.h"
 #include "job.h"
 
 #define STORE_SCHEMA_VERSION 8
@@ -97,8 +98,22 @@ int store_runner_update(struct store *store, const struct store_runner_update *u
                         store_write_cb cb, void *data);
 /* A record nobody owns any more: deleted, keeping its first reason and end. */
 int store_runner_mark_deleted(struct store *store, int64_t id, const char *reason, int64_t now_ms);
-/* Records not deleted with ids below `first_id` (an earlier hatcheryd's), as rows. */
-json_t *store_runners_live_before(struct store *store, int64_t first_id);
+/* A runner's record as the store holds it: "" for a NULL text, 0 for a NULL id or time,
+ * -1 for a NULL exit code. */
+struct store_runner_row {
+    int64_t id;
+    char name[160], pool[CONFIG_MAX_NAME_BYTES + 1], host[CONFIG_MAX_NAME_BYTES + 1];
+    char state[16];
+    int64_t github_runner_id, job_id;
+    int exit_code;
+    char reason[256];
+    int64_t created_ms, online_ms, busy_ms, finished_ms;
+    char image[72]; /* "": recorded before schema 7 */
+};
+/* Records not deleted with ids below `first_id` (an earlier hatcheryd's): an array of
+ * `*ret_n` rows into `*ret_rows` (free() it), or -errno. */
+int store_runners_live_before(struct store *store, int64_t first_id,
+                              struct store_runner_row **ret_rows, size_t *ret_n);
 /* The newest 1,000 records (only live ones unless `include_ended`), as rows. */
 json_t *store_runners_list(struct store *store, bool include_ended);
 /* The id after every one ever given (deleted and pruned ones included). */

@@ -843,7 +843,7 @@ static void timeouts_and_lost_jobs(void **state)
     assert_int_equal(scheduler_stats_get(s)->jobs_lost, 1);
     /* Counted by pool and reason: the first failed on its boot, the second lost its job
      * to its guest; no other reason has a count. */
-    const struct pool_stats *ps = scheduler_pool_stats(s, "p");
+    const struct pool_stats *ps = scheduler_stats_pool_find(scheduler_stats_get(s), "p");
     assert_non_null(ps);
     assert_int_equal(ps->created, scheduler_stats_get(s)->created); /* one pool: all of them */
     assert_true(ps->created >= 2);
@@ -926,7 +926,8 @@ static void a_silent_agent_is_hung(void **state)
     spin(16500); /* then silent past 15 s */
     assert_string_equal(state_of(s, g->name), "failed");
     assert_non_null(strstr(reason_of(s, g->name), "hung: no heartbeat"));
-    assert_int_equal(scheduler_pool_stats(s, "p")->failed[FAILURE_HUNG], 1);
+    assert_int_equal(scheduler_stats_pool_find(scheduler_stats_get(s), "p")->failed[FAILURE_HUNG],
+                     1);
     stop(s);
 }
 
@@ -972,8 +973,10 @@ static void adoption_after_a_restart(void **state)
     assert_int_equal(st->adopt_failed, 1);
     assert_int_equal(st->jobs_lost, 1);
     assert_int_equal(st->reconcile_records_failed, 1); /* the creating one */
-    assert_int_equal(scheduler_pool_stats(s, "p")->jobs_lost[FAILURE_NOT_ADOPTED], 1);
-    assert_int_equal(scheduler_pool_stats(s, "p")->failed[FAILURE_RESTART], 1);
+    assert_int_equal(
+        scheduler_stats_pool_find(scheduler_stats_get(s), "p")->jobs_lost[FAILURE_NOT_ADOPTED], 1);
+    assert_int_equal(
+        scheduler_stats_pool_find(scheduler_stats_get(s), "p")->failed[FAILURE_RESTART], 1);
     assert_int_equal(refused(s), 0);
     stop(s);
 }

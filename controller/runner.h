@@ -1,0 +1,173 @@
+/* Runners: one runner's life, from its record to its end (the store record, the lifecycle
+ * moves of runner_lifecycle.h, the guest's events, creation and adoption), and the
+ * registry of this hatcheryd's runners, by id and by name, with each pool's failures in a
+ * row. runner.c owns both: it alone makes, changes and frees a runner. The scheduler
+ * (scheduler.c) and the reconciler (reconcile.c) read runners and act on them through the
+ * calls below. */
+#ifndef HATCHERY_RUNNER_H
+#define HATCHERY_RUNNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "config.h"
+#include "github.h"
+#include "job.h"
+#include "provider.h"
+#include "runner_lifecycle.h"
+#include "scheduler_stats.h"
+#include "store.h"
+
+struct image_cache;
+struct scalesets;
+
+/* What runners work with. The config, the GitHub client, the provider and the scale sets
+ * are the daemon's own variables, read through on each use: a reload replaces the config,
+ * and a stop sets the clients to NULL. `recount` asks the scheduler to count demand again
+ * soon (a runner ended, a job was found). */
+struct runner_env {
+    uv_loop_t *loop;
+    struct store *store;
+    struct config *const *config;
+    struct github_client *const *github;
+    struct provider *const *provider;
+    struct image_cache *images; /* NULL: no pool's image is on this machine to look at */
+    const struct github_scope *scopes;
+    size_t n_scopes;
+    struct scalesets *const *scalesets; /* NULL without scale-set pools */
+    struct scheduler_stats *stats;
+    void (*recount)(void *data);
+    void *recount_data;
+};
+
+static inline const struct config *env_config(const struct runner_env *e)
+{
+    return *e->config;
+}
+
+static inline struct github_client *env_github(const struct runner_env *e)
+{
+    return *e->github;
+}
+
+static inline struct provider *env_provider(const struct runner_env *e)
+{
+    return *e->provider;
+}
+
+static inline struct scalesets *env_scalesets(const struct runner_env *e)
+{
+    return e->scalesets ? *e->scalesets : NULL;
+}
+
+static inline void env_recount(const struct runner_env *e)
+{
+    e->recount(e->recount_data);
+}
+
+/* The scope whose runners `pool` registers (config.github.runner_scopes), or NULL. */
+const struct github_scope *env_pool_scope(const struct runner_env *e, const struct config_pool *p);
+
+struct runners;
+
+/* One runner. Only runner.c writes its fields; others read them. */
+struct runner {
+    struct runners *reg;
+    int64_t id;
+    char name[160];
+    const struct config_pool *pool;
+    const struct github_scope *scope;
+    char host[CONFIG_MAX_NAME_BYTES + 1];
+    enum runner_state state;
+    char image[72]; /* the build of the pool's image it booted (image_manifest_id), or "" */
+    struct guest *guest;
+    struct secret *jit;
+    int64_t github_runner_id;
+    bool hello;
+    int pool_failures_at_start; /* the pool's failures in a row when this runner started */
+    /* Callbacks still to come with this runner (GitHub requests, store commits): it is
+     * freed only when it is deleted and none is left. */
+    int holds;
+    bool forget_pending;
+    bool adopting; /* an earlier hatcheryd's runner, waiting for its agent */
+    int64_t adopt_started_ms;
+    int64_t heartbeat_ms; /* the agent's last sign of life */
+    int64_t job_id;
+    bool job_completed; /* GitHub said its job completed (a webhook, or its scale set) */
+    int exit_code;
+    int64_t created_ms, online_ms, busy_ms, finished_ms;
+    char reason[256];
+    uv_timer_t timer;
+    struct runner *next;
+    struct runner *next_in_bucket;
+};
+
+/* ---- the registry ---------------------------------------------------------------------- */
+
+/* The registry of this hatcheryd's runners, for `env` (copied). Ids continue the store's;
+ * names are hatchery-<controller_id>-<id>. NULL when out of memory. */
+struct runners *runners_new(const struct runner_env *env);
+/* Runners stay as records: the next start repairs them. One that a store write or a
+ * GitHub call still holds is freed when that comes back, not before, so the loop must run
+ * on until it has; the registry itself is freed with the last of them. */
+void runners_free(struct runners *reg);
+const struct runner_env *runners_env(const struct runners *reg);
+/* The first runner of the list, newest first; the next is r->next. */
+struct runner *runners_first(const struct runners *reg);
+/* By name, or NULL. Not a walk: the reconciler looks up every domain and GitHub runner. */
+struct runner *runners_find(const struct runners *reg, const char *name);
+/* A name this controller gives its runners, and nothing a path could be built from. */
+bool runners_name_ours(const struct runners *reg, const char *name);
+/* The first id this process gave: records below it are an earlier process's. */
+int64_t runners_first_id(const struct runners *reg);
+
+/* Per pool, by its slot in the running config: runners that failed in a row, and no new
+ * runner before retry_at (a pool whose runners keep failing backs off, up to 5 minutes). */
+int runners_pool_failures(const struct runners *reg, int slot);
+int64_t runners_pool_retry_at(const struct runners *reg, int slot);
+/* A reload: `next` replaces `old`; each pool's failures follow its name. -ENOMEM changes
+ * nothing. */
+int runners_config_replace(struct runners *reg, const struct config *old,
+                           const struct config *next);
+
+/* Scale-set jobs of `pool` whose runner left before the service said they completed: the
+ * service's statistics still count them until then (kept for 10 minutes at most). */
+int64_t runners_ended_jobs(struct runners *reg, const char *pool);
+
+/* ---- one runner ------------------------------------------------------------------------ */
+
+/* A new runner of `pool` on `host`: recorded, then its JIT config and guest asked for. */
+void runner_create(struct runners *reg, const struct config_pool *pool, const char *host);
+/* An earlier hatcheryd's runner whose guest may still run (its store record): back in
+ * memory in its recorded state, its guest re-attached. */
+void runner_adopt(struct runners *reg, const struct store_runner_row *row,
+                  const struct config_pool *pool, enum runner_state state);
+/* GitHub's news of a job (a webhook, or its scale set) for `r`, which a runner's name
+ * matched; `r` NULL: none did. */
+void runner_job_event(struct runners *reg, struct runner *r, int64_t job_id,
+                      enum job_status status);
+/* Fails the runner (ev is fail or timeout) for `why` with a reason, and tears its guest
+ * down. */
+void runner_end(struct runner *r, enum runner_event ev, enum runner_failure why, const char *fmt,
+                ...) __attribute__((format(printf, 4, 5)));
+#define runner_fail(r, why, ...) runner_end((r), RUNNER_EV_FAIL, (why), __VA_ARGS__)
+/* A runner no longer wanted, which has no job: it goes the way a finished one does. */
+void runner_retire(struct runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Into `out`, the build of `pool`'s image a new runner on `host` boots now
+ * (image_manifest_id); false when it is not known (no manifest yet, a container pool). */
+bool runner_image_now(const struct runner_env *env, const struct config_pool *pool,
+                      const char *host, char out[72]);
+/* The runner's pool's slot in the running config, or -1 when a reload removed the pool.
+ * Runners keep the pool settings they were made with. */
+int runner_pool_slot(const struct runner *r);
+
+/* Removes the runner GitHub registered for `pool`: through its scale set, or the REST
+ * API in `scope`. */
+int runner_unregister(const struct runner_env *env, const struct config_pool *pool,
+                      const struct github_scope *scope, int64_t runner_id, github_done_cb cb,
+                      void *data);
+/* A github_done_cb that only logs a failure. */
+void on_github_deleted_quiet(void *data, int err, const char *message);
+
+#endif
