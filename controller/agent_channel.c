@@ -9,6 +9,7 @@
 
 #include "hatchery/agent_protocol.h"
 #include "log.h"
+#include "wall_clock.h"
 
 enum channel_state {
     CHANNEL_EXPECT_HELLO,
@@ -34,6 +35,7 @@ struct agent_channel {
     bool reported;
     bool restoring; /* restore sent: the hello that follows must say restored */
     int writes_pending;
+    int64_t heard_ms; /* the last heartbeat (wall clock) */
 };
 
 struct channel_write {
@@ -42,6 +44,11 @@ struct channel_write {
     size_t len;
     char data[];
 };
+
+int64_t agent_channel_heard_ms(const struct agent_channel *c)
+{
+    return c->heard_ms;
+}
 
 static void on_stream_closed(uv_handle_t *handle)
 {
@@ -185,8 +192,7 @@ static void handle_message(struct agent_channel *c, json_t *msg, enum agent_msg_
         /* A version 2 agent also beats while it waits for its config. */
         if (c->state != CHANNEL_RUNNING && !(c->state == CHANNEL_READY && c->version >= 2))
             return fail(c, "heartbeat while no runner runs");
-        if (ev->on_heartbeat)
-            ev->on_heartbeat(c->data);
+        c->heard_ms = wall_clock_ms();
         return;
     case AGENT_MSG_EXITED: {
         if (c->state != CHANNEL_RUNNING && c->state != CHANNEL_CONFIGURED)

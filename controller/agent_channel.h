@@ -60,7 +60,6 @@ struct agent_resumed {
 struct agent_channel_events {
     void (*on_hello)(void *data, const struct agent_hello *hello);
     void (*on_started)(void *data, int64_t pid);
-    void (*on_heartbeat)(void *data);
     void (*on_exited)(void *data, const struct agent_exit *exit);
     /* The answer to resume (agent_channel_resume). */
     void (*on_resumed)(void *data, const struct agent_resumed *resumed);
@@ -93,6 +92,10 @@ int agent_channel_send_config(struct agent_channel *channel, const char *runner_
 int agent_channel_ack_exit(struct agent_channel *channel);
 /* Asks the agent to stop its runner: -EPROTO unless one runs (started, not exited). */
 int agent_channel_send_shutdown(struct agent_channel *channel, const char *reason);
+/* When the agent last beat (wall clock, ms; heartbeats come while its runner runs, and
+ * from a version 2 agent while it waits for its config), or 0 when it never has. Read by
+ * the owner, not told: a beat is the most frequent message and changes nothing. */
+int64_t agent_channel_heard_ms(const struct agent_channel *channel);
 /* Closes without further callbacks. */
 void agent_channel_close(struct agent_channel *channel);
 

@@ -109,7 +109,6 @@ struct guest_events {
     void (*on_gone)(void *data, struct guest *guest);
     /* The guest is started: it boots. */
     void (*on_booting)(void *data, struct guest *guest);
-    void (*on_heartbeat)(void *data, struct guest *guest);
     /* An adopted guest's agent answered resume. */
     void (*on_resumed)(void *data, struct guest *guest, const struct agent_resumed *resumed);
 };
@@ -170,6 +169,9 @@ struct provider_ops {
     /* After on_exited, once the exit is recorded: tells the agent we have it (nothing
      * before its exit). */
     void (*guest_ack_exit)(struct guest *guest);
+    /* When the guest's agent last beat (wall clock, ms), or 0: asked by the owner, which
+     * judges a silent agent hung. */
+    int64_t (*guest_heard_ms)(const struct guest *guest);
     /* Idempotent: asks the agent to stop its runner (when one runs), then destroys
      * everything. */
     void (*guest_teardown)(struct guest *guest, const char *reason);
@@ -251,6 +253,10 @@ static inline int provider_guest_send_config(struct provider *p, struct guest *g
 static inline void provider_guest_ack_exit(struct provider *p, struct guest *guest)
 {
     p->ops->guest_ack_exit(guest);
+}
+static inline int64_t provider_guest_heard_ms(struct provider *p, const struct guest *guest)
+{
+    return p->ops->guest_heard_ms(guest);
 }
 static inline void provider_guest_teardown(struct provider *p, struct guest *guest,
                                            const char *reason)

@@ -134,6 +134,12 @@ static bool runner_move(struct runner *r, enum runner_event ev)
     return true;
 }
 
+int64_t runner_heard_ms(const struct runner *r)
+{
+    int64_t beat = r->guest ? provider_guest_heard_ms(env_provider(&r->reg->env), r->guest) : 0;
+    return beat > r->heartbeat_ms ? beat : r->heartbeat_ms;
+}
+
 int runner_pool_slot(const struct runner *r)
 {
     return config_pool_index(env_config(&r->reg->env), r->pool->name);
@@ -423,13 +429,6 @@ static void ev_booting(void *data, struct guest *g)
     runner_move(r, RUNNER_EV_DOMAIN_STARTED);
 }
 
-static void ev_heartbeat(void *data, struct guest *g)
-{
-    (void)g;
-    struct runner *r = data;
-    r->heartbeat_ms = wall_clock_ms();
-}
-
 static void ev_hello(void *data, struct guest *g, const struct agent_hello *hello)
 {
     (void)g;
@@ -610,7 +609,6 @@ const struct guest_events runner_guest_events = {
     .on_ended = ev_ended,
     .on_gone = ev_gone,
     .on_booting = ev_booting,
-    .on_heartbeat = ev_heartbeat,
     .on_resumed = ev_resumed,
 };
 

@@ -92,7 +92,8 @@ struct runner {
     bool forget_pending;
     bool adopting; /* an earlier hatcheryd's runner, waiting for its agent */
     int64_t adopt_started_ms;
-    int64_t heartbeat_ms; /* the agent's last sign of life */
+    int64_t heartbeat_ms; /* the agent's last sign of life but its heartbeats (config sent,
+                           * started, resumed, adopted) */
     int64_t job_id;
     bool job_completed; /* GitHub said its job completed (a webhook, or its scale set) */
     int exit_code;
@@ -158,6 +159,9 @@ void runner_retire(struct runner *r, const char *fmt, ...) __attribute__((format
  * (image_manifest_id); false when it is not known (no manifest yet, a container pool). */
 bool runner_image_now(const struct runner_env *env, const struct config_pool *pool,
                       const char *host, char out[72]);
+/* The agent's last sign of life: its last heartbeat (asked of the guest), or what the
+ * runner last heard from it otherwise. */
+int64_t runner_heard_ms(const struct runner *r);
 /* The runner's pool's slot in the running config, or -1 when a reload removed the pool.
  * Runners keep the pool settings they were made with. */
 int runner_pool_slot(const struct runner *r);

@@ -189,10 +189,12 @@ static void check_heartbeats(struct scheduler *s)
     int64_t limit_ms = cfg(s)->heartbeat_timeout_s * 1000, now = wall_clock_ms();
     for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
         next = r->next;
-        if (runner_state_heartbeats(r->state) && !r->adopting && r->guest &&
-            now - r->heartbeat_ms > limit_ms)
+        if (!runner_state_heartbeats(r->state) || r->adopting || !r->guest)
+            continue;
+        int64_t heard_ms = runner_heard_ms(r);
+        if (now - heard_ms > limit_ms)
             runner_fail(r, FAILURE_HUNG, "hung: no heartbeat from the agent for %lld s",
-                        (long long)((now - r->heartbeat_ms) / 1000));
+                        (long long)((now - heard_ms) / 1000));
     }
 }
 

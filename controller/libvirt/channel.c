@@ -1,8 +1,9 @@
 /* A guest's channel to its agent: the socket (or a container's listening socket, or
  * libvirt streams on a remote host) opened, kept and retried, and what the agent says
  * relayed to the guest's owner. The agent's hello (or resumed) makes the guest up; what
- * it says after that (started, heartbeats, exited) is the owner's to keep: the guest's
- * state does not follow it, and its order is the channel's own (agent_channel.c). */
+ * it says after that (started, exited) is the owner's to keep: the guest's state does not
+ * follow it, and its order is the channel's own (agent_channel.c). Heartbeats stop at the
+ * channel, which keeps the last one's time (guest_heard_ms). */
 #include "internal.h"
 
 #include <errno.h>
@@ -106,15 +107,6 @@ static void ch_started(void *data, int64_t pid)
         g->events->on_started(g->data, g, pid);
 }
 
-static void ch_heartbeat(void *data)
-{
-    struct guest *g = data;
-    if (g->prov->closing)
-        return;
-    if (g->events->on_heartbeat)
-        g->events->on_heartbeat(g->data, g);
-}
-
 static void ch_resumed(void *data, const struct agent_resumed *resumed)
 {
     static const char *const names[] = {"waiting", "running", "exited"};
@@ -189,7 +181,6 @@ static void ch_error(void *data, const char *reason)
 static const struct agent_channel_events channel_events = {
     .on_hello = ch_hello,
     .on_started = ch_started,
-    .on_heartbeat = ch_heartbeat,
     .on_exited = ch_exited,
     .on_resumed = ch_resumed,
     .on_error = ch_error,

@@ -818,6 +818,11 @@ void guest_ack_exit(struct guest *g)
         agent_channel_ack_exit(g->channel);
 }
 
+int64_t guest_heard_ms(const struct guest *g)
+{
+    return g->channel ? agent_channel_heard_ms(g->channel) : 0;
+}
+
 int guest_send_config(struct guest *g, const struct secret *jit, int64_t job_timeout_s,
                       const char *const *command, size_t n_command)
 {

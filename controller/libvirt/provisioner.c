@@ -145,6 +145,7 @@ static const struct provider_ops libvirt_provider_ops = {
     .guest_adopt = provisioner_guest_adopt,
     .guest_send_config = guest_send_config,
     .guest_ack_exit = guest_ack_exit,
+    .guest_heard_ms = guest_heard_ms,
     .guest_teardown = guest_teardown,
     .guest_disown = guest_disown,
     .tagged_async = provisioner_tagged_domains_async,

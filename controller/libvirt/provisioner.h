@@ -71,6 +71,8 @@ int guest_send_config(struct guest *guest, const struct secret *jit_config, int6
                       const char *const *command, size_t n_command);
 /* After on_exited, once the exit is recorded: tells the agent we have it. */
 void guest_ack_exit(struct guest *guest);
+/* When its agent last beat (wall clock, ms), or 0. */
+int64_t guest_heard_ms(const struct guest *guest);
 /* Idempotent: asks the agent to stop (when it can), then destroys everything. */
 void guest_teardown(struct guest *guest, const char *reason);
 enum guest_state guest_state_get(const struct guest *guest);

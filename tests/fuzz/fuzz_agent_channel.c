@@ -41,11 +41,6 @@ static void on_started(void *data, int64_t pid)
     (void)pid;
 }
 
-static void on_heartbeat(void *data)
-{
-    (void)data;
-}
-
 static void on_exited(void *data, const struct agent_exit *exit)
 {
     struct run *r = data;
@@ -71,7 +66,6 @@ static void on_error(void *data, const char *reason)
 static const struct agent_channel_events events = {
     .on_hello = on_hello,
     .on_started = on_started,
-    .on_heartbeat = on_heartbeat,
     .on_exited = on_exited,
     .on_resumed = on_resumed,
     .on_error = on_error,

@@ -34,6 +34,7 @@
 #include "libvirt/libvirt_loop.h"
 #include "log.h"
 #include "libvirt/internal.h" /* the guest lifecycle table */
+#include "hatchery/agent_protocol.h"
 #include "libvirt/provisioner.h"
 
 static uv_loop_t loop;
@@ -43,6 +44,7 @@ static struct provisioner *prov;
 struct run {
     bool hello, started, exited, failed, gone, resumed;
     bool ended_after_exit; /* the guest ended on its own once its runner had exited */
+    int64_t heard_ms;      /* the agent's last heartbeat, as the guest kept it at the exit */
     bool restored;         /* its hello followed a restore */
     char nonce[72], rng_sample[72], machine_id[64], boot_id[64];
     struct agent_resumed resumed_as;
@@ -129,6 +131,7 @@ static void ev_exited(void *data, struct guest *g, const struct agent_exit *exit
     struct run *r = data;
     r->exited = true;
     r->exit = *exit;
+    r->heard_ms = guest_heard_ms(g);
     guest_ack_exit(g); /* a version 2 agent keeps its guest up until it hears this */
 }
 
@@ -659,6 +662,10 @@ static void test_twin_guest_gets_no_config(void **state)
     assert_int_equal(first.exit.code, 0);
     assert_int_equal(plain_1.exit.code, 0);
     assert_false(first.failed || plain_1.failed);
+    /* Their runners ran 30 s: the agent beat every AGENT_HEARTBEAT_S, and the guest kept
+     * the last beat for its owner to ask (a silent agent is judged hung by it). */
+    assert_true(plain_1.exit.duration_s >= 3 * AGENT_HEARTBEAT_S);
+    assert_true(plain_1.heard_ms > 0 && first.heard_ms > 0);
 }
 
 /* A remote host's guests are reached through libvirt streams only: the channel and the
