@@ -28,7 +28,7 @@ static void pool_image_json(struct daemon *d, const struct config_pool *p, json_
         const char *host = d->config->hosts[i].name;
         if (!config_pool_uses_host(p, host) || provider_host_image(d->provider, host, p, &st) < 0)
             continue;
-        json_t *row = json_pack("{s:s, s:s}", "host", host, "state", image_state_names[st.state]);
+        json_t *row = json_pack("{s:s, s:s}", "host", host, "state", image_state_name(st.state));
         here = here || st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED;
         if (st.state == IMAGE_READY) {
             json_object_set_new(row, "manifest", image_manifest_json(&st.manifest));

@@ -73,7 +73,15 @@ enum image_state {
     IMAGE_READY,
     IMAGE_MISSING, /* missing, unreadable, or for another arch: `reason` says which */
 };
-extern const char *const image_state_names[IMAGE_MISSING + 1];
+/* The state's name, as the admin API shows it. */
+static inline const char *image_state_name(enum image_state state)
+{
+    static const char *const names[IMAGE_MISSING + 1] = {
+        [IMAGE_LOCAL] = "local", [IMAGE_UNCHECKED] = "unchecked", [IMAGE_CHECKING] = "checking",
+        [IMAGE_READY] = "ready", [IMAGE_MISSING] = "missing",
+    };
+    return state <= IMAGE_MISSING ? names[state] : "?";
+}
 struct image_status {
     enum image_state state;
     char reason[256];
@@ -82,17 +90,6 @@ struct image_status {
 };
 
 /* ---- guests ------------------------------------------------------------------------------ */
-
-enum guest_state {
-    GUEST_CREATING,
-    GUEST_ADOPTING, /* an earlier hatcheryd's guest: looked up, then resumed */
-    GUEST_BOOTING,
-    GUEST_UP, /* its agent said hello (or, adopted, answered resume): the channel is live */
-    GUEST_DELETING,
-    GUEST_GONE,
-    GUEST_STATE_MAX,
-};
-extern const char *const guest_state_names[GUEST_STATE_MAX];
 
 struct guest_events {
     void (*on_hello)(void *data, struct guest *guest, const struct agent_hello *hello);

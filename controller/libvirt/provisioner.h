@@ -21,6 +21,18 @@
 
 #include "provider.h"
 
+/* A guest's state in libvirt's provider (its table is libvirt/internal.h's). */
+enum guest_state {
+    GUEST_CREATING,
+    GUEST_ADOPTING, /* an earlier hatcheryd's guest: looked up, then resumed */
+    GUEST_BOOTING,
+    GUEST_UP, /* its agent said hello (or, adopted, answered resume): the channel is live */
+    GUEST_DELETING,
+    GUEST_GONE,
+    GUEST_STATE_MAX,
+};
+extern const char *const guest_state_names[GUEST_STATE_MAX];
+
 struct provisioner;
 struct guest;
 

@@ -16,11 +16,6 @@
 
 /* ---- images on remote hosts ---------------------------------------------------------- */
 
-const char *const image_state_names[IMAGE_MISSING + 1] = {
-    [IMAGE_LOCAL] = "local", [IMAGE_UNCHECKED] = "unchecked", [IMAGE_CHECKING] = "checking",
-    [IMAGE_READY] = "ready", [IMAGE_MISSING] = "missing",
-};
-
 #define IMAGE_RECHECK_MS         60000
 #define IMAGE_RECHECK_MISSING_MS 10000
 

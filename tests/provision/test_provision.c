@@ -796,7 +796,7 @@ static struct image_status image_on(const char *host, const struct config_pool *
         usleep(50000);
         uv_run(&loop, UV_RUN_NOWAIT);
     }
-    fail_msg("host %s: the image of %s stays %s", host, pool->name, image_state_names[st.state]);
+    fail_msg("host %s: the image of %s stays %s", host, pool->name, image_state_name(st.state));
     return st;
 }
 
