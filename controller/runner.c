@@ -723,14 +723,15 @@ static struct runner *runner_new(struct runners *reg, int64_t id, const struct c
     return r;
 }
 
-void runner_create(struct runners *reg, const struct config_pool *pool, const char *host)
+void runner_create(struct runners *reg, const struct config_pool *pool, const char *host,
+                   const char *image)
 {
     struct runner *r = runner_new(reg, reg->next_id, pool, host, RUNNER_PENDING);
     if (!r)
         return;
     reg->next_id++;
     r->created_ms = wall_clock_ms();
-    runner_image_now(&reg->env, pool, host, r->image);
+    snprintf(r->image, sizeof(r->image), "%s", image ? image : "");
     arm_timeout(r, r->created_ms);
     reg->env.stats->created++;
     struct pool_stats *ps = scheduler_stats_pool(reg->env.stats, pool->name);
@@ -850,10 +851,19 @@ bool runner_image_now(const struct runner_env *env, const struct config_pool *po
     struct image_status st;
     if (pool->backend != BACKEND_VM || provider_host_image(env_provider(env), host, pool, &st) < 0)
         return false;
+    return runner_image_of(env, pool, &st, out);
+}
+
+bool runner_image_of(const struct runner_env *env, const struct config_pool *pool,
+                     const struct image_status *st, char out[72])
+{
+    out[0] = 0;
+    if (pool->backend != BACKEND_VM)
+        return false;
     const struct image_manifest *m = NULL;
-    if (st.state == IMAGE_READY)
-        m = &st.manifest; /* a remote host's, found through its libvirt */
-    else if (st.state == IMAGE_LOCAL || st.state == IMAGE_UNCHECKED) {
+    if (st->state == IMAGE_READY)
+        m = &st->manifest; /* a remote host's, found through its libvirt */
+    else if (st->state == IMAGE_LOCAL || st->state == IMAGE_UNCHECKED) {
         const struct image_cache_entry *e =
             env->images ? image_cache_get(env->images, pool->image) : NULL;
         m = e && e->manifest_rc == 0 ? &e->manifest : NULL;

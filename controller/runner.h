@@ -138,8 +138,10 @@ int64_t runners_ended_jobs(struct runners *reg, const char *pool);
 
 /* ---- one runner ------------------------------------------------------------------------ */
 
-/* A new runner of `pool` on `host`: recorded, then its JIT config and guest asked for. */
-void runner_create(struct runners *reg, const struct config_pool *pool, const char *host);
+/* A new runner of `pool` on `host`, booting `image` (the build runner_image_of found, or
+ * ""): recorded, then its JIT config and guest asked for. */
+void runner_create(struct runners *reg, const struct config_pool *pool, const char *host,
+                   const char *image);
 /* An earlier hatcheryd's runner whose guest may still run (its store record): back in
  * memory in its recorded state, its guest re-attached. */
 void runner_adopt(struct runners *reg, const struct store_runner_row *row,
@@ -159,6 +161,9 @@ void runner_retire(struct runner *r, const char *fmt, ...) __attribute__((format
  * (image_manifest_id); false when it is not known (no manifest yet, a container pool). */
 bool runner_image_now(const struct runner_env *env, const struct config_pool *pool,
                       const char *host, char out[72]);
+/* The same, from the host's image status already asked of the provider. */
+bool runner_image_of(const struct runner_env *env, const struct config_pool *pool,
+                     const struct image_status *st, char out[72]);
 /* The agent's last sign of life: its last heartbeat (asked of the guest), or what the
  * runner last heard from it otherwise. */
 int64_t runner_heard_ms(const struct runner *r);

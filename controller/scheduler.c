@@ -75,9 +75,14 @@ static void scheduler_recount(void *data)
  * recorded for it but not yet handed to the provider add (placements of this tick
  * included). */
 struct host_view {
+    bool known; /* the provider answered for it */
     bool up;
     struct host_status st;
     struct host_usage pending;
+    /* The pool being placed: its image on this host, asked once (image_asked). */
+    bool image_asked;
+    bool image_known;
+    struct image_status image;
 };
 
 static struct host_view *host_views(struct scheduler *s)
@@ -86,8 +91,10 @@ static struct host_view *host_views(struct scheduler *s)
     struct host_view *v = calloc(c->n_hosts ? c->n_hosts : 1, sizeof(*v));
     if (!v)
         return NULL;
-    for (size_t i = 0; i < c->n_hosts; i++)
-        v[i].up = provider_host_status(prov(s), c->hosts[i].name, &v[i].st) == 0 && v[i].st.up;
+    for (size_t i = 0; i < c->n_hosts; i++) {
+        v[i].known = provider_host_status(prov(s), c->hosts[i].name, &v[i].st) == 0;
+        v[i].up = v[i].known && v[i].st.up;
+    }
     for (struct runner *r = runners_first(s->runners); r; r = r->next) {
         int i = r->state == RUNNER_PENDING ? config_host_index(c, r->host) : -1;
         if (i >= 0) {
@@ -101,7 +108,7 @@ static struct host_view *host_views(struct scheduler *s)
 
 /* A host for one more guest of `pool` (its index in the config), or -1 with the reason in
  * `why`. */
-static int place(struct scheduler *s, const struct host_view *views, const struct config_pool *pool,
+static int place(struct scheduler *s, struct host_view *views, const struct config_pool *pool,
                  char *why, size_t why_size)
 {
     const struct config *c = cfg(s);
@@ -132,12 +139,16 @@ static int place(struct scheduler *s, const struct host_view *views, const struc
         }
         /* A remote host's image, found through libvirt (host_image.h); a local host's
          * is read from this machine's files, for the whole pool, in tick(). */
-        struct image_status image;
-        if (pool->backend == BACKEND_VM &&
-            provider_host_image(prov(s), h->name, pool, &image) == 0 &&
-            (image.state == IMAGE_CHECKING || image.state == IMAGE_MISSING)) {
+        struct host_view *v = &views[i];
+        if (pool->backend == BACKEND_VM && !v->image_asked) {
+            v->image_asked = true;
+            v->image_known = provider_host_image(prov(s), h->name, pool, &v->image) == 0;
+        }
+        if (pool->backend == BACKEND_VM && v->image_known &&
+            (v->image.state == IMAGE_CHECKING || v->image.state == IMAGE_MISSING)) {
             if (!no_image++)
-                snprintf(no_image_why, sizeof(no_image_why), "host %s: %s", h->name, image.reason);
+                snprintf(no_image_why, sizeof(no_image_why), "host %s: %s", h->name,
+                         v->image.reason);
             continue;
         }
         /* Runners recorded but not yet handed to the provider count too. */
@@ -173,13 +184,11 @@ static int place(struct scheduler *s, const struct host_view *views, const struc
 }
 
 /* Every host's first connection attempt is over (up or down). */
-static bool hosts_settled(struct scheduler *s)
+static bool hosts_settled(struct scheduler *s, const struct host_view *views)
 {
-    for (size_t i = 0; i < cfg(s)->n_hosts; i++) {
-        struct host_status st;
-        if (provider_host_status(prov(s), cfg(s)->hosts[i].name, &st) == 0 && st.connecting)
+    for (size_t i = 0; i < cfg(s)->n_hosts; i++)
+        if (views[i].known && views[i].st.connecting)
             return false;
-    }
     return true;
 }
 
@@ -274,7 +283,7 @@ int scheduler_rotate(struct scheduler *s, const char *pool, json_t *names)
 
 /* Warm templates (start: template): one per runner a pool may run at once on each of its
  * hosts that is not drained. The provisioner builds what is missing, one at a time. */
-static void keep_templates(struct scheduler *s)
+static void keep_templates(struct scheduler *s, const struct host_view *views)
 {
     const struct config *c = cfg(s);
     for (size_t p = 0; p < c->n_pools; p++) {
@@ -286,11 +295,9 @@ static void keep_templates(struct scheduler *s)
             char why[512];
             /* A template boots the pool's guest, network and all. While the host is away,
              * its isolation is not known: its templates are kept wanted meanwhile. */
-            struct host_status st;
-            bool up = provider_host_status(prov(s), h->name, &st) == 0 && st.up;
             if (!config_pool_uses_host(pool, h->name) || s->drained[i] ||
-                (up &&
-                 guest_isolation_check(h, pool, &st, why, sizeof(why)) == GUEST_ISOLATION_MISSING))
+                (views[i].up && guest_isolation_check(h, pool, &views[i].st, why, sizeof(why)) ==
+                                    GUEST_ISOLATION_MISSING))
                 continue;
             int64_t n = pool->max_runners < h->max_guests ? pool->max_runners : h->max_guests;
             provider_templates_want(prov(s), h->name, pool, (int)n);
@@ -323,16 +330,15 @@ static bool trusted_pool_allowed(struct scheduler *s, const struct config_pool *
 
 /* Each connected host's guest isolation, told to the journal when it changes: a host
  * that gets no networked guest says why where operators look first. */
-static void note_isolation(struct scheduler *s)
+static void note_isolation(struct scheduler *s, const struct host_view *views)
 {
     const struct config *c = cfg(s);
     for (size_t i = 0; i < c->n_hosts; i++) {
-        struct host_status st;
-        if (provider_host_status(prov(s), c->hosts[i].name, &st) < 0 || !st.up)
+        if (!views[i].up)
             continue;
         char why[512];
         enum guest_isolation_state state =
-            guest_isolation_host(c, &c->hosts[i], &st, why, sizeof(why));
+            guest_isolation_host(c, &c->hosts[i], &views[i].st, why, sizeof(why));
         guest_isolation_log_note(s->isolation_log, c->hosts[i].name, state, why);
     }
 }
@@ -341,35 +347,45 @@ static void tick(struct scheduler *s)
 {
     const struct config *c = cfg(s);
     check_heartbeats(s);
-    note_isolation(s);
     retire_removed(s);
     if (c->rotate_outdated && wall_clock_ms() - s->rotated_ms >= ROTATE_EVERY_MS) {
         s->rotated_ms = wall_clock_ms();
         scheduler_rotate(s, NULL, NULL); /* their replacements are made below, this tick */
     }
-    if (!reconcile_recovered(s->rec) && hosts_settled(s))
+    /* The provider is asked once per host for the whole tick. */
+    struct host_view *views = host_views(s);
+    if (!views)
+        return; /* out of memory: the next tick tries again */
+    note_isolation(s, views);
+    if (!reconcile_recovered(s->rec) && hosts_settled(s, views)) {
         reconcile_recover(s->rec); /* as soon as every host's first connection has been tried */
+        free(views);               /* adopted guests use their hosts now */
+        if (!(views = host_views(s)))
+            return;
+    }
     if (!gh(s)) {
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
+        free(views);
         return;
     }
     if (!reconcile_recovered(s->rec)) {
         /* An earlier hatcheryd's runners are not counted yet: wait for reconcile_recover(). */
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
+        free(views);
         return;
     }
     struct store_pool_queue *queue = calloc(c->n_pools + 1, sizeof(*queue));
     if (!queue || store_jobs_queue_by_pool(s->deps.store, c, queue) < 0) {
         free(queue);
+        free(views);
         return; /* the next tick counts again */
     }
     reconcile_verify_late_jobs(s->rec);
     struct github_stats gs;
     github_client_stats(gh(s), &gs);
     bool rate_limited = gs.ratelimit_remaining == 0 && gs.ratelimit_reset * 1000 > wall_clock_ms();
-    struct host_view *views = NULL; /* taken when the tick first places a runner */
     for (size_t p = 0; p < c->n_pools; p++) {
         const struct config_pool *pool = &c->pools[p];
         int64_t queued = queue[p].verified;
@@ -401,6 +417,8 @@ static void tick(struct scheduler *s)
             took += runners_ended_jobs(s->runners, pool->name);
             queued = assigned > took ? assigned - took : 0;
         }
+        for (size_t i = 0; i < c->n_hosts; i++)
+            views[i].image_asked = views[i].image_known = false; /* asked again per pool */
         int64_t want = queued + pool->min_idle - unbusy;
         int64_t room = pool->max_runners - live;
         if (want < 0)
@@ -454,24 +472,24 @@ static void tick(struct scheduler *s)
                 snprintf(s->why[p], sizeof(s->why[p]), "%s", image_error);
                 break;
             }
-            if (!views && !(views = host_views(s))) {
-                snprintf(s->why[p], sizeof(s->why[p]), "out of memory");
-                break;
-            }
             int h = place(s, views, pool, s->why[p], sizeof(s->why[p]));
             if (h < 0)
                 break;
-            views[h].pending.guests++;
-            views[h].pending.vcpus += pool->vcpus;
-            views[h].pending.memory_mib += pool->memory_mib;
-            runner_create(s->runners, pool, c->hosts[h].name);
+            struct host_view *v = &views[h];
+            v->pending.guests++;
+            v->pending.vcpus += pool->vcpus;
+            v->pending.memory_mib += pool->memory_mib;
+            char build[72] = "";
+            if (v->image_known)
+                runner_image_of(env(s), pool, &v->image, build);
+            runner_create(s->runners, pool, c->hosts[h].name, build);
             want--;
             room--;
         }
     }
+    keep_templates(s, views);
     free(views);
     free(queue);
-    keep_templates(s);
 }
 
 static void on_tick(uv_timer_t *t)
