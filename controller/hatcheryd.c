@@ -552,7 +552,7 @@ int main(int argc, char **argv)
     sd_notify_send("READY=1");
     if (d.github)
         github_probe(&d);
-    struct scheduler_deps deps = {
+    struct runner_deps deps = {
         .loop = d.loop,
         .store = d.store,
         .config = &d.config,

@@ -53,7 +53,7 @@ struct reconciler *reconciler_new(struct runners *reg, struct runner_group_check
     rec->runners = reg;
     rec->env = runners_env(reg);
     rec->groups = groups;
-    size_t n_scopes = rec->env->n_scopes;
+    size_t n_scopes = rec->env->deps.n_scopes;
     rec->org_repos = calloc(n_scopes + 1, sizeof(*rec->org_repos));
     if (!rec->org_repos) {
         free(rec);
@@ -321,14 +321,14 @@ static void on_phantom_checked(void *data, const struct github_response *res)
         log_info("webhook.late_job_verified", "job=%lld github_status=%s", (long long)id,
                  job_status_names[st]);
         rec->env->stats->late_jobs_verified++;
-        if (store_job_verified(rec->env->store, id, on_late_check_settled, rec) < 0)
+        if (store_job_verified(rec->env->deps.store, id, on_late_check_settled, rec) < 0)
             rec->late_checks_pending--;
         return;
     }
     if (st <= JOB_QUEUED || (kind == CHECK_STUCK && st == JOB_IN_PROGRESS)) {
         /* Really queued (a run in progress hides it from the queued list), or really still
          * running: asked again after another PHANTOM_AGE_MS (STUCK_GRACE_MS). */
-        store_job_touch(rec->env->store, id, now);
+        store_job_touch(rec->env->deps.store, id, now);
         return;
     }
     static const char *const events[] = {[CHECK_PHANTOM] = "reconcile.phantom_job",
@@ -342,7 +342,7 @@ static void on_phantom_checked(void *data, const struct github_response *res)
         rec->env->stats->reconcile_stuck_retired++;
     else
         rec->env->stats->reconcile_phantoms_retired++;
-    int r = store_job_retire(rec->env->store, id, st, conclusion, now,
+    int r = store_job_retire(rec->env->deps.store, id, st, conclusion, now,
                              late ? on_late_check_settled : NULL, late ? rec : NULL);
     if (late && r < 0)
         rec->late_checks_pending--;
@@ -384,7 +384,7 @@ void reconcile_verify_late_jobs(struct reconciler *rec)
 {
     if (!gh(rec) || rec->late_checks_pending > 0)
         return;
-    ask_about_jobs(rec, store_jobs_unverified(rec->env->store, LATE_CHECKS_PER_PASS), NULL,
+    ask_about_jobs(rec, store_jobs_unverified(rec->env->deps.store, LATE_CHECKS_PER_PASS), NULL,
                    CHECK_LATE);
 }
 
@@ -396,7 +396,8 @@ static void verify_phantoms(struct reconciler *rec, const char *repo, const char
 {
     int64_t cutoff = wall_clock_ms() - PHANTOM_AGE_MS;
     ask_about_jobs(
-        rec, store_jobs_queued_unlisted(rec->env->store, repo, cutoff, listed, PHANTOM_PER_PASS),
+        rec,
+        store_jobs_queued_unlisted(rec->env->deps.store, repo, cutoff, listed, PHANTOM_PER_PASS),
         repo, CHECK_PHANTOM);
 }
 
@@ -410,7 +411,8 @@ static void verify_stuck_jobs(struct reconciler *rec)
     for (size_t p = 0; p < cfg(rec)->n_pools; p++) {
         const struct config_pool *pool = &cfg(rec)->pools[p];
         int64_t cutoff = now - pool->job_timeout_s * 1000 - STUCK_GRACE_MS;
-        ask_about_jobs(rec, store_jobs_stuck(rec->env->store, pool->name, cutoff, STUCK_PER_PASS),
+        ask_about_jobs(rec,
+                       store_jobs_stuck(rec->env->deps.store, pool->name, cutoff, STUCK_PER_PASS),
                        NULL, CHECK_STUCK);
     }
 }
@@ -440,7 +442,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     }
     char *ids_text = json_dumps(ids, JSON_COMPACT);
     json_decref(ids);
-    json_t *unknown_rows = ids_text ? store_job_ids_unknown(rec->env->store, ids_text) : NULL;
+    json_t *unknown_rows = ids_text ? store_job_ids_unknown(rec->env->deps.store, ids_text) : NULL;
     if (ids_text)
         verify_phantoms(rec, repo, ids_text);
     free(ids_text);
@@ -491,7 +493,7 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
         log_info("reconcile.lost_job", "job=%lld pool=%s action=store", (long long)ev->job_id,
                  pool ? pool->name : "(unmatched)");
         rec->env->stats->reconcile_jobs_found++;
-        store_job_event_submit(rec->env->store, ev, NULL, NULL);
+        store_job_event_submit(rec->env->deps.store, ev, NULL, NULL);
     }
     json_decref(unknown);
     free(repo);
@@ -524,7 +526,7 @@ static void on_org_repos(void *data, int err, const char *message, json_t *repos
 {
     struct scope_ctx *ctx = data;
     struct reconciler *rec = ctx->rec;
-    size_t i = (size_t)(ctx->scope - rec->env->scopes);
+    size_t i = (size_t)(ctx->scope - rec->env->deps.scopes);
     const char *org = ctx->scope->org;
     free(ctx);
     rec->lists_pending--;
@@ -558,7 +560,7 @@ static void on_org_repos(void *data, int err, const char *message, json_t *repos
  * ORG_REPOS_TTL_MS), a few per pass in turn, fewer when the rate-limit budget is low. */
 static void org_queued_jobs(struct reconciler *rec, size_t i)
 {
-    const struct github_scope *scope = &rec->env->scopes[i];
+    const struct github_scope *scope = &rec->env->deps.scopes[i];
     struct org_repos *o = &rec->org_repos[i];
     if (!o->listing && (!o->listed_ms || wall_clock_ms() - o->listed_ms > ORG_REPOS_TTL_MS)) {
         struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -592,7 +594,8 @@ void reconcile_recover(struct reconciler *rec)
      * earlier process's can be stale. */
     struct store_runner_row *rows;
     size_t n;
-    if (store_runners_live_before(rec->env->store, runners_first_id(rec->runners), &rows, &n) < 0)
+    if (store_runners_live_before(rec->env->deps.store, runners_first_id(rec->runners), &rows, &n) <
+        0)
         return; /* again at the next pass */
     const struct config *c = cfg(rec);
     for (size_t i = 0; i < n; i++) {
@@ -624,8 +627,8 @@ void reconcile_recover(struct reconciler *rec)
             provider_remove(prov(rec), host, name, NULL, NULL);
         int64_t gid = row->github_runner_id;
         const struct github_scope *scope = pool ? env_pool_scope(rec->env, pool) : NULL;
-        if (!scope && rec->env->n_scopes)
-            scope = &rec->env->scopes[0];
+        if (!scope && rec->env->deps.n_scopes)
+            scope = &rec->env->deps.scopes[0];
         if (gh(rec) && !gid && pool && pool->scale_set)
             /* Registered, maybe, by an answer the crash kept from the record: by name. */
             scalesets_runner_remove_by_name(env_scalesets(rec->env), pool->name, name,
@@ -634,7 +637,7 @@ void reconcile_recover(struct reconciler *rec)
             runner_unregister(rec->env, pool, scope, gid, on_github_deleted_quiet, NULL);
         else if (gh(rec) && gid && scope)
             github_runner_delete(gh(rec), scope, gid, on_github_deleted_quiet, NULL);
-        store_runner_mark_deleted(rec->env->store, row->id, reason, wall_clock_ms());
+        store_runner_mark_deleted(rec->env->deps.store, row->id, reason, wall_clock_ms());
     }
     free(rows);
     rec->recovered = true;
@@ -666,24 +669,24 @@ void reconcile_pass(struct reconciler *rec)
         rec->env->stats->reconcile_github_skipped++;
         log_info("reconcile.github_skipped", "lists_pending=%d", rec->lists_pending);
     } else if (gh(rec)) {
-        for (size_t i = 0; i < rec->env->n_scopes; i++) {
+        for (size_t i = 0; i < rec->env->deps.n_scopes; i++) {
             struct scope_ctx *ctx = calloc(1, sizeof(*ctx));
             if (!ctx)
                 break;
             ctx->rec = rec;
-            ctx->scope = &rec->env->scopes[i];
+            ctx->scope = &rec->env->deps.scopes[i];
             rec->lists_pending++;
             if (github_runners_list(gh(rec), ctx->scope, NULL, on_github_runners, ctx) < 0) {
                 rec->lists_pending--;
                 free(ctx);
             }
             /* A trusted pool's group, asked again: an owner may open it at any time. */
-            if (scope_has_trusted_pool(rec, &rec->env->scopes[i]))
+            if (scope_has_trusted_pool(rec, &rec->env->deps.scopes[i]))
                 runner_group_checks_ask(rec->groups, gh(rec), i, false, rec->env->recount,
                                         rec->env->recount_data);
-            if (rec->env->scopes[i].repo)
-                queued_jobs_start(rec, &rec->env->scopes[i], rec->env->scopes[i].repo);
-            else if (rec->env->scopes[i].org)
+            if (rec->env->deps.scopes[i].repo)
+                queued_jobs_start(rec, &rec->env->deps.scopes[i], rec->env->deps.scopes[i].repo);
+            else if (rec->env->deps.scopes[i].org)
                 org_queued_jobs(rec, i);
         }
         verify_stuck_jobs(rec);

@@ -91,7 +91,7 @@ static void record_then(struct runner *r, store_write_cb cb)
                                           .busy_ms = r->busy_ms,
                                           .finished_ms = r->finished_ms,
                                           .updated_ms = wall_clock_ms()};
-    int e = store_runner_update(r->reg->env.store, &u, cb, cb ? r : NULL);
+    int e = store_runner_update(r->reg->env.deps.store, &u, cb, cb ? r : NULL);
     if (e < 0 && cb)
         cb(r, e); /* not taken: the caller still hears of it */
 }
@@ -454,7 +454,7 @@ static bool supplied_recently(const struct runners *s, int64_t job_id)
 static void credit_oldest_queued_job(struct runner *r)
 {
     struct runners *s = r->reg;
-    json_t *rows = store_jobs_unsupplied(s->env.store, r->pool->name, 65);
+    json_t *rows = store_jobs_unsupplied(s->env.deps.store, r->pool->name, 65);
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -468,7 +468,7 @@ static void credit_oldest_queued_job(struct runner *r)
             scheduler_stats_observe(s->env.stats, r->pool->name, HISTOGRAM_SUPPLIED,
                                     (double)(r->online_ms - json_integer_value(queued_at)) /
                                         1000.0);
-        store_job_supplied(s->env.store, id, r->online_ms);
+        store_job_supplied(s->env.deps.store, id, r->online_ms);
         break;
     }
     json_decref(rows);
@@ -695,7 +695,7 @@ static void on_runner_inserted(void *data, int result)
 
 const struct github_scope *env_pool_scope(const struct runner_env *e, const struct config_pool *p)
 {
-    return github_scope_find(e->scopes, e->n_scopes, p->github_scope);
+    return github_scope_find(e->deps.scopes, e->deps.n_scopes, p->github_scope);
 }
 
 /* A runner in memory, in the registry and its index, its timer ready: `id` and `state` as
@@ -714,7 +714,7 @@ static struct runner *runner_new(struct runners *reg, int64_t id, const struct c
     snprintf(r->host, sizeof(r->host), "%s", host);
     r->state = state;
     r->exit_code = -1;
-    uv_timer_init(reg->env.loop, &r->timer);
+    uv_timer_init(reg->env.deps.loop, &r->timer);
     r->timer.data = r;
     r->next = reg->list;
     reg->list = r;
@@ -750,7 +750,7 @@ void runner_create(struct runners *reg, const struct config_pool *pool, const ch
     /* Written before anything is done: a crash from here on leaves a record to repair.
      * Held until the write comes back, so that a stop in between frees it only then. */
     r->holds++;
-    if (store_runner_insert(reg->env.store, &row, on_runner_inserted, r) < 0) {
+    if (store_runner_insert(reg->env.deps.store, &row, on_runner_inserted, r) < 0) {
         r->holds--;
         runner_fail(r, FAILURE_STORE, "the store is busy");
     }
@@ -832,7 +832,7 @@ void runner_job_event(struct runners *reg, struct runner *r, int64_t job_id, enu
     if (status == JOB_IN_PROGRESS) {
         r->job_id = job_id;
         r->busy_ms = wall_clock_ms();
-        int64_t queued_ms = store_job_queued_at(reg->env.store, job_id);
+        int64_t queued_ms = store_job_queued_at(reg->env.deps.store, job_id);
         if (queued_ms >= 0)
             scheduler_stats_observe(reg->env.stats, r->pool->name, HISTOGRAM_START,
                                     (double)(r->busy_ms - queued_ms) / 1000.0);
@@ -865,7 +865,7 @@ bool runner_image_of(const struct runner_env *env, const struct config_pool *poo
         m = &st->manifest; /* a remote host's, found through its libvirt */
     else if (st->state == IMAGE_LOCAL || st->state == IMAGE_UNCHECKED) {
         const struct image_cache_entry *e =
-            env->images ? image_cache_get(env->images, pool->image) : NULL;
+            env->deps.images ? image_cache_get(env->deps.images, pool->image) : NULL;
         m = e && e->manifest_rc == 0 ? &e->manifest : NULL;
     }
     if (m)
@@ -891,7 +891,7 @@ struct runners *runners_new(const struct runner_env *env)
     reg->started_ms = wall_clock_ms();
     snprintf(reg->prefix, sizeof(reg->prefix), "hatchery-%s-", c->controller_id);
     /* Ids are never reused, even once old records are pruned: AUTOINCREMENT remembers. */
-    reg->next_id = store_runner_next_id(env->store);
+    reg->next_id = store_runner_next_id(env->deps.store);
     reg->first_id = reg->next_id;
     return reg;
 }

@@ -22,20 +22,26 @@
 struct image_cache;
 struct scalesets;
 
-/* What runners work with. The config, the GitHub client, the provider and the scale sets
- * are the daemon's own variables, read through on each use: a reload replaces the config,
- * and a stop sets the clients to NULL. `recount` asks the scheduler to count demand again
- * soon (a runner ended, a job was found). */
-struct runner_env {
+/* What the scheduler and its runners work with. The config, the GitHub client, the
+ * provider and the scale sets are the daemon's own variables, read through on each use: a
+ * reload replaces the config, and a stop sets the clients to NULL (the GitHub client is
+ * NULL without a `github` section). */
+struct runner_deps {
     uv_loop_t *loop;
     struct store *store;
     struct config *const *config;
     struct github_client *const *github;
     struct provider *const *provider;
-    struct image_cache *images; /* NULL: no pool's image is on this machine to look at */
-    const struct github_scope *scopes;
+    struct image_cache *images;        /* NULL: no pool's image is on this machine to look at */
+    const struct github_scope *scopes; /* config.github.runner_scopes, resolved */
     size_t n_scopes;
-    struct scalesets *const *scalesets; /* NULL without scale-set pools */
+    struct scalesets *const *scalesets; /* the scale-set pools' jobs and runners, or NULL */
+};
+
+/* And what the scheduler gives its runners besides: the counters they add to, and
+ * `recount`, which asks it to count demand again soon (a runner ended, a job was found). */
+struct runner_env {
+    struct runner_deps deps;
     struct scheduler_stats *stats;
     void (*recount)(void *data);
     void *recount_data;
@@ -43,22 +49,22 @@ struct runner_env {
 
 static inline const struct config *env_config(const struct runner_env *e)
 {
-    return *e->config;
+    return *e->deps.config;
 }
 
 static inline struct github_client *env_github(const struct runner_env *e)
 {
-    return *e->github;
+    return *e->deps.github;
 }
 
 static inline struct provider *env_provider(const struct runner_env *e)
 {
-    return *e->provider;
+    return *e->deps.provider;
 }
 
 static inline struct scalesets *env_scalesets(const struct runner_env *e)
 {
-    return e->scalesets ? *e->scalesets : NULL;
+    return e->deps.scalesets ? *e->deps.scalesets : NULL;
 }
 
 static inline void env_recount(const struct runner_env *e)

@@ -24,7 +24,7 @@
 #define TICK_MS 1000
 
 struct scheduler {
-    struct scheduler_deps deps;
+    struct runner_deps deps;
     struct runners *runners; /* runner.c's */
     struct reconciler *rec;  /* reconcile.c's */
     uv_timer_t tick;
@@ -521,24 +521,14 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
 /* ---- lifetime and admin -----------------------------------------------------------------------
  */
 
-int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret)
+int scheduler_new(const struct runner_deps *deps, struct scheduler **ret)
 {
     struct scheduler *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     s->deps = *deps;
-    const struct runner_env env = {.loop = deps->loop,
-                                   .store = deps->store,
-                                   .config = deps->config,
-                                   .github = deps->github,
-                                   .provider = deps->provider,
-                                   .images = deps->images,
-                                   .scopes = deps->scopes,
-                                   .n_scopes = deps->n_scopes,
-                                   .scalesets = deps->scalesets,
-                                   .stats = &s->stats,
-                                   .recount = scheduler_recount,
-                                   .recount_data = s};
+    const struct runner_env env = {
+        .deps = *deps, .stats = &s->stats, .recount = scheduler_recount, .recount_data = s};
     s->drained = calloc(cfg(s)->n_hosts + 1, sizeof(bool));
     s->why = calloc(cfg(s)->n_pools + 1, sizeof(*s->why));
     s->runners = runners_new(&env);

@@ -30,6 +30,7 @@
 
 #include "hatchery/limits.h"
 #include "job.h"
+#include "runner.h"
 #include "runner_lifecycle.h"
 #include "scheduler_stats.h"
 
@@ -42,23 +43,8 @@ struct scalesets;
 struct scheduler;
 struct store;
 
-/* What the scheduler works with. The config, the GitHub client and the provider are
- * the daemon's own variables, read through on each use: a reload replaces the config,
- * and a stop sets the clients to NULL (the GitHub client is NULL without a `github`
- * section). */
-struct scheduler_deps {
-    uv_loop_t *loop;
-    struct store *store;
-    struct config *const *config;
-    struct github_client *const *github;
-    struct provider *const *provider;
-    struct image_cache *images;        /* NULL: no pool's image is on this machine to look at */
-    const struct github_scope *scopes; /* config.github.runner_scopes, resolved */
-    size_t n_scopes;
-    struct scalesets *const *scalesets; /* the scale-set pools' jobs and runners, or NULL */
-};
-
-int scheduler_new(const struct scheduler_deps *deps, struct scheduler **ret);
+/* A scheduler working with `deps` (runner.h), copied. */
+int scheduler_new(const struct runner_deps *deps, struct scheduler **ret);
 void scheduler_free(struct scheduler *s);
 /* Recounts demand soon (after a webhook, a runner's end, a drain). */
 void scheduler_kick(struct scheduler *s);

@@ -574,13 +574,13 @@ static void write_config(const char *extra_pool)
 static struct scheduler *start(void)
 {
     struct scheduler *s = NULL;
-    struct scheduler_deps deps = {.loop = &loop,
-                                  .store = store,
-                                  .config = &config,
-                                  .github = &github,
-                                  .provider = &provider,
-                                  .scopes = &scope,
-                                  .n_scopes = 1};
+    struct runner_deps deps = {.loop = &loop,
+                               .store = store,
+                               .config = &config,
+                               .github = &github,
+                               .provider = &provider,
+                               .scopes = &scope,
+                               .n_scopes = 1};
     assert_int_equal(scheduler_new(&deps, &s), 0);
     return s;
 }
