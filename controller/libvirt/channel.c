@@ -344,7 +344,6 @@ static void streams_on(struct guest *g, virConnectPtr conn)
 static void streams_work(uv_work_t *w)
 {
     struct guest *g = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     streams_on(g, conn);

@@ -294,7 +294,6 @@ static void restore_on(struct guest *g, virConnectPtr conn)
 void guest_create_work(uv_work_t *w)
 {
     struct guest *g = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     bool kvm[ARCH_MAX];
     virConnectPtr conn = host_conn_ref(g->host, false, kvm);
     if (!conn) {
@@ -562,7 +561,6 @@ int guest_create(struct provisioner *p, struct host *h, const struct guest_spec 
 static void adopt_work(uv_work_t *w)
 {
     struct guest *g = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     virDomainPtr dom = conn ? runner_domain(conn, g->name) : NULL;
@@ -725,7 +723,6 @@ virStoragePoolPtr host_storage_pool_lookup(struct host *h, virConnectPtr conn)
 static void teardown_work(uv_work_t *w)
 {
     struct guest *g = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     struct host *h = g->host;
     guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(h, false, NULL);

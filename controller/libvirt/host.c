@@ -295,7 +295,6 @@ static void connect_work(uv_work_t *w)
 {
     struct host *h = w->data;
     /* libvirt's error handler is per thread here: keep its default printer quiet. */
-    virSetErrorFunc(NULL, quiet_libvirt);
     host_conn_drop(h);
     struct host_found *f = &h->found;
     memset(f, 0, sizeof(*f));

@@ -279,6 +279,8 @@ bool work_done_closing(struct provisioner *p);
 virConnectPtr host_conn_ref(struct host *h, bool even_dropped, bool ret_kvm[ARCH_MAX]);
 bool host_usable(struct host *h);
 bool host_dropped(struct host *h);
+/* libvirt's error handler, set once for the process (provisioner_new): libvirt keeps one
+ * handler for every thread, so the hosts' threads need not set it again. */
 void quiet_libvirt(void *data, virErrorPtr error);
 void host_conn_drop(struct host *h);
 /* At the provisioner's end, from the loop: the host's connection is closed on the host's

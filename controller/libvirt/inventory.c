@@ -160,7 +160,6 @@ static int orphan_volumes(struct provisioner *p, struct host *h, char ***ret_nam
 static void tagged_work(uv_work_t *w)
 {
     struct name_work *nw = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     if (!host_usable(nw->host) ||
         (nw->volumes
              ? orphan_volumes(nw->prov, nw->host, &nw->names, &nw->n)
@@ -222,7 +221,6 @@ static void remove_work(uv_work_t *w)
 {
     struct name_work *nw = w->data;
     struct host *h = nw->host;
-    virSetErrorFunc(NULL, quiet_libvirt);
     virConnectPtr conn = host_conn_ref(h, false, NULL);
     if (!conn) {
         nw->err = -ENODEV;

@@ -64,7 +64,6 @@ static struct image_check *image_check_for(struct host *h, const struct config_p
 static void image_probe_work(uv_work_t *w)
 {
     struct image_probe *pr = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     virConnectPtr conn = host_conn_ref(pr->host, false, NULL);
     if (!conn) {
         pr->r = -ENODEV;

@@ -73,7 +73,6 @@ bool slot_move(struct template_slot *slot, enum slot_state to)
 static void save_work(uv_work_t *w)
 {
     struct guest *g = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
@@ -346,7 +345,6 @@ static void slot_check_work(uv_work_t *w)
 {
     struct slot_check *c = w->data;
     struct host *h = c->host;
-    virSetErrorFunc(NULL, quiet_libvirt);
     virConnectPtr conn = host_conn_ref(h, false, NULL);
     if (!conn) {
         snprintf(c->reason, sizeof(c->reason), "host not connected");
@@ -518,7 +516,6 @@ void provisioner_templates_want(struct provider *provider, const char *host_name
 static void slot_remove_work(uv_work_t *w)
 {
     struct template_slot *slot = w->data;
-    virSetErrorFunc(NULL, quiet_libvirt);
     virConnectPtr conn = host_conn_ref(slot->host, false, NULL);
     if (!conn)
         return;
@@ -557,7 +554,6 @@ static void slot_scan_work(uv_work_t *w)
 {
     struct slot_scan *sc = w->data;
     struct host *h = sc->host;
-    virSetErrorFunc(NULL, quiet_libvirt);
     virConnectPtr conn = host_conn_ref(h, false, NULL);
     virStoragePoolPtr sp = conn ? host_storage_pool_lookup(h, conn) : NULL;
     virStorageVolPtr *vols = NULL;
