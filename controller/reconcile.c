@@ -349,30 +349,27 @@ static void on_phantom_checked(void *data, const struct github_response *res)
     env_recount(rec->env);
 }
 
-/* Asks GitHub about each job of `rows` (its id, and its repository unless `repo` says
- * it), counting the questions in flight. Takes `rows`. */
-static void ask_about_jobs(struct reconciler *rec, json_t *rows, const char *repo,
-                           enum job_check kind)
+/* Asks GitHub about each of `n` jobs (its id, and its repository unless `repo` says it),
+ * counting the questions in flight. Takes `jobs` (a store list; NULL when it failed). */
+static void ask_about_jobs(struct reconciler *rec, int listed, struct store_job_ref *jobs, size_t n,
+                           const char *repo, enum job_check kind)
 {
     int *pending = kind == CHECK_LATE ? &rec->late_checks_pending : &rec->lists_pending;
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
+    for (size_t i = 0; listed == 0 && i < n; i++) {
         struct phantom_check *pc = calloc(1, sizeof(*pc));
         if (!pc)
             break;
         pc->rec = rec;
-        pc->job_id = json_integer_value(json_object_get(row, "id"));
+        pc->job_id = jobs[i].id;
         pc->kind = kind;
         (*pending)++;
-        const char *in = repo ? repo : json_string_value(json_object_get(row, "repository"));
+        const char *in = repo ? repo : jobs[i].repository;
         if (github_job_get(gh(rec), in, pc->job_id, on_phantom_checked, pc) < 0) {
             (*pending)--;
             free(pc);
         }
     }
-    json_decref(rows);
+    free(jobs);
 }
 
 #define LATE_CHECKS_PER_PASS 10
@@ -384,8 +381,10 @@ void reconcile_verify_late_jobs(struct reconciler *rec)
 {
     if (!gh(rec) || rec->late_checks_pending > 0)
         return;
-    ask_about_jobs(rec, store_jobs_unverified(rec->env->deps.store, LATE_CHECKS_PER_PASS), NULL,
-                   CHECK_LATE);
+    struct store_job_ref *jobs;
+    size_t n;
+    int e = store_jobs_unverified(rec->env->deps.store, LATE_CHECKS_PER_PASS, &jobs, &n);
+    ask_about_jobs(rec, e, jobs, n, NULL, CHECK_LATE);
 }
 
 /* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for
@@ -395,10 +394,11 @@ void reconcile_verify_late_jobs(struct reconciler *rec)
 static void verify_phantoms(struct reconciler *rec, const char *repo, const char *listed)
 {
     int64_t cutoff = wall_clock_ms() - PHANTOM_AGE_MS;
-    ask_about_jobs(
-        rec,
-        store_jobs_queued_unlisted(rec->env->deps.store, repo, cutoff, listed, PHANTOM_PER_PASS),
-        repo, CHECK_PHANTOM);
+    struct store_job_ref *jobs;
+    size_t n;
+    int e = store_jobs_queued_unlisted(rec->env->deps.store, repo, cutoff, listed, PHANTOM_PER_PASS,
+                                       &jobs, &n);
+    ask_about_jobs(rec, e, jobs, n, repo, CHECK_PHANTOM);
 }
 
 /* Jobs in progress longer than their pool's job_timeout_s and STUCK_GRACE_MS: the agent
@@ -411,9 +411,11 @@ static void verify_stuck_jobs(struct reconciler *rec)
     for (size_t p = 0; p < cfg(rec)->n_pools; p++) {
         const struct config_pool *pool = &cfg(rec)->pools[p];
         int64_t cutoff = now - pool->job_timeout_s * 1000 - STUCK_GRACE_MS;
-        ask_about_jobs(rec,
-                       store_jobs_stuck(rec->env->deps.store, pool->name, cutoff, STUCK_PER_PASS),
-                       NULL, CHECK_STUCK);
+        struct store_job_ref *jobs;
+        size_t n;
+        int e =
+            store_jobs_stuck(rec->env->deps.store, pool->name, cutoff, STUCK_PER_PASS, &jobs, &n);
+        ask_about_jobs(rec, e, jobs, n, NULL, CHECK_STUCK);
     }
 }
 
@@ -442,20 +444,20 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
     }
     char *ids_text = json_dumps(ids, JSON_COMPACT);
     json_decref(ids);
-    json_t *unknown_rows = ids_text ? store_job_ids_unknown(rec->env->deps.store, ids_text) : NULL;
-    if (ids_text)
+    struct store_job_ref *unknown_ids = NULL;
+    size_t n_unknown = 0;
+    if (ids_text) {
+        store_job_ids_unknown(rec->env->deps.store, ids_text, &unknown_ids, &n_unknown);
         verify_phantoms(rec, repo, ids_text);
+    }
     free(ids_text);
-    json_t *unknown = json_object();
-    json_t *row;
-    json_array_foreach(unknown_rows, i, row)
-    {
+    json_t *unknown = json_object(); /* by id, as text */
+    for (size_t k = 0; k < n_unknown; k++) {
         char key[32];
-        snprintf(key, sizeof(key), "%lld",
-                 (long long)json_integer_value(json_object_get(row, "id")));
+        snprintf(key, sizeof(key), "%lld", (long long)unknown_ids[k].id);
         json_object_set_new(unknown, key, json_true());
     }
-    json_decref(unknown_rows);
+    free(unknown_ids);
     json_array_foreach(jobs, i, job)
     {
         json_t *id = json_object_get(job, "id");

@@ -454,24 +454,22 @@ static bool supplied_recently(const struct runners *s, int64_t job_id)
 static void credit_oldest_queued_job(struct runner *r)
 {
     struct runners *s = r->reg;
-    json_t *rows = store_jobs_unsupplied(s->env.deps.store, r->pool->name, 65);
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        int64_t id = json_integer_value(json_object_get(row, "id"));
-        json_t *queued_at = json_object_get(row, "queued_at");
+    struct store_job_ref *jobs;
+    size_t n;
+    if (store_jobs_unsupplied(s->env.deps.store, r->pool->name, 65, &jobs, &n) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = jobs[i].id;
         if (supplied_recently(s, id))
             continue;
         s->supplied_recent[s->supplied_next++ % 64] = id;
-        if (json_is_integer(queued_at))
+        if (jobs[i].queued_ms)
             scheduler_stats_observe(s->env.stats, r->pool->name, HISTOGRAM_SUPPLIED,
-                                    (double)(r->online_ms - json_integer_value(queued_at)) /
-                                        1000.0);
+                                    (double)(r->online_ms - jobs[i].queued_ms) / 1000.0);
         store_job_supplied(s->env.deps.store, id, r->online_ms);
         break;
     }
-    json_decref(rows);
+    free(jobs);
 }
 
 static void ev_started(void *data, struct guest *g, int64_t pid)

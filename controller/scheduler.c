@@ -545,16 +545,8 @@ int scheduler_new(const struct runner_deps *deps, struct scheduler **ret)
         free(s);
         return -ENOMEM;
     }
-    json_t *rows = store_hosts_drained(s->deps.store);
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        int h = config_host_index(cfg(s), json_string_value(json_object_get(row, "name")));
-        if (h >= 0)
-            s->drained[h] = true;
-    }
-    json_decref(rows);
+    for (size_t h = 0; h < cfg(s)->n_hosts; h++)
+        s->drained[h] = store_host_drained(s->deps.store, cfg(s)->hosts[h].name);
     for (size_t p = 0; p < cfg(s)->n_pools; p++)
         scheduler_stats_pool(&s->stats, cfg(s)->pools[p].name); /* each series from 0 */
     uv_timer_init(s->deps.loop, &s->tick);

@@ -120,8 +120,9 @@ json_t *store_runners_list(struct store *store, bool include_ended);
 int64_t store_runner_next_id(struct store *store);
 /* Deletes deleted runners' records last updated before `before_ms`. */
 int store_runners_prune(struct store *store, int64_t before_ms);
-/* The drained hosts, as rows with a name; and a host's drained mark. */
-json_t *store_hosts_drained(struct store *store);
+/* Whether the host named `host` is marked drained (false when the store cannot say); and
+ * a host's drained mark. */
+bool store_host_drained(struct store *store, const char *host);
 int store_host_drained_set(struct store *store, const char *host, bool drained);
 
 /* ---- jobs, by name (store_jobs.c) --------------------------------------------------------- */
@@ -140,11 +141,20 @@ struct store_pool_queue {
 };
 int store_jobs_queue_by_pool(struct store *store, const struct config *c,
                              struct store_pool_queue *ret);
-/* A pool's jobs in progress and not heard of since `before_ms`, oldest first: rows of (id,
+/* A job as the store's lists below give it: what each list selects, 0 or "" for the rest.
+ * Each list is an array of `*ret_n` of them into `*ret_jobs` (free() it), or -errno. */
+struct store_job_ref {
+    int64_t id;
+    int64_t queued_ms;
+    char repository[WEBHOOK_MAX_NAME_BYTES + 1];
+};
+/* A pool's jobs in progress and not heard of since `before_ms`, oldest first (id,
  * repository). */
-json_t *store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit);
-/* A pool's queued jobs no runner came online for yet, oldest first: rows of (id, queued_at). */
-json_t *store_jobs_unsupplied(struct store *store, const char *pool, int limit);
+int store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit,
+                     struct store_job_ref **ret_jobs, size_t *ret_n);
+/* A pool's queued jobs no runner came online for yet, oldest first (id, queued). */
+int store_jobs_unsupplied(struct store *store, const char *pool, int limit,
+                          struct store_job_ref **ret_jobs, size_t *ret_n);
 int store_job_supplied(struct store *store, int64_t id, int64_t at_ms);
 /* When the job was queued (ms), or -1 when the store does not know. */
 int64_t store_job_queued_at(struct store *store, int64_t id);
@@ -155,14 +165,17 @@ int store_job_touch(struct store *store, int64_t id, int64_t now_ms);
 /* A job GitHub says moved on (or forgot): its status raised, never lowered. */
 int store_job_retire(struct store *store, int64_t id, enum job_status status,
                      const char *conclusion, int64_t now_ms, store_write_cb cb, void *data);
-/* Rows of (id, repository): queued jobs from late deliveries, not yet verified. */
-json_t *store_jobs_unverified(struct store *store, int limit);
-/* Rows of (id): `repo`'s jobs queued and untouched since before `before_ms` that `listed`
- * (a JSON array of ids) does not name. */
-json_t *store_jobs_queued_unlisted(struct store *store, const char *repo, int64_t before_ms,
-                                   const char *listed, int limit);
-/* Rows of (id): the ids of `ids` (a JSON array) that the store has never seen. */
-json_t *store_job_ids_unknown(struct store *store, const char *ids);
+/* Queued jobs from late deliveries, not yet verified (id, repository). */
+int store_jobs_unverified(struct store *store, int limit, struct store_job_ref **ret_jobs,
+                          size_t *ret_n);
+/* `repo`'s jobs queued and untouched since before `before_ms` that `listed` (a JSON array
+ * of ids) does not name (id). */
+int store_jobs_queued_unlisted(struct store *store, const char *repo, int64_t before_ms,
+                               const char *listed, int limit, struct store_job_ref **ret_jobs,
+                               size_t *ret_n);
+/* The ids of `ids` (a JSON array) that the store has never seen (id). */
+int store_job_ids_unknown(struct store *store, const char *ids, struct store_job_ref **ret_jobs,
+                          size_t *ret_n);
 /* Deletes completed jobs last updated before `before_ms`. */
 int store_jobs_prune(struct store *store, int64_t before_ms);
 

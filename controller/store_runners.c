@@ -140,9 +140,13 @@ int store_runners_prune(struct store *store, int64_t before_ms)
                             json_pack("[I]", (json_int_t)before_ms), NULL, NULL);
 }
 
-json_t *store_hosts_drained(struct store *store)
+bool store_host_drained(struct store *store, const char *host)
 {
-    return store_query(store, "SELECT name FROM hosts WHERE drained = 1", json_array());
+    json_t *rows = store_query(store, "SELECT 1 FROM hosts WHERE name = ?1 AND drained = 1",
+                               json_pack("[s]", host));
+    bool drained = json_array_size(rows) > 0;
+    json_decref(rows);
+    return drained;
 }
 
 int store_host_drained_set(struct store *store, const char *host, bool drained)
