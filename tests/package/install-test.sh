@@ -170,6 +170,10 @@ in_root apt-get purge --autoremove -y -qq hatchery ${agents:+hatchery-guest-agen
   ${tools:+hatchery-image-tools} >/dev/null
 [ -f "$r/var/lib/hatchery/images/runner-ppc64le.qcow2" ] || fail "purge deleted an operator's image"
 [ ! -e "$r/var/lib/hatchery/hatchery.db" ] || fail "purge left the store"
+# Nothing else of hatcheryd's is left there: a directory it made would belong to the uid
+# of the user just deleted, which the next system account to take that uid would own.
+left=$(cd "$r/var/lib/hatchery" && find . -mindepth 1 ! -path ./images ! -path ./images/runner-ppc64le.qcow2 | sort | tr '\n' ' ')
+[ -z "$left" ] || fail "purge left in /var/lib/hatchery: $left"
 rm -rf "$r/var/lib/hatchery"
 in_root getent passwd hatchery >/dev/null && fail "the hatchery user is left after purge"
 in_root getent group hatchery >/dev/null && fail "the hatchery group is left after purge"
