@@ -30,7 +30,7 @@ cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHATCHERY_TE
 cmake --build "$work/build" -j"$(nproc)" --target hatcheryd hatchery >/dev/null
 tests/libvirt/libvirtd.sh start >/dev/null
 export GUEST_s390x HATCHERYD="$work/build/hatcheryd" HATCHERY_CLI="$work/build/hatchery"
-export HATCHERY_TRACE="$work/trace" JOB_WAY_WINDOW="$work/window"
+export JOB_WAY_TRACE="$work/trace" JOB_WAY_WINDOW="$work/window"
 GUEST_s390x=$(images/test-guest/build.sh s390x)
 tests/github/with-prism.sh node "$here/job_way/job_way.mjs"
 echo "hatcheryd at $(git -C "$src" rev-parse --short HEAD)$([ -n "$rev" ] || { git diff --quiet HEAD || echo ' (and uncommitted changes)'; })"

@@ -5,8 +5,8 @@ usage: analyze.py BINARY WINDOW TRACE...
 
 A *step* is what runs for one wake-up of the loop or of a worker (tracer.c). Within the
 window the job took, each step is put down to what woke it: the tick (on_tick), the
-reconciler's timer (on_reconcile), the admin socket (the driver's own polling), or the
-job. Per step: the project's files it entered, its *crossings* (each pair of files where a
+reconciler's timer (on_reconcile), the admin socket (the driver's own polling), libvirt
+calling its error handler inside a call (not a wake-up), or the job. Per step: the project's files it entered, its *crossings* (each pair of files where a
 function of the one called a function of the other, counted once a step; functions defined
 in headers are not traced) and
 whether it went *back and forth* (A called B and B called A in the same step). Prints the
@@ -18,6 +18,11 @@ import subprocess
 import sys
 
 RECORD = struct.Struct('<QQqII')
+
+# Functions that hand a queued call over on a thread of their own (a host's libvirt
+# thread, host_queue.c) or on the loop: where they call a function of another file, a
+# new step begins.
+DISPATCHERS = {'host_thread', 'on_calls_done'}
 
 
 def read(paths):
@@ -48,12 +53,23 @@ def main():
     first_t = {}
     for path, fn, site, t_ns, tid, step in read(sys.argv[3:]):
         key = (path, tid, step)
-        if t_ns:
-            first_t[key] = t_ns
-        steps.setdefault(key, []).append((fn, site - 1 if site else 0))
-    steps = {k: v for k, v in steps.items() if start <= first_t.get(k, 0) <= end}
-    addrs = {a for recs in steps.values() for fn, site in recs for a in (fn, site) if a}
+        steps.setdefault(key, []).append((fn, site - 1 if site else 0, t_ns))
+    addrs = {a for recs in steps.values() for fn, site, _ in recs for a in (fn, site) if a}
     where = symbolize(binary, addrs)
+    # Cut the hosts' threads' steps where their queue hands a call over.
+    cut = collections.OrderedDict()
+    for key, recs in steps.items():
+        part, n = [], 0
+        for fn, site, t_ns in recs:
+            caller_fn, caller_file = where.get(site, (None, None))
+            if part and caller_fn in DISPATCHERS and where[fn][1] != caller_file:
+                n += 1
+                part = []
+            if not part:
+                cut[key + (n,)] = part
+                first_t[key + (n,)] = t_ns
+            part.append((fn, site))
+    steps = {k: v for k, v in cut.items() if start <= first_t.get(k, 0) <= end}
 
     def kind(recs):
         root_fn, root_file = where[recs[0][0]]
@@ -63,6 +79,8 @@ def main():
             return 'reconcile'
         if root_file in ('controller/admin.c',):
             return 'admin'
+        if root_fn == 'quiet_libvirt' or root_file is None:
+            return 'other'  # libvirt's error callback inside a call, or code not ours
         return 'job'
 
     figures = []
@@ -77,7 +95,11 @@ def main():
             if callee and caller and callee != caller:
                 pairs[(caller, callee)] += 1
         back = sorted({tuple(sorted(p)) for p in pairs if (p[1], p[0]) in pairs})
+        # Leaves: files the step entered that called no other file in it (the log, the
+        # secret wipe, the name tables): where a step works, not where it goes.
+        callers = {a for a, _ in pairs} | {where[recs[0][0]][1]}
         figures.append({'kind': kind(recs), 'root': where[recs[0][0]][0], 'files': files,
+                        'working': files & callers,
                         'crossings': len(pairs), 'back': back, 't': first_t[key]})
 
     job = [f for f in figures if f['kind'] == 'job']
@@ -89,14 +111,16 @@ def main():
     shapes = {(f['root'], tuple(sorted(f['files'])), f['crossings']): f for f in job}
     print(f'job way: {len(job)} steps ({len(shapes)} unlike), {len(c_files)} .c files, '
           f'{sum(f["crossings"] for f in shapes.values())} crossings in its unlike steps, '
-          f'widest step {max((len(f["files"]) for f in job), default=0)} files, '
+          f'widest step {max((len(f["files"]) for f in job), default=0)} files '
+          f'({max((len(f["working"]) for f in job), default=0)} not counting leaves), '
           f'{sum(1 for f in job if f["back"])} steps back and forth')
-    print(f'tick: {len(ticks)} steps, widest {max((len(f["files"]) for f in ticks), default=0)} files, '
+    print(f'tick: {len(ticks)} steps, widest {max((len(f["files"]) for f in ticks), default=0)} files '
+          f'({max((len(f["working"]) for f in ticks), default=0)} not counting leaves), '
           f'most crossings {max((f["crossings"] for f in ticks), default=0)}')
     print('files: ' + ' '.join(c_files))
-    print('steps of the job (root function: files, crossings, back and forth):')
+    print('steps of the job and a tick (root function: files, crossings, back and forth):')
     by_root = collections.OrderedDict()
-    for f in job:
+    for f in job + ticks[:1]:
         sig = (f['root'], tuple(sorted(f['files'])), f['crossings'], tuple(f['back']))
         by_root[sig] = by_root.get(sig, 0) + 1
     for (root, fs, crossings, back), n in by_root.items():

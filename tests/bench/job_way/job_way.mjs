@@ -13,7 +13,7 @@ const d = new Daemon({
   pools: 'pools:\n' + testGuestPool(name, 's390x', process.env.GUEST_s390x, ['max_runners: 1', 'boot_timeout_s: 300']),
   // The reconciler's passes are periodic, not the job's: once an hour, after the first.
   extra: githubConfig({ reconcileIntervalS: 3600 }),
-  env: { HATCHERY_TRACE: process.env.HATCHERY_TRACE },
+  env: { HATCHERY_TRACE: process.env.JOB_WAY_TRACE }, // hatcheryd's, not the CLI's
 });
 const lines = [];
 const lineAfter = (re, what) => d.until(what, () => lines.find((l) => re.test(l)), { ms: 600000, everyMs: 50 });
@@ -30,9 +30,16 @@ d.proc.stderr.on('data', (chunk) => {
 });
 try {
   // Past the first reconciler pass (and so the hosts' first connections).
-  const reconciled = async () => /^hatchery_reconcile_ticks_total [1-9]/m.test(
-    await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text());
-  for (let i = 0; i < 600 && !(await reconciled()); i++) await new Promise((r) => setTimeout(r, 100));
+  // (/metrics, asked every half second: the front limits how often one address may ask.)
+  const reconciled = async () => {
+    try {
+      return /^hatchery_reconcile_ticks_total [1-9]/m.test(
+        await (await fetch(`http://127.0.0.1:${d.port}/metrics`)).text());
+    } catch {
+      return false;
+    }
+  };
+  for (let i = 0; i < 120 && !(await reconciled()); i++) await new Promise((r) => setTimeout(r, 500));
   const job = 9500000001;
   const from = nowNs();
   const r = await d.post('workflow_job', workflowJob('queued', job, [name]));
@@ -45,6 +52,9 @@ try {
   await d.post('workflow_job', workflowJob('completed', job, [name], runner));
   await d.until(`${runner} deleted`, () => runners().find((x) => x.name === runner)?.state === 'deleted', { ms: 300000 });
   writeFileSync(process.env.JOB_WAY_WINDOW, `${from} ${nowNs()}\n`);
+} catch (e) {
+  process.stderr.write(`hatcheryd's log (tail):\n${d.logs.slice(-4000)}\n`);
+  throw e;
 } finally {
   await d.stop();
   d.cleanup();
