@@ -620,6 +620,31 @@ json_t *store_query(struct store *s, const char *sql, json_t *params)
     return rows;
 }
 
+int store_query_rows(struct store *s, const char *sql, json_t *params, size_t size,
+                     void (*fill)(json_t *row, void *out), void **ret_rows, size_t *ret_n)
+{
+    *ret_rows = NULL;
+    *ret_n = 0;
+    json_t *rows = store_query(s, sql, params);
+    if (!rows)
+        return -EIO;
+    char *out = calloc(json_array_size(rows) + 1, size);
+    if (!out) {
+        json_decref(rows);
+        return -ENOMEM;
+    }
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        fill(row, out + i * size);
+    }
+    *ret_n = json_array_size(rows);
+    *ret_rows = out;
+    json_decref(rows);
+    return 0;
+}
+
 void store_deliveries_prune(struct store *s, int64_t max_age_s)
 {
     struct pending_write *w = calloc(1, sizeof(*w));

@@ -30,53 +30,40 @@ int store_jobs_queue_by_pool(struct store *store, const struct config *c,
     return store_jobs_queue_each(store, queue_row, &q);
 }
 
-/* `rows` (taken) as job refs. */
-static int job_refs(json_t *rows, struct store_job_ref **ret_jobs, size_t *ret_n)
+static void job_ref_fill(json_t *row, void *out)
 {
-    *ret_jobs = NULL;
-    *ret_n = 0;
-    if (!rows)
-        return -EIO;
-    struct store_job_ref *out = calloc(json_array_size(rows) + 1, sizeof(*out));
-    if (!out) {
-        json_decref(rows);
-        return -ENOMEM;
-    }
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        json_t *queued = json_object_get(row, "queued_at");
-        const char *repo = json_string_value(json_object_get(row, "repository"));
-        out[i].id = json_integer_value(json_object_get(row, "id"));
-        out[i].queued_ms = json_is_integer(queued) ? json_integer_value(queued) : 0;
-        snprintf(out[i].repository, sizeof(out[i].repository), "%s", repo ? repo : "");
-    }
-    *ret_n = json_array_size(rows);
-    *ret_jobs = out;
-    json_decref(rows);
-    return 0;
+    struct store_job_ref *ref = out;
+    json_t *queued = json_object_get(row, "queued_at");
+    const char *repo = json_string_value(json_object_get(row, "repository"));
+    ref->id = json_integer_value(json_object_get(row, "id"));
+    ref->queued_ms = json_is_integer(queued) ? json_integer_value(queued) : 0;
+    snprintf(ref->repository, sizeof(ref->repository), "%s", repo ? repo : "");
+}
+
+/* A list of jobs: `sql` with `params` (taken), as job refs. */
+static int job_refs(struct store *store, const char *sql, json_t *params,
+                    struct store_job_ref **ret_jobs, size_t *ret_n)
+{
+    return store_query_rows(store, sql, params, sizeof(**ret_jobs), job_ref_fill, (void **)ret_jobs,
+                            ret_n);
 }
 
 int store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit,
                      struct store_job_ref **ret_jobs, size_t *ret_n)
 {
-    return job_refs(
-        store_query(store,
+    return job_refs(store,
                     "SELECT id, repository FROM jobs WHERE pool = ?1 AND status = "
                     "'in_progress' AND updated_at < ?2 ORDER BY updated_at, id LIMIT ?3",
-                    json_pack("[s, I, i]", pool, (json_int_t)before_ms, limit)),
-        ret_jobs, ret_n);
+                    json_pack("[s, I, i]", pool, (json_int_t)before_ms, limit), ret_jobs, ret_n);
 }
 
 int store_jobs_unsupplied(struct store *store, const char *pool, int limit,
                           struct store_job_ref **ret_jobs, size_t *ret_n)
 {
-    return job_refs(store_query(store,
-                                "SELECT id, queued_at FROM jobs WHERE pool = ?1 AND status = "
-                                "'queued' AND supplied_at IS NULL ORDER BY queued_at, id LIMIT ?2",
-                                json_pack("[s, i]", pool, limit)),
-                    ret_jobs, ret_n);
+    return job_refs(store,
+                    "SELECT id, queued_at FROM jobs WHERE pool = ?1 AND status = "
+                    "'queued' AND supplied_at IS NULL ORDER BY queued_at, id LIMIT ?2",
+                    json_pack("[s, i]", pool, limit), ret_jobs, ret_n);
 }
 
 int store_job_supplied(struct store *store, int64_t id, int64_t at_ms)
@@ -124,34 +111,31 @@ int store_job_retire(struct store *store, int64_t id, enum job_status status,
 int store_jobs_unverified(struct store *store, int limit, struct store_job_ref **ret_jobs,
                           size_t *ret_n)
 {
-    return job_refs(store_query(store,
-                                "SELECT id, repository FROM jobs WHERE unverified = 1 AND "
-                                "status = 'queued' ORDER BY id LIMIT ?1",
-                                json_pack("[i]", limit)),
-                    ret_jobs, ret_n);
+    return job_refs(store,
+                    "SELECT id, repository FROM jobs WHERE unverified = 1 AND "
+                    "status = 'queued' ORDER BY id LIMIT ?1",
+                    json_pack("[i]", limit), ret_jobs, ret_n);
 }
 
 int store_jobs_queued_unlisted(struct store *store, const char *repo, int64_t before_ms,
                                const char *listed, int limit, struct store_job_ref **ret_jobs,
                                size_t *ret_n)
 {
-    return job_refs(
-        store_query(store,
+    return job_refs(store,
                     "SELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 "
                     "AND queued_at < ?2 AND updated_at < ?2 AND id NOT IN "
                     "(SELECT value FROM json_each(?3)) ORDER BY queued_at LIMIT ?4",
-                    json_pack("[s, I, s, i]", repo, (json_int_t)before_ms, listed, limit)),
-        ret_jobs, ret_n);
+                    json_pack("[s, I, s, i]", repo, (json_int_t)before_ms, listed, limit), ret_jobs,
+                    ret_n);
 }
 
 int store_job_ids_unknown(struct store *store, const char *ids, struct store_job_ref **ret_jobs,
                           size_t *ret_n)
 {
-    return job_refs(store_query(store,
-                                "SELECT value AS id FROM json_each(?1) WHERE value NOT IN "
-                                "(SELECT id FROM jobs)",
-                                json_pack("[s]", ids)),
-                    ret_jobs, ret_n);
+    return job_refs(store,
+                    "SELECT value AS id FROM json_each(?1) WHERE value NOT IN "
+                    "(SELECT id FROM jobs)",
+                    json_pack("[s]", ids), ret_jobs, ret_n);
 }
 
 int store_jobs_prune(struct store *store, int64_t before_ms)
