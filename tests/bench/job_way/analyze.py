@@ -5,8 +5,9 @@ usage: analyze.py BINARY WINDOW TRACE...
 
 A *step* is what runs for one wake-up of the loop or of a worker (tracer.c). Within the
 window the job took, each step is put down to what woke it: the tick (on_tick), the
-reconciler's timer (on_reconcile), the admin socket (the driver's own polling), libvirt
-calling its error handler inside a call (not a wake-up), or the job. Per step: the project's files it entered, its *crossings* (each pair of files where a
+reconciler's timer (on_reconcile) and its answers and the runner-release check (PERIODIC),
+the admin socket (the driver's own polling), libvirt calling its error handler inside a
+call (not a wake-up), or the job. Per step: the project's files it entered, its *crossings* (each pair of files where a
 function of the one called a function of the other, counted once a step; functions defined
 in headers are not traced) and
 whether it went *back and forth* (A called B and B called A in the same step). Prints the
@@ -23,6 +24,10 @@ RECORD = struct.Struct('<QQqII')
 # thread, host_queue.c) or on the loop: where they call a function of another file, a
 # new step begins.
 DISPATCHERS = {'host_thread', 'on_calls_done'}
+
+# Steps that enter these are the daemon's periodic work, not the job's, whenever they come:
+# the reconciler's lists and their answers, the check for a newer runner release.
+PERIODIC = {'controller/reconcile.c', 'controller/runner_releases.c'}
 
 
 def read(paths):
@@ -81,6 +86,9 @@ def main():
             return 'admin'
         if root_fn == 'quiet_libvirt' or root_file is None:
             return 'other'  # libvirt's error callback inside a call, or code not ours
+        files = {where[fn][1] for fn, _ in recs}
+        if files & PERIODIC:
+            return 'periodic'
         return 'job'
 
     figures = []
