@@ -162,8 +162,8 @@ test('deploy/hatchery.example.yaml checks out', () => {
     .replace('/etc/hatchery/github-app.pem', key);
   writeFileSync(`${dir}/example.yaml`, example);
   const r = check(`${dir}/example.yaml`);
-  // The example as it once was: its trusted container pool named no scope and fell into
-  // the first, whose default group pull requests may use. Refused now.
+  // Its trusted pool without its scope would fall into the first, whose default group pull
+  // requests may use: refused.
   const lines = example.split('\n');
   const last = lines.lastIndexOf('    github_scope: pytorch');
   assert.ok(last > 0);
@@ -173,9 +173,9 @@ test('deploy/hatchery.example.yaml checks out', () => {
   const defaultGroup = check(`${dir}/default-group.yaml`);
   spawnSync('rm', ['-rf', dir]);
   assert.equal(r.status, 0, r.stderr);
-  assert.match(r.stdout, /OK \(2 hosts, 3 pools\)/);
+  assert.match(r.stdout, /OK \(2 hosts, 2 pools\)/);
   assert.equal(implicit.status, 1);
-  assert.match(implicit.stderr, /implicit\.yaml:\d+: pools\[\]\.github_scope: pool 'linux\.ppc64le\.small' names no github_scope, and github\.runner_scopes has 2/);
+  assert.match(implicit.stderr, /implicit\.yaml:\d+: pools\[\]\.github_scope: pool 'linux\.ppc64le\.publisher' names no github_scope, and github\.runner_scopes has 2/);
   assert.equal(defaultGroup.status, 1);
-  assert.match(defaultGroup.stderr, /pools\[\]\.trusted: trusted pool 'linux\.ppc64le\.small' registers in scope 'pytorch', whose runner_group_id 1 is the default group/);
+  assert.match(defaultGroup.stderr, /pools\[\]\.trusted: trusted pool 'linux\.ppc64le\.publisher' registers in scope 'pytorch', whose runner_group_id 1 is the default group/);
 });
