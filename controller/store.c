@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config.h"
 #include "hatchery/limits.h"
 #include "log.h"
 #include "wall_clock.h"
@@ -620,29 +621,17 @@ json_t *store_query(struct store *s, const char *sql, json_t *params)
     return rows;
 }
 
-int store_query_rows(struct store *s, const char *sql, json_t *params, size_t size,
-                     void (*fill)(json_t *row, void *out), void **ret_rows, size_t *ret_n)
+void *store_rows_array(json_t *rows, size_t size, int *err)
 {
-    *ret_rows = NULL;
-    *ret_n = 0;
-    json_t *rows = store_query(s, sql, params);
+    *err = -EIO;
     if (!rows)
-        return -EIO;
-    char *out = calloc(json_array_size(rows) + 1, size);
+        return NULL;
+    void *out = calloc(json_array_size(rows) + 1, size);
     if (!out) {
+        *err = -ENOMEM;
         json_decref(rows);
-        return -ENOMEM;
     }
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        fill(row, out + i * size);
-    }
-    *ret_n = json_array_size(rows);
-    *ret_rows = out;
-    json_decref(rows);
-    return 0;
+    return out;
 }
 
 void store_deliveries_prune(struct store *s, int64_t max_age_s)
@@ -788,6 +777,27 @@ int store_jobs_queue_each(struct store *s,
            sqlite3_column_type(st, 2) == SQLITE_INTEGER ? sqlite3_column_int64(st, 2) : 0);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+struct queue_by_pool {
+    const struct config *c;
+    struct store_pool_queue *out;
+};
+
+static void queue_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
+{
+    struct queue_by_pool *q = data;
+    int p = config_pool_index(q->c, pool);
+    if (p >= 0)
+        q->out[p] = (struct store_pool_queue){verified, oldest_ms};
+}
+
+int store_jobs_queue_by_pool(struct store *s, const struct config *c, struct store_pool_queue *ret)
+{
+    struct queue_by_pool q = {c, ret};
+    for (size_t i = 0; i < c->n_pools; i++)
+        ret[i] = (struct store_pool_queue){0, 0};
+    return store_jobs_queue_each(s, queue_row, &q);
 }
 
 int64_t store_deliveries_count(struct store *s)

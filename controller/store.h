@@ -53,10 +53,10 @@ int store_sql_apply_sync(struct store *store, const char *sql, json_t *params);
 /* A read on the loop thread: rows as objects keyed by column name (caller decrefs), or NULL.
  * `params` is taken over. */
 json_t *store_query(struct store *store, const char *sql, json_t *params);
-/* The same, as an array of `*ret_n` typed rows of `size` bytes each into `*ret_rows` (free()
- * it): `fill` makes each from its row. -EIO when the query failed, -ENOMEM. */
-int store_query_rows(struct store *store, const char *sql, json_t *params, size_t size,
-                     void (*fill)(json_t *row, void *out), void **ret_rows, size_t *ret_n);
+/* A zeroed array for the typed rows the caller makes from `rows` (a store_query answer),
+ * one of `size` bytes per row; NULL when `rows` is NULL (`*err` -EIO) or out of memory
+ * (-ENOMEM, `rows` released). */
+void *store_rows_array(json_t *rows, size_t size, int *err);
 
 /* Deletes delivery records older than `max_age_s`, in the next group commit. */
 void store_deliveries_prune(struct store *store, int64_t max_age_s);

@@ -8,44 +8,31 @@
 #include "config.h"
 #include "store.h"
 
-struct queue_by_pool {
-    const struct config *c;
-    struct store_pool_queue *out;
-};
-
-static void queue_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
-{
-    struct queue_by_pool *q = data;
-    int p = config_pool_index(q->c, pool);
-    if (p >= 0)
-        q->out[p] = (struct store_pool_queue){verified, oldest_ms};
-}
-
-int store_jobs_queue_by_pool(struct store *store, const struct config *c,
-                             struct store_pool_queue *ret)
-{
-    struct queue_by_pool q = {c, ret};
-    for (size_t i = 0; i < c->n_pools; i++)
-        ret[i] = (struct store_pool_queue){0, 0};
-    return store_jobs_queue_each(store, queue_row, &q);
-}
-
-static void job_ref_fill(json_t *row, void *out)
-{
-    struct store_job_ref *ref = out;
-    json_t *queued = json_object_get(row, "queued_at");
-    const char *repo = json_string_value(json_object_get(row, "repository"));
-    ref->id = json_integer_value(json_object_get(row, "id"));
-    ref->queued_ms = json_is_integer(queued) ? json_integer_value(queued) : 0;
-    snprintf(ref->repository, sizeof(ref->repository), "%s", repo ? repo : "");
-}
-
 /* A list of jobs: `sql` with `params` (taken), as job refs. */
 static int job_refs(struct store *store, const char *sql, json_t *params,
                     struct store_job_ref **ret_jobs, size_t *ret_n)
 {
-    return store_query_rows(store, sql, params, sizeof(**ret_jobs), job_ref_fill, (void **)ret_jobs,
-                            ret_n);
+    int err;
+    json_t *rows = store_query(store, sql, params);
+    struct store_job_ref *out = store_rows_array(rows, sizeof(*out), &err);
+    *ret_jobs = out;
+    *ret_n = 0;
+    if (!out)
+        return err;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        json_t *queued = json_object_get(row, "queued_at");
+        const char *repo = json_string_value(json_object_get(row, "repository"));
+        struct store_job_ref *ref = &out[i];
+        ref->id = json_integer_value(json_object_get(row, "id"));
+        ref->queued_ms = json_is_integer(queued) ? json_integer_value(queued) : 0;
+        snprintf(ref->repository, sizeof(ref->repository), "%s", repo ? repo : "");
+    }
+    *ret_n = json_array_size(rows);
+    json_decref(rows);
+    return 0;
 }
 
 int store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit,

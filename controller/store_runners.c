@@ -64,34 +64,43 @@ static void row_text(json_t *row, const char *key, char *out, size_t size)
     snprintf(out, size, "%s", v ? v : "");
 }
 
-static void runner_row_fill(json_t *row, void *out)
-{
-    struct store_runner_row *r = out;
-    r->id = row_integer(row, "id", 0);
-    row_text(row, "name", r->name, sizeof(r->name));
-    row_text(row, "pool", r->pool, sizeof(r->pool));
-    row_text(row, "host", r->host, sizeof(r->host));
-    row_text(row, "state", r->state, sizeof(r->state));
-    r->github_runner_id = row_integer(row, "github_runner_id", 0);
-    r->job_id = row_integer(row, "job_id", 0);
-    r->exit_code = (int)row_integer(row, "exit_code", -1);
-    row_text(row, "reason", r->reason, sizeof(r->reason));
-    r->created_ms = row_integer(row, "created_at", 0);
-    r->online_ms = row_integer(row, "online_at", 0);
-    r->busy_ms = row_integer(row, "busy_at", 0);
-    r->finished_ms = row_integer(row, "finished_at", 0);
-    row_text(row, "image", r->image, sizeof(r->image));
-}
-
 int store_runners_live_before(struct store *store, int64_t first_id,
                               struct store_runner_row **ret_rows, size_t *ret_n)
 {
-    return store_query_rows(store,
-                            "SELECT id, name, pool, host, state, github_runner_id, job_id, "
-                            "exit_code, reason, created_at, online_at, busy_at, finished_at, "
-                            "image FROM runners WHERE id < ?1 AND state NOT IN ('deleted')",
-                            json_pack("[I]", (json_int_t)first_id), sizeof(**ret_rows),
-                            runner_row_fill, (void **)ret_rows, ret_n);
+    int err;
+    json_t *rows = store_query(store,
+                               "SELECT id, name, pool, host, state, github_runner_id, job_id, "
+                               "exit_code, reason, created_at, online_at, busy_at, finished_at, "
+                               "image FROM runners WHERE id < ?1 AND state NOT IN ('deleted')",
+                               json_pack("[I]", (json_int_t)first_id));
+    struct store_runner_row *out = store_rows_array(rows, sizeof(*out), &err);
+    *ret_rows = out;
+    *ret_n = 0;
+    if (!out)
+        return err;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        struct store_runner_row *r = &out[i];
+        r->id = row_integer(row, "id", 0);
+        row_text(row, "name", r->name, sizeof(r->name));
+        row_text(row, "pool", r->pool, sizeof(r->pool));
+        row_text(row, "host", r->host, sizeof(r->host));
+        row_text(row, "state", r->state, sizeof(r->state));
+        r->github_runner_id = row_integer(row, "github_runner_id", 0);
+        r->job_id = row_integer(row, "job_id", 0);
+        r->exit_code = (int)row_integer(row, "exit_code", -1);
+        row_text(row, "reason", r->reason, sizeof(r->reason));
+        r->created_ms = row_integer(row, "created_at", 0);
+        r->online_ms = row_integer(row, "online_at", 0);
+        r->busy_ms = row_integer(row, "busy_at", 0);
+        r->finished_ms = row_integer(row, "finished_at", 0);
+        row_text(row, "image", r->image, sizeof(r->image));
+    }
+    *ret_n = json_array_size(rows);
+    json_decref(rows);
+    return 0;
 }
 
 json_t *store_runners_list(struct store *store, bool include_ended)
