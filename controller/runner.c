@@ -17,6 +17,39 @@
 #include "log.h"
 #include "wall_clock.h"
 
+/* One runner (runner.h). */
+struct runner {
+    struct runners *reg;
+    int64_t id;
+    char name[160];
+    const struct config_pool *pool;
+    const struct github_scope *scope;
+    char host[CONFIG_MAX_NAME_BYTES + 1];
+    enum runner_state state;
+    char image[72]; /* the build of the pool's image it booted (image_manifest_id), or "" */
+    struct guest *guest;
+    struct secret *jit;
+    int64_t github_runner_id;
+    bool hello;
+    int pool_failures_at_start; /* the pool's failures in a row when this runner started */
+    /* Callbacks still to come with this runner (GitHub requests, store commits): it is
+     * freed only when it is deleted and none is left. */
+    int holds;
+    bool forget_pending;
+    bool adopting; /* an earlier hatcheryd's runner, waiting for its agent */
+    int64_t adopt_started_ms;
+    int64_t heartbeat_ms; /* the agent's last sign of life but its heartbeats (config sent,
+                           * started, resumed, adopted) */
+    int64_t job_id;
+    bool job_completed; /* GitHub said its job completed (a webhook, or its scale set) */
+    int exit_code;
+    int64_t created_ms, online_ms, busy_ms, finished_ms;
+    char reason[256];
+    uv_timer_t timer;
+    struct runner *next;
+    struct runner *next_in_bucket;
+};
+
 #define RUNNER_BUCKETS       1024 /* by id; a power of two */
 #define DEFAULT_COMMAND_ARGS 2
 
@@ -1005,4 +1038,56 @@ static void runner_unindex(struct runner *r)
             *pp = r->next_in_bucket;
             return;
         }
+}
+
+/* ---- what others read of a runner ---------------------------------------------------------- */
+
+enum runner_state runner_state_get(const struct runner *r)
+{
+    return r->state;
+}
+
+const char *runner_name(const struct runner *r)
+{
+    return r->name;
+}
+
+const char *runner_host(const struct runner *r)
+{
+    return r->host;
+}
+
+const struct config_pool *runner_pool(const struct runner *r)
+{
+    return r->pool;
+}
+
+const char *runner_booted_image(const struct runner *r)
+{
+    return r->image;
+}
+
+bool runner_adopting(const struct runner *r)
+{
+    return r->adopting;
+}
+
+bool runner_has_guest(const struct runner *r)
+{
+    return r->guest != NULL;
+}
+
+int64_t runner_online_ms(const struct runner *r)
+{
+    return r->online_ms;
+}
+
+int64_t runner_job_id(const struct runner *r)
+{
+    return r->job_id;
+}
+
+struct runner *runner_next(const struct runner *r)
+{
+    return r->next;
 }

@@ -1,9 +1,9 @@
 /* Runners: one runner's life, from its record to its end (the store record, the lifecycle
  * moves of runner_lifecycle.h, the guest's events, creation and adoption), and the
  * registry of this hatcheryd's runners, by id and by name, with each pool's failures in a
- * row. runner.c owns both: it alone makes, changes and frees a runner. The scheduler
- * (scheduler.c) and the reconciler (reconcile.c) read runners and act on them through the
- * calls below. */
+ * row. runner.c owns both: it alone makes, changes and frees a runner, and only it sees
+ * the structs. The scheduler (scheduler.c) and the reconciler (reconcile.c) read runners
+ * and act on them through the calls below. */
 #ifndef HATCHERY_RUNNER_H
 #define HATCHERY_RUNNER_H
 
@@ -77,38 +77,25 @@ const struct github_scope *env_pool_scope(const struct runner_env *e, const stru
 
 struct runners;
 
-/* One runner. Only runner.c writes its fields; others read them. */
-struct runner {
-    struct runners *reg;
-    int64_t id;
-    char name[160];
-    const struct config_pool *pool;
-    const struct github_scope *scope;
-    char host[CONFIG_MAX_NAME_BYTES + 1];
-    enum runner_state state;
-    char image[72]; /* the build of the pool's image it booted (image_manifest_id), or "" */
-    struct guest *guest;
-    struct secret *jit;
-    int64_t github_runner_id;
-    bool hello;
-    int pool_failures_at_start; /* the pool's failures in a row when this runner started */
-    /* Callbacks still to come with this runner (GitHub requests, store commits): it is
-     * freed only when it is deleted and none is left. */
-    int holds;
-    bool forget_pending;
-    bool adopting; /* an earlier hatcheryd's runner, waiting for its agent */
-    int64_t adopt_started_ms;
-    int64_t heartbeat_ms; /* the agent's last sign of life but its heartbeats (config sent,
-                           * started, resumed, adopted) */
-    int64_t job_id;
-    bool job_completed; /* GitHub said its job completed (a webhook, or its scale set) */
-    int exit_code;
-    int64_t created_ms, online_ms, busy_ms, finished_ms;
-    char reason[256];
-    uv_timer_t timer;
-    struct runner *next;
-    struct runner *next_in_bucket;
-};
+/* One runner: runner.c's alone; others read it through the calls below. */
+struct runner;
+
+enum runner_state runner_state_get(const struct runner *r);
+const char *runner_name(const struct runner *r);
+const char *runner_host(const struct runner *r);
+/* The pool settings it was made with (a reload does not change them). */
+const struct config_pool *runner_pool(const struct runner *r);
+/* The build of its pool's image it booted (image_manifest_id), or "". */
+const char *runner_booted_image(const struct runner *r);
+/* An earlier hatcheryd's runner, waiting for its agent to answer. */
+bool runner_adopting(const struct runner *r);
+bool runner_has_guest(const struct runner *r);
+/* When its runner started (ms), or 0. */
+int64_t runner_online_ms(const struct runner *r);
+/* The job GitHub gave it, or 0. */
+int64_t runner_job_id(const struct runner *r);
+/* The next runner of the registry's list, or NULL. */
+struct runner *runner_next(const struct runner *r);
 
 /* ---- the registry ---------------------------------------------------------------------- */
 

@@ -95,12 +95,12 @@ static struct host_view *host_views(struct scheduler *s)
         v[i].known = provider_host_status(prov(s), c->hosts[i].name, &v[i].st) == 0;
         v[i].up = v[i].known && v[i].st.up;
     }
-    for (struct runner *r = runners_first(s->runners); r; r = r->next) {
-        int i = r->state == RUNNER_PENDING ? config_host_index(c, r->host) : -1;
+    for (struct runner *r = runners_first(s->runners); r; r = runner_next(r)) {
+        int i = runner_state_get(r) == RUNNER_PENDING ? config_host_index(c, runner_host(r)) : -1;
         if (i >= 0) {
             v[i].pending.guests++;
-            v[i].pending.vcpus += r->pool->vcpus;
-            v[i].pending.memory_mib += r->pool->memory_mib;
+            v[i].pending.vcpus += runner_pool(r)->vcpus;
+            v[i].pending.memory_mib += runner_pool(r)->memory_mib;
         }
     }
     return v;
@@ -197,8 +197,9 @@ static void check_heartbeats(struct scheduler *s)
 {
     int64_t limit_ms = cfg(s)->heartbeat_timeout_s * 1000, now = wall_clock_ms();
     for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
-        next = r->next;
-        if (!runner_state_heartbeats(r->state) || r->adopting || !r->guest)
+        next = runner_next(r);
+        if (!runner_state_heartbeats(runner_state_get(r)) || runner_adopting(r) ||
+            !runner_has_guest(r))
             continue;
         int64_t heard_ms = runner_heard_ms(r);
         if (now - heard_ms > limit_ms)
@@ -214,17 +215,19 @@ static void retire_surplus(struct scheduler *s, const struct config_pool *pool, 
     int64_t now = wall_clock_ms(), limit_ms = pool->surplus_idle_s * 1000;
     while (surplus-- > 0) {
         struct runner *oldest = NULL;
-        for (struct runner *r = runners_first(s->runners); r; r = r->next)
-            if (r->state == RUNNER_IDLE && !r->adopting && strcmp(r->pool->name, pool->name) == 0 &&
-                now - r->online_ms >= limit_ms && (!oldest || r->online_ms < oldest->online_ms))
+        for (struct runner *r = runners_first(s->runners); r; r = runner_next(r))
+            if (runner_state_get(r) == RUNNER_IDLE && !runner_adopting(r) &&
+                strcmp(runner_pool(r)->name, pool->name) == 0 &&
+                now - runner_online_ms(r) >= limit_ms &&
+                (!oldest || runner_online_ms(r) < runner_online_ms(oldest)))
                 oldest = r;
         if (!oldest)
             return;
-        log_info("runner.surplus", "runner=%s pool=%s idle_s=%lld", oldest->name, pool->name,
-                 (long long)((now - oldest->online_ms) / 1000));
+        log_info("runner.surplus", "runner=%s pool=%s idle_s=%lld", runner_name(oldest), pool->name,
+                 (long long)((now - runner_online_ms(oldest)) / 1000));
         s->stats.surplus_retired++;
         runner_retire(oldest, "surplus: idle beyond demand for %lld s",
-                      (long long)((now - oldest->online_ms) / 1000));
+                      (long long)((now - runner_online_ms(oldest)) / 1000));
     }
 }
 
@@ -233,14 +236,15 @@ static void retire_surplus(struct scheduler *s, const struct config_pool *pool, 
 static void retire_removed(struct scheduler *s)
 {
     for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
-        next = r->next;
-        if (!runner_state_unbusy(r->state) || r->adopting || runner_pool_slot(r) >= 0)
+        next = runner_next(r);
+        if (!runner_state_unbusy(runner_state_get(r)) || runner_adopting(r) ||
+            runner_pool_slot(r) >= 0)
             continue;
-        if (runner_lifecycle_next(r->state, RUNNER_EV_RETIRE) >= 0)
-            runner_retire(r, "its pool %s was removed from the config", r->pool->name);
+        if (runner_lifecycle_next(runner_state_get(r), RUNNER_EV_RETIRE) >= 0)
+            runner_retire(r, "its pool %s was removed from the config", runner_pool(r)->name);
         else
             runner_fail(r, FAILURE_OPERATOR, "its pool %s was removed from the config",
-                        r->pool->name);
+                        runner_pool(r)->name);
     }
 }
 
@@ -258,24 +262,26 @@ int scheduler_rotate(struct scheduler *s, const char *pool, json_t *names)
         return -ENOMEM;
     int retired = 0;
     for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
-        next = r->next;
-        int p = runner_pool_slot(r), h = config_host_index(c, r->host);
-        if (r->state != RUNNER_IDLE || r->adopting || !r->image[0] || p < 0 || h < 0 ||
-            (pool && strcmp(r->pool->name, pool) != 0))
+        next = runner_next(r);
+        int p = runner_pool_slot(r), h = config_host_index(c, runner_host(r));
+        if (runner_state_get(r) != RUNNER_IDLE || runner_adopting(r) ||
+            !runner_booted_image(r)[0] || p < 0 || h < 0 ||
+            (pool && strcmp(runner_pool(r)->name, pool) != 0))
             continue;
         struct current *now = &current[(size_t)p * c->n_hosts + (size_t)h];
         if (!now->known)
-            now->known = runner_image_now(env(s), r->pool, r->host, now->image) ? 1 : -1;
-        if (now->known < 0 || strcmp(now->image, r->image) == 0)
+            now->known =
+                runner_image_now(env(s), runner_pool(r), runner_host(r), now->image) ? 1 : -1;
+        if (now->known < 0 || strcmp(now->image, runner_booted_image(r)) == 0)
             continue;
-        log_info("runner.outdated", "runner=%s pool=%s host=%s image=%s current=%s", r->name,
-                 r->pool->name, r->host, r->image, now->image);
+        log_info("runner.outdated", "runner=%s pool=%s host=%s image=%s current=%s", runner_name(r),
+                 runner_pool(r)->name, runner_host(r), runner_booted_image(r), now->image);
         if (names)
-            json_array_append_new(names, json_string(r->name));
+            json_array_append_new(names, json_string(runner_name(r)));
         s->stats.outdated_retired++;
         retired++;
-        runner_retire(r, "outdated: its image was replaced (%.12s, now %.12s)", r->image,
-                      now->image);
+        runner_retire(r, "outdated: its image was replaced (%.12s, now %.12s)",
+                      runner_booted_image(r), now->image);
     }
     free(current);
     return retired;
@@ -319,9 +325,9 @@ static bool trusted_pool_allowed(struct scheduler *s, const struct config_pool *
     if (runner_group_checks_allow(s->groups, i, why, why_size))
         return true;
     for (struct runner *r = runners_first(s->runners), *next; r; r = next) {
-        next = r->next;
-        if (r->state == RUNNER_IDLE && !r->adopting && r->pool == pool) {
-            log_info("runner.group_open", "runner=%s pool=%s", r->name, pool->name);
+        next = runner_next(r);
+        if (runner_state_get(r) == RUNNER_IDLE && !runner_adopting(r) && runner_pool(r) == pool) {
+            log_info("runner.group_open", "runner=%s pool=%s", runner_name(r), pool->name);
             runner_retire(r, "%s", why);
         }
     }
@@ -392,13 +398,14 @@ static void tick(struct scheduler *s)
         /* took: runners that took a job, which a scale set's runner holds until the service
          * says it completed, finishing or not (the statistics count the job till then). */
         int64_t unbusy = 0, live = 0, took = 0;
-        for (struct runner *r = runners_first(s->runners); r; r = r->next) {
-            if (strcmp(r->pool->name, pool->name) != 0 || !runner_state_live(r->state))
+        for (struct runner *r = runners_first(s->runners); r; r = runner_next(r)) {
+            if (strcmp(runner_pool(r)->name, pool->name) != 0 ||
+                !runner_state_live(runner_state_get(r)))
                 continue;
             live++;
-            if (runner_state_unbusy(r->state))
+            if (runner_state_unbusy(runner_state_get(r)))
                 unbusy++;
-            if (r->job_id || r->state == RUNNER_BUSY)
+            if (runner_job_id(r) || runner_state_get(r) == RUNNER_BUSY)
                 took++;
         }
         if (pool->scale_set) {
@@ -627,7 +634,7 @@ json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)
             runners_find(s->runners, json_string_value(json_object_get(row, "name")));
         const char *stored = json_string_value(json_object_get(row, "state"));
         if (r)
-            json_object_set_new(row, "state", json_string(runner_state_names[r->state]));
+            json_object_set_new(row, "state", json_string(runner_state_names[runner_state_get(r)]));
         else if (stored && strcmp(stored, "deleted") != 0 && strcmp(stored, "failed") != 0)
             /* A record from before a restart that the reconciler has not repaired yet. */
             json_object_set_new(row, "state", json_string("recovering"));
@@ -641,10 +648,10 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
     int64_t live = 0;
     for (int st = 0; st < RUNNER_DELETED; st++)
         json_object_set_new(states, runner_state_names[st], json_integer(0));
-    for (struct runner *r = runners_first(s->runners); r; r = r->next) {
-        if (strcmp(r->pool->name, pool) != 0 || !runner_state_live(r->state))
+    for (struct runner *r = runners_first(s->runners); r; r = runner_next(r)) {
+        if (strcmp(runner_pool(r)->name, pool) != 0 || !runner_state_live(runner_state_get(r)))
             continue;
-        json_t *n = json_object_get(states, runner_state_names[r->state]);
+        json_t *n = json_object_get(states, runner_state_names[runner_state_get(r)]);
         json_integer_set(n, json_integer_value(n) + 1);
         live++;
     }
@@ -693,7 +700,7 @@ bool scheduler_host_drained(struct scheduler *s, const char *host)
 int scheduler_runner_delete(struct scheduler *s, const char *name)
 {
     struct runner *r = runners_find(s->runners, name);
-    if (!r || !runner_state_live(r->state))
+    if (!r || !runner_state_live(runner_state_get(r)))
         return -ENOENT;
     runner_fail(r, FAILURE_OPERATOR, "deleted by an operator");
     return 0;
@@ -705,7 +712,7 @@ int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts
     if (!runners_name_ours(s->runners, name))
         return -EINVAL;
     struct runner *r = runners_find(s->runners, name);
-    if (r && runner_state_live(r->state)) {
+    if (r && runner_state_live(runner_state_get(r))) {
         runner_fail(r, FAILURE_OPERATOR, "deleted by an operator");
         return 0;
     }
@@ -727,7 +734,7 @@ int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts
 bool scheduler_runner_live(struct scheduler *s, const char *name)
 {
     struct runner *r = runners_find(s->runners, name);
-    return r && runner_state_live(r->state);
+    return r && runner_state_live(runner_state_get(r));
 }
 
 const char *scheduler_runner_log(struct scheduler *s, const char *name, char *buf, size_t size)
