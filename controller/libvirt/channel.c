@@ -341,9 +341,8 @@ static void streams_on(struct guest *g, virConnectPtr conn)
     virDomainFree(dom);
 }
 
-static void streams_work(uv_work_t *w)
+static void streams_work(struct guest *g)
 {
-    struct guest *g = w->data;
     guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     streams_on(g, conn);
@@ -351,15 +350,8 @@ static void streams_work(uv_work_t *w)
         virConnectClose(conn);
 }
 
-static void streams_done(uv_work_t *w, int status)
+static void streams_done(struct guest *g)
 {
-    struct guest *g = w->data;
-    (void)status;
-    if (g->prov->closing) /* before the last call's end closes the host's queue */
-        streams_release(g);
-    if (work_done_closing(g->prov))
-        return;
-    g->busy = false;
     if (g->teardown_queued || g->state >= GUEST_DELETING || g->failed) {
         streams_release(g);
         if (g->teardown_queued)
@@ -411,7 +403,8 @@ static void streams_done(uv_work_t *w, int status)
 void channel_open(struct guest *g)
 {
     if (g->host->streams)
-        guest_work_start(g, streams_work, streams_done, "the opening of the agent channel");
+        guest_work_start(g, streams_work, streams_done, streams_release,
+                         "the opening of the agent channel");
     else
         channel_connect(g);
 }

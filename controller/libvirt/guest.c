@@ -291,9 +291,8 @@ static void restore_on(struct guest *g, virConnectPtr conn)
         guest_error_set(g, "restore from template %.100s: %.300s", g->domain, libvirt_error());
 }
 
-void guest_create_work(uv_work_t *w)
+void guest_create_work(struct guest *g)
 {
-    struct guest *g = w->data;
     bool kvm[ARCH_MAX];
     virConnectPtr conn = host_conn_ref(g->host, false, kvm);
     if (!conn) {
@@ -403,23 +402,47 @@ void guest_fail(struct guest *g, const char *fmt, ...)
 
 /* Hands the guest's next libvirt calls to a worker; the guest fails when none can take
  * them. `what` names the work in that failure. */
-void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, const char *what)
+static void guest_call_work(uv_work_t *w)
 {
-    g->busy = true;
-    g->work.data = g;
-    if (host_queue_work(g->host, &g->work, work, done) < 0) {
-        g->busy = false;
-        guest_fail(g, "cannot queue %s", what);
-    }
+    struct guest *g = w->data;
+    g->call_work(g);
 }
 
-void guest_create_done(uv_work_t *w, int status)
+static void guest_call_done(uv_work_t *w, int status)
 {
     struct guest *g = w->data;
     (void)status;
+    if (g->prov->closing && g->call_release) /* before the last call's end closes the queue */
+        g->call_release(g);
     if (work_done_closing(g->prov))
         return;
     g->busy = false;
+    g->call_done(g);
+}
+
+int guest_call(struct guest *g, void (*work)(struct guest *g), void (*done)(struct guest *g),
+               void (*release)(struct guest *g))
+{
+    g->call_work = work;
+    g->call_done = done;
+    g->call_release = release;
+    g->busy = true;
+    g->work.data = g;
+    int r = host_queue_work(g->host, &g->work, guest_call_work, guest_call_done);
+    if (r < 0)
+        g->busy = false;
+    return r;
+}
+
+void guest_work_start(struct guest *g, void (*work)(struct guest *g), void (*done)(struct guest *g),
+                      void (*release)(struct guest *g), const char *what)
+{
+    if (guest_call(g, work, done, release) < 0)
+        guest_fail(g, "cannot queue %s", what);
+}
+
+void guest_create_done(struct guest *g)
+{
     /* The domain's XML served its one call (a few KiB a guest, kept for nothing). */
     free(g->xml);
     g->xml = NULL;
@@ -551,16 +574,15 @@ int guest_create(struct provisioner *p, struct host *h, const struct guest_spec 
         }
     }
     guest_attach(g);
-    guest_work_start(g, guest_create_work, guest_create_done, "the creation");
+    guest_work_start(g, guest_create_work, guest_create_done, NULL, "the creation");
     *ret_guest = g;
     return 0;
 }
 
 /* -- adoption: a guest an earlier hatcheryd created -- */
 
-static void adopt_work(uv_work_t *w)
+static void adopt_work(struct guest *g)
 {
-    struct guest *g = w->data;
     guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     virDomainPtr dom = conn ? runner_domain(conn, g->name) : NULL;
@@ -591,13 +613,8 @@ static void adopt_work(uv_work_t *w)
         virConnectClose(conn);
 }
 
-static void adopt_done(uv_work_t *w, int status)
+static void adopt_done(struct guest *g)
 {
-    struct guest *g = w->data;
-    (void)status;
-    if (work_done_closing(g->prov))
-        return;
-    g->busy = false;
     if (g->found_domain)
         snprintf(g->domain, sizeof(g->domain), "%s", g->found_domain);
     if (g->found_id_base > 0)
@@ -660,7 +677,7 @@ int provisioner_guest_adopt(struct provider *provider, const char *host_name,
     g->adopting = true;
     /* It exists, so it counts, even past what the host allows now. */
     guest_attach(g);
-    guest_work_start(g, adopt_work, adopt_done, "the adoption");
+    guest_work_start(g, adopt_work, adopt_done, NULL, "the adoption");
     *ret_guest = g;
     return 0;
 }
@@ -720,9 +737,8 @@ virStoragePoolPtr host_storage_pool_lookup(struct host *h, virConnectPtr conn)
     return NULL;
 }
 
-static void teardown_work(uv_work_t *w)
+static void teardown_work(struct guest *g)
 {
-    struct guest *g = w->data;
     struct host *h = g->host;
     guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(h, false, NULL);
@@ -748,13 +764,8 @@ static void teardown_work(uv_work_t *w)
     virConnectClose(conn);
 }
 
-static void teardown_done(uv_work_t *w, int status)
+static void teardown_done(struct guest *g)
 {
-    struct guest *g = w->data;
-    (void)status;
-    if (work_done_closing(g->prov))
-        return;
-    g->busy = false;
     if (g->error)
         log_warn("guest.teardown_incomplete", "guest=%s error=\"%s\"", g->name, g->error);
     /* The console's last lines came before the destroy. */
@@ -791,12 +802,8 @@ void teardown_start(struct guest *g)
     }
     stream_bridge_close(g->channel_bridge);
     g->channel_bridge = NULL;
-    g->busy = true;
-    g->work.data = g;
-    if (host_queue_work(g->host, &g->work, teardown_work, teardown_done) < 0) {
-        g->busy = false;
+    if (guest_call(g, teardown_work, teardown_done, NULL) < 0)
         guest_gone(g);
-    }
 }
 
 void guest_teardown(struct guest *g, const char *reason)

@@ -232,8 +232,10 @@ struct guest {
     void *template_data;
     int connect_tries;
     uv_work_t work;
-    uv_timer_t timer; /* boot timeout, channel connect retries */
-    uv_pipe_t *pipe;  /* connecting (VM) or listening (container) */
+    void (*call_work)(struct guest *g), (*call_done)(struct guest *g),
+        (*call_release)(struct guest *g); /* guest_call's, while one is under way */
+    uv_timer_t timer;                     /* boot timeout, channel connect retries */
+    uv_pipe_t *pipe;                      /* connecting (VM) or listening (container) */
     struct agent_channel *channel;
     /* A host reached through streams: the opened streams (a worker fills them), then
      * the bridges that carry them. */
@@ -307,13 +309,22 @@ bool guest_move(struct guest *g, enum guest_state to);
 bool guest_move_allowed(enum guest_state from, enum guest_state to);
 void guest_release(struct guest *g);
 virStoragePoolPtr host_storage_pool(struct host *h, virConnectPtr conn, char *err, size_t err_size);
-void guest_create_work(uv_work_t *w);
+void guest_create_work(struct guest *g);
 void guest_fail(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A worker's error, replacing the last; cleared at the start of each work. */
 void guest_error_set(struct guest *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void guest_error_clear(struct guest *g);
-void guest_work_start(struct guest *g, uv_work_cb work, uv_after_work_cb done, const char *what);
-void guest_create_done(uv_work_t *w, int status);
+/* The one way a guest's blocking libvirt work runs: `work(g)` on its host's thread, the
+ * guest busy meanwhile; then `done(g)` back on the loop, the guest no longer busy, unless
+ * the provisioner is closing by then: then only `release(g)` (when given), to let go of what
+ * the work took. -errno, with nothing queued and the guest not busy, when it cannot be
+ * queued. */
+int guest_call(struct guest *g, void (*work)(struct guest *g), void (*done)(struct guest *g),
+               void (*release)(struct guest *g));
+/* guest_call, failing the guest when it cannot be queued (`what`: the work, for the reason). */
+void guest_work_start(struct guest *g, void (*work)(struct guest *g), void (*done)(struct guest *g),
+                      void (*release)(struct guest *g), const char *what);
+void guest_create_done(struct guest *g);
 /* `template`: the template it is built into or restored from (its save file), or NULL. */
 struct guest *guest_new(struct provisioner *p, struct host *h, const struct guest_spec *spec,
                         const char *template, const struct guest_events *events, void *data);

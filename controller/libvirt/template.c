@@ -70,9 +70,8 @@ bool slot_move(struct template_slot *slot, enum slot_state to)
 
 /* -- templates: building one, restoring runners from it -- */
 
-static void save_work(uv_work_t *w)
+static void save_work(struct guest *g)
 {
-    struct guest *g = w->data;
     guest_error_clear(g);
     virConnectPtr conn = host_conn_ref(g->host, false, NULL);
     virDomainPtr dom = conn ? virDomainLookupByName(conn, g->domain) : NULL;
@@ -86,13 +85,8 @@ static void save_work(uv_work_t *w)
         virConnectClose(conn);
 }
 
-static void save_done(uv_work_t *w, int status)
+static void save_done(struct guest *g)
 {
-    struct guest *g = w->data;
-    (void)status;
-    if (work_done_closing(g->prov))
-        return;
-    g->busy = false;
     if (g->error || g->teardown_queued) {
         const char *reason = g->error ? g->error : "torn down while saved";
         g->saving = false;
@@ -122,7 +116,7 @@ static void template_on_hello(void *data, struct guest *g, const struct agent_he
     /* Saved now, while it waits for a config it never gets: no runner's secret exists in
      * it, and every clone starts from here. */
     g->saving = true;
-    guest_work_start(g, save_work, save_done, "the save");
+    guest_work_start(g, save_work, save_done, NULL, "the save");
 }
 
 static void template_on_gone(void *data, struct guest *g)
@@ -186,7 +180,7 @@ static int provisioner_template_build_keyed(struct provisioner *p, const char *h
     g->template_data = data;
     guest_attach(g);
     log_info("template.building", "template=%s host=%s pool=%s", name, h->cfg.name, pool->name);
-    guest_work_start(g, guest_create_work, guest_create_done, "the template's creation");
+    guest_work_start(g, guest_create_work, guest_create_done, NULL, "the template's creation");
     return 0;
 }
 
@@ -212,7 +206,7 @@ int provisioner_guest_restore(struct provisioner *p, const char *host_name,
     g->restore = true;
     snprintf(g->domain, sizeof(g->domain), "%s", template_name);
     guest_attach(g);
-    guest_work_start(g, guest_create_work, guest_create_done, "the restore");
+    guest_work_start(g, guest_create_work, guest_create_done, NULL, "the restore");
     *ret_guest = g;
     return 0;
 }
