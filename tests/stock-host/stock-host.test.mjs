@@ -189,6 +189,17 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
     assert.equal(machine('systemctl is-active hatcheryd hatchery-guest-firewall hatchery-guest-firewall-check.timer').stdout,
       'active\nactive\nactive\n');
     assert.match(machine('id -nG hatchery').stdout, /\blibvirt\b/);
+    // What the unit sets, read from the kernel rather than inferred: hatcheryd runs as
+    // `hatchery`, with no capability in any set, no_new_privs, and a seccomp filter
+    // (SystemCallFilter=).
+    const status = machine('grep -E "^(Uid|Gid|Cap[A-Za-z]+|NoNewPrivs|Seccomp):" /proc/$(systemctl show -p MainPID --value hatcheryd)/status').stdout;
+    const field = (name) => new RegExp(`^${name}:\\s*(.*)$`, 'm').exec(status)?.[1].trim().split(/\s+/);
+    const uid = machine('id -u hatchery').stdout.trim();
+    assert.deepEqual(field('Uid'), [uid, uid, uid, uid], status);
+    for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'])
+      assert.deepEqual(field(set), ['0000000000000000'], `${set}: ${status}`);
+    assert.deepEqual(field('NoNewPrivs'), ['1'], status);
+    assert.deepEqual(field('Seccomp'), ['2'], status); // 2: a filter
     assert.equal(machine('stat -c %a /var/lib/hatchery').stdout.trim(), '711');
     assert.equal(machine('stat -c "%a %U" /var/lib/hatchery/hatchery.db').stdout.trim(), '640 hatchery');
     // libvirt as Debian ships it: qemu.conf and the daemon's config untouched.
