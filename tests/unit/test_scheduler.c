@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1094,20 +1095,51 @@ static void idle_runners_of_a_replaced_image_are_rotated(void **state)
 
 /* A runner's first record is in the store's hands (its write on libuv's pool) when the
  * scheduler stops: the write's answer comes after scheduler_free, and must find the runner
- * held, not freed (seen failing before the hold: a use after free in on_runner_inserted). */
+ * held, not freed (seen failing before the hold: a use after free in on_runner_inserted).
+ * Another connection holds the store's write lock meanwhile, so that the write waits,
+ * however fast the pool's thread is, until the scheduler has stopped (without it, the
+ * write could be back before the test looked: it failed so once under qemu-s390x). */
+static bool a_job_stored(void *arg)
+{
+    (void)arg;
+    json_t *jobs = NULL;
+    bool stored = store_jobs_list(store, "queued", 0, &jobs) == 0 && json_array_size(jobs) == 1;
+    json_decref(jobs);
+    return stored;
+}
+
 static bool a_runner_being_recorded(void *arg)
 {
     /* made, no guest asked for yet: its record's write is out */
     return loop.active_reqs.count > 0 && scheduler_stats_get(arg)->created == 1 && n_guests == 0;
 }
 
+static bool no_work_out(void *arg)
+{
+    (void)arg;
+    return loop.active_reqs.count == 0;
+}
+
 static void a_stop_while_a_runner_is_recorded(void **state)
 {
     (void)state;
-    struct scheduler *s = start();
+    /* The job is in the store, and the lock taken, before the scheduler's first tick. */
     queue_job(1030);
-    assert_true(spin_until(a_runner_being_recorded, s, 5000));
-    stop(s); /* its after-callback runs in stop's own spin */
+    assert_true(spin_until(a_job_stored, NULL, 5000));
+    char path[sizeof(dir) + 16];
+    snprintf(path, sizeof(path), "%s/hatchery.db", dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    struct scheduler *s = start();
+    assert_true(spin_until(a_runner_being_recorded, s, 4000)); /* within the store's 5 s wait */
+    github_close();
+    scheduler_free(s);
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_true(spin_until(no_work_out, NULL, 5000)); /* the write, and its answer */
+    spin(50);
+    free(s);
     /* The record is there for the next start to repair. */
     json_t *rows = store_runners_list(store, false);
     assert_int_equal(json_array_size(rows), 1);
