@@ -376,41 +376,98 @@ static void free_cells(char **cells, size_t n)
         free(cells[i]);
 }
 
-static void print_jobs(json_t *answer)
+/* A listing's column: its header, and its cell made from one row of the answer. */
+struct column {
+    const char *header;
+    const char *key;                                         /* "jobs.queued": one level down */
+    char *(*cell)(json_t *row, const struct column *column); /* NULL: the value as it is */
+    const char *of;                                          /* cell_used's total */
+};
+
+/* A column's value as it is; its age; a cell of its own making; used against a total. */
+// clang-format off
+#define VALUE(header, key) {header, key, NULL, NULL}
+#define AGE(header, key) {header, key, cell_age, NULL}
+#define CELL(header, key, cell) {header, key, cell, NULL}
+#define USED(header, key, of) {header, key, cell_used, of}
+// clang-format on
+
+static json_t *column_value(json_t *row, const char *key)
 {
-    bool wide = output.format == OUTPUT_WIDE;
-    struct table t = {.n_columns = wide ? 11 : 9,
-                      .headers = {"JOB", "STATUS", "POOL", "REPOSITORY", "RUN", "LABELS", "RUNNER",
-                                  "UPDATED", "WHY_IT_WAITS", "QUEUED", "STARTED"}};
+    const char *dot = strchr(key, '.');
+    if (!dot)
+        return json_object_get(row, key);
+    return json_object_get(json_object_getn(row, key, (size_t)(dot - key)), dot + 1);
+}
+
+static char *cell_age(json_t *row, const struct column *c)
+{
+    return fmt_age(column_value(row, c->key));
+}
+
+static char *cell_used(json_t *row, const struct column *c)
+{
+    char buf[64];
+    snprintf(buf, sizeof(buf), "%lld/%lld",
+             (long long)json_integer_value(column_value(row, c->key)),
+             (long long)json_integer_value(column_value(row, c->of)));
+    return strdup(buf);
+}
+
+/* A table of the array `rows`, one row an element: the first `n` of `columns` (a wide
+ * listing shows more of them). */
+static void print_listing(json_t *rows, const struct column *columns, size_t n)
+{
+    struct table t = {.n_columns = n};
+    for (size_t c = 0; c < n; c++)
+        t.headers[c] = columns[c].header;
     size_t i;
-    json_t *job;
-    json_array_foreach(json_object_get(answer, "jobs"), i, job)
+    json_t *row;
+    json_array_foreach(rows, i, row)
     {
-        json_t *pool = json_object_get(job, "pool");
-        char *cells[11] = {
-            fmt_value(json_object_get(job, "id")),
-            fmt_value(json_object_get(job, "status")),
-            json_is_string(pool) ? fmt_value(pool) : strdup("(unmatched)"),
-            fmt_value(json_object_get(job, "repository")),
-            fmt_value(json_object_get(job, "run_id")),
-            fmt_value(json_object_get(job, "labels")),
-            fmt_value(json_object_get(job, "runner_name")),
-            fmt_age(json_object_get(job, "updated_at")),
-            fmt_value(json_object_get(job, "waiting")),
-        };
-        if (wide) {
-            cells[9] = fmt_age(json_object_get(job, "queued_at"));
-            cells[10] = fmt_age(json_object_get(job, "started_at"));
-        }
+        char *cells[TABLE_MAX_COLUMNS];
+        for (size_t c = 0; c < n; c++)
+            cells[c] = columns[c].cell ? columns[c].cell(row, &columns[c])
+                                       : fmt_value(column_value(row, columns[c].key));
         table_add_row(&t, cells);
-        free_cells(cells, t.n_columns);
+        free_cells(cells, n);
     }
     table_print(&t);
 }
 
-/* A pool's image in one cell: what its manifest says, or why it cannot be used. */
-static char *image_cell(json_t *p)
+static size_t wide_or(size_t all, size_t narrow)
 {
+    return output.format == OUTPUT_WIDE ? all : narrow;
+}
+
+static char *cell_job_pool(json_t *job, const struct column *c)
+{
+    json_t *pool = json_object_get(job, c->key);
+    return json_is_string(pool) ? fmt_value(pool) : strdup("(unmatched)");
+}
+
+static void print_jobs(json_t *answer)
+{
+    static const struct column columns[] = {
+        VALUE("JOB", "id"),
+        VALUE("STATUS", "status"),
+        CELL("POOL", "pool", cell_job_pool),
+        VALUE("REPOSITORY", "repository"),
+        VALUE("RUN", "run_id"),
+        VALUE("LABELS", "labels"),
+        VALUE("RUNNER", "runner_name"),
+        AGE("UPDATED", "updated_at"),
+        VALUE("WHY_IT_WAITS", "waiting"),
+        AGE("QUEUED", "queued_at"),
+        AGE("STARTED", "started_at"),
+    };
+    print_listing(json_object_get(answer, "jobs"), columns, wide_or(11, 9));
+}
+
+/* A pool's image in one cell: what its manifest says, or why it cannot be used. */
+static char *image_cell(json_t *p, const struct column *c)
+{
+    (void)c;
     const char *error = json_string_value(json_object_get(p, "image_error"));
     json_t *m = json_object_get(p, "image_manifest");
     char buf[512];
@@ -427,186 +484,157 @@ static char *image_cell(json_t *p)
     return strdup(buf);
 }
 
+static char *cell_pool_hosts(json_t *p, const struct column *c)
+{
+    json_t *hosts = json_object_get(p, c->key);
+    return json_array_size(hosts) ? fmt_value(hosts) : strdup("(all)");
+}
+
 static void print_pools(json_t *answer)
 {
-    struct table t = {.n_columns = 11,
-                      .headers = {"POOL", "ARCH", "BACKEND", "START", "LABELS", "VCPUS",
-                                  "MEMORY_MIB", "MIN_IDLE", "MAX", "HOSTS", "IMAGE"}};
-    size_t i;
-    json_t *p;
-    json_array_foreach(json_object_get(answer, "pools"), i, p)
-    {
-        json_t *hosts = json_object_get(p, "hosts");
-        char *cells[11] = {
-            fmt_value(json_object_get(p, "name")),
-            fmt_value(json_object_get(p, "arch")),
-            fmt_value(json_object_get(p, "backend")),
-            fmt_value(json_object_get(p, "start")),
-            fmt_value(json_object_get(p, "labels")),
-            fmt_value(json_object_get(p, "vcpus")),
-            fmt_value(json_object_get(p, "memory_mib")),
-            fmt_value(json_object_get(p, "min_idle")),
-            fmt_value(json_object_get(p, "max_runners")),
-            json_array_size(hosts) ? fmt_value(hosts) : strdup("(all)"),
-            image_cell(p),
-        };
-        table_add_row(&t, cells);
-        free_cells(cells, 11);
-    }
-    table_print(&t);
+    static const struct column columns[] = {
+        VALUE("POOL", "name"),
+        VALUE("ARCH", "arch"),
+        VALUE("BACKEND", "backend"),
+        VALUE("START", "start"),
+        VALUE("LABELS", "labels"),
+        VALUE("VCPUS", "vcpus"),
+        VALUE("MEMORY_MIB", "memory_mib"),
+        VALUE("MIN_IDLE", "min_idle"),
+        VALUE("MAX", "max_runners"),
+        CELL("HOSTS", "hosts", cell_pool_hosts),
+        CELL("IMAGE", NULL, image_cell),
+    };
+    print_listing(json_object_get(answer, "pools"), columns, 11);
 }
 
 static void print_capacity(json_t *answer)
 {
-    struct table t = {.n_columns = 9,
-                      .headers = {"POOL", "ARCH", "MAX", "MIN_IDLE", "RUNNERS", "QUEUED",
-                                  "IN_PROGRESS", "WAITING", "WHY_QUEUED_JOBS_WAIT"}};
-    size_t i;
-    json_t *p;
-    json_array_foreach(json_object_get(answer, "pools"), i, p)
-    {
-        json_t *jobs = json_object_get(p, "jobs");
-        char *cells[9] = {
-            fmt_value(json_object_get(p, "pool")),
-            fmt_value(json_object_get(p, "arch")),
-            fmt_value(json_object_get(p, "max_runners")),
-            fmt_value(json_object_get(p, "min_idle")),
-            fmt_value(json_object_get(p, "runners")),
-            fmt_value(json_object_get(jobs, "queued")),
-            fmt_value(json_object_get(jobs, "in_progress")),
-            fmt_value(json_object_get(jobs, "waiting")),
-            fmt_value(json_object_get(p, "waiting")),
-        };
-        table_add_row(&t, cells);
-        free_cells(cells, 9);
-    }
-    json_t *unmatched = json_object_get(json_object_get(answer, "unmatched"), "jobs");
-    char *cells[9] = {
-        strdup("(unmatched)"),
-        strdup("-"),
-        strdup("-"),
-        strdup("-"),
-        strdup("0"),
-        fmt_value(json_object_get(unmatched, "queued")),
-        fmt_value(json_object_get(unmatched, "in_progress")),
-        fmt_value(json_object_get(unmatched, "waiting")),
-        strdup(json_integer_value(json_object_get(unmatched, "queued")) ? "no matching pool" : "-"),
+    static const struct column columns[] = {
+        VALUE("POOL", "pool"),
+        VALUE("ARCH", "arch"),
+        VALUE("MAX", "max_runners"),
+        VALUE("MIN_IDLE", "min_idle"),
+        VALUE("RUNNERS", "runners"),
+        VALUE("QUEUED", "jobs.queued"),
+        VALUE("IN_PROGRESS", "jobs.in_progress"),
+        VALUE("WAITING", "jobs.waiting"),
+        VALUE("WHY_QUEUED_JOBS_WAIT", "waiting"),
     };
-    table_add_row(&t, cells);
-    free_cells(cells, 9);
-    table_print(&t);
+    /* The jobs no pool matches, as a last row of the pools'. */
+    json_t *rows = json_copy(json_object_get(answer, "pools"));
+    json_t *unmatched = json_object_get(answer, "unmatched");
+    json_t *queued = column_value(unmatched, "jobs.queued");
+    json_array_append_new(rows, json_pack("{s:s, s:i, s:O*, s:s}", "pool", "(unmatched)", "runners",
+                                          0, "jobs", json_object_get(unmatched, "jobs"), "waiting",
+                                          json_integer_value(queued) ? "no matching pool" : "-"));
+    print_listing(rows, columns, 9);
+    json_decref(rows);
 }
 
-static char *fmt_used(json_t *obj, const char *used, const char *total)
+/* An unsafe host's reason is its error too: it gets no networked guest. */
+static char *cell_host_error(json_t *h, const struct column *c)
 {
-    char buf[64];
-    snprintf(buf, sizeof(buf), "%lld/%lld",
-             (long long)json_integer_value(json_object_get(obj, used)),
-             (long long)json_integer_value(json_object_get(obj, total)));
-    return strdup(buf);
+    json_t *error = json_object_get(h, c->key);
+    if (!error || json_is_null(error))
+        error = json_object_get(h, "unsafe");
+    return fmt_value(error);
+}
+
+/* A drained host takes no new guest whatever its state: said beside it. */
+static char *cell_host_state(json_t *h, const struct column *c)
+{
+    char *state = fmt_value(json_object_get(h, c->key));
+    if (json_is_true(json_object_get(h, "drained")) && state) {
+        char both[64];
+        snprintf(both, sizeof(both), "%.40s,drained", state);
+        char *copy = strdup(both);
+        if (copy) {
+            free(state);
+            state = copy;
+        }
+    }
+    return state;
+}
+
+static char *cell_template_mb(json_t *tp, const struct column *c)
+{
+    json_t *bytes = json_object_get(tp, c->key);
+    char mb[32] = "-";
+    if (json_is_integer(bytes))
+        snprintf(mb, sizeof(mb), "%.1f", (double)json_integer_value(bytes) / 1e6);
+    return strdup(mb);
+}
+
+static char *cell_template_restores(json_t *tp, const struct column *c)
+{
+    char restores[64];
+    snprintf(restores, sizeof(restores), "%lld (%lld cold)",
+             (long long)json_integer_value(json_object_get(tp, c->key)),
+             (long long)json_integer_value(json_object_get(tp, c->of)));
+    return strdup(restores);
 }
 
 static void print_hosts(json_t *answer)
 {
-    struct table t = {.n_columns = 9,
-                      .headers = {"HOST", "STATE", "URI", "TRANSPORT", "VCPUS", "MEMORY_MIB",
-                                  "GUESTS", "ISOLATION", "ERROR"}};
-    size_t i;
-    json_t *h;
-    json_array_foreach(json_object_get(answer, "hosts"), i, h)
+    static const struct column columns[] = {
+        VALUE("HOST", "name"),
+        CELL("STATE", "state", cell_host_state),
+        VALUE("URI", "uri"),
+        VALUE("TRANSPORT", "transport"),
+        USED("VCPUS", "vcpus_used", "vcpus"),
+        USED("MEMORY_MIB", "memory_mib_used", "memory_mib"),
+        USED("GUESTS", "guests", "max_guests"),
+        VALUE("ISOLATION", "guest_isolation"),
+        CELL("ERROR", "error", cell_host_error),
+    };
+    static const struct column template_columns[] = {
+        VALUE("TEMPLATE", "name"),
+        VALUE("HOST", "host"),
+        VALUE("POOL", "pool"),
+        VALUE("STATE", "state"),
+        CELL("FILE_MB", "file_bytes", cell_template_mb),
+        {"RESTORES", "restores", cell_template_restores, "fallbacks"},
+        VALUE("REASON", "reason"),
+    };
+    json_t *hosts = json_object_get(answer, "hosts");
+    print_listing(hosts, columns, 9);
+    /* Warm templates, where any are kept, each beside its host's name. */
+    json_t *templates = json_array();
+    size_t i, k;
+    json_t *h, *tp;
+    json_array_foreach(hosts, i, h)
     {
-        /* An unsafe host's reason is its error too: it gets no networked guest. */
-        json_t *error = json_object_get(h, "error");
-        if (!error || json_is_null(error))
-            error = json_object_get(h, "unsafe");
-        /* A drained host takes no new guest whatever its state: said beside it. */
-        char *state = fmt_value(json_object_get(h, "state"));
-        if (json_is_true(json_object_get(h, "drained")) && state) {
-            char both[64];
-            snprintf(both, sizeof(both), "%.40s,drained", state);
-            char *copy = strdup(both);
-            if (copy) {
-                free(state);
-                state = copy;
-            }
-        }
-        char *cells[9] = {
-            fmt_value(json_object_get(h, "name")),
-            state,
-            fmt_value(json_object_get(h, "uri")),
-            fmt_value(json_object_get(h, "transport")),
-            fmt_used(h, "vcpus_used", "vcpus"),
-            fmt_used(h, "memory_mib_used", "memory_mib"),
-            fmt_used(h, "guests", "max_guests"),
-            fmt_value(json_object_get(h, "guest_isolation")),
-            fmt_value(error),
-        };
-        table_add_row(&t, cells);
-        free_cells(cells, 9);
-    }
-    table_print(&t);
-    /* Warm templates, where any are kept. */
-    struct table tt = {
-        .n_columns = 7,
-        .headers = {"TEMPLATE", "HOST", "POOL", "STATE", "FILE_MB", "RESTORES", "REASON"}};
-    json_array_foreach(json_object_get(answer, "hosts"), i, h)
-    {
-        size_t k;
-        json_t *tp;
         json_array_foreach(json_object_get(h, "templates"), k, tp)
         {
-            json_t *bytes = json_object_get(tp, "file_bytes");
-            char mb[32] = "-";
-            if (json_is_integer(bytes))
-                snprintf(mb, sizeof(mb), "%.1f", (double)json_integer_value(bytes) / 1e6);
-            char restores[64];
-            snprintf(restores, sizeof(restores), "%lld (%lld cold)",
-                     (long long)json_integer_value(json_object_get(tp, "restores")),
-                     (long long)json_integer_value(json_object_get(tp, "fallbacks")));
-            char *cells[7] = {
-                fmt_value(json_object_get(tp, "name")),
-                fmt_value(json_object_get(h, "name")),
-                fmt_value(json_object_get(tp, "pool")),
-                fmt_value(json_object_get(tp, "state")),
-                strdup(mb),
-                strdup(restores),
-                fmt_value(json_object_get(tp, "reason")),
-            };
-            table_add_row(&tt, cells);
-            free_cells(cells, 7);
+            json_t *row = json_copy(tp);
+            json_object_set(row, "host", json_object_get(h, "name"));
+            json_array_append_new(templates, row);
         }
     }
-    if (tt.n_rows && output.format != OUTPUT_NAME && !output.no_headers)
+    if (json_array_size(templates) && output.format != OUTPUT_NAME && !output.no_headers)
         printf("\n");
-    table_print(&tt);
+    print_listing(templates, template_columns, 7);
+    json_decref(templates);
 }
 
 static void print_runners(json_t *answer)
 {
-    bool wide = output.format == OUTPUT_WIDE;
-    struct table t = {.n_columns = wide ? 12 : 8,
-                      .headers = {"RUNNER", "STATE", "POOL", "HOST", "JOB", "EXIT", "AGE", "REASON",
-                                  "GITHUB_ID", "ONLINE", "BUSY", "FINISHED"}};
-    size_t i;
-    json_t *r;
-    json_array_foreach(json_object_get(answer, "runners"), i, r)
-    {
-        char *cells[12] = {
-            fmt_value(json_object_get(r, "name")),     fmt_value(json_object_get(r, "state")),
-            fmt_value(json_object_get(r, "pool")),     fmt_value(json_object_get(r, "host")),
-            fmt_value(json_object_get(r, "job_id")),   fmt_value(json_object_get(r, "exit_code")),
-            fmt_age(json_object_get(r, "created_at")), fmt_value(json_object_get(r, "reason")),
-        };
-        if (wide) {
-            cells[8] = fmt_value(json_object_get(r, "github_runner_id"));
-            cells[9] = fmt_age(json_object_get(r, "online_at"));
-            cells[10] = fmt_age(json_object_get(r, "busy_at"));
-            cells[11] = fmt_age(json_object_get(r, "finished_at"));
-        }
-        table_add_row(&t, cells);
-        free_cells(cells, t.n_columns);
-    }
-    table_print(&t);
+    static const struct column columns[] = {
+        VALUE("RUNNER", "name"),
+        VALUE("STATE", "state"),
+        VALUE("POOL", "pool"),
+        VALUE("HOST", "host"),
+        VALUE("JOB", "job_id"),
+        VALUE("EXIT", "exit_code"),
+        AGE("AGE", "created_at"),
+        VALUE("REASON", "reason"),
+        VALUE("GITHUB_ID", "github_runner_id"),
+        AGE("ONLINE", "online_at"),
+        AGE("BUSY", "busy_at"),
+        AGE("FINISHED", "finished_at"),
+    };
+    print_listing(json_object_get(answer, "runners"), columns, wide_or(12, 8));
 }
 
 static int compare_strings(const void *a, const void *b)
