@@ -39,8 +39,16 @@ function runbook(name) {
   assert.ok(m, `docs/OPERATIONS.md has no block marked runbook: ${name}`);
   return m[2].split('\n').map((l) => l.slice(m[1].length)).join('\n');
 }
-const runRunbook = (name, cwd, env = {}) => machine(
-  `${Object.entries(env).map(([k, v]) => `export ${k}=${v}\n`).join('')}set -euxo pipefail\n${runbook(name)}`, { cwd });
+// A block run as written; `fill` may put this machine's values in place of its examples
+// (addresses, ids, sizes, paths) and nothing else: every line keeps its key, and every
+// example it means to replace must be there (the runbook and the test cannot drift).
+function runRunbook(name, cwd, env = {}, fill = (block) => block) {
+  const written = runbook(name);
+  const filled = fill(written);
+  const keys = (text) => text.split('\n').map((l) => l.replace(/^(\s*(?:- )?[^:#]*:?).*$/, '$1').replace(/#.*/, ''));
+  assert.deepEqual(keys(filled), keys(written), `runbook ${name}: the test changed more than values`);
+  return machine(`${Object.entries(env).map(([k, v]) => `export ${k}=${v}\n`).join('')}set -euxo pipefail\n${filled}`, { cwd });
+}
 
 const cli = (...args) => JSON.parse(machine(`hatchery --json ${args.join(' ')}`).stdout);
 const runners = () => cli('runners', '--all').runners;
@@ -137,46 +145,47 @@ describe(`day one on a stock Debian ${release} host`, () => {
     machine(`install -d -m 0750 -o root -g libvirt-qemu ${remoteImages}`);
     // libvirt's NAT network, for a pool that uses it instead of user-mode networking.
     runRunbook('nat-network', '/root');
-    // 3. The config: the package's, with GitHub, this host and its pools added.
+    // 3. The config: the package's, with the runbook's block added, its example values
+    // replaced by this machine's (the only change the test makes: checked key by key).
     port = await freePort();
     secret = readFileSync(`${M}/etc/hatchery/webhook-secret`, 'utf8').trim();
     const config = `${M}/etc/hatchery/hatchery.yaml`;
-    const pool = (arch, { template = false, remote = false, nat = false } = {}) => `  - name: prod-${arch}${template ? '-tpl' : ''}${remote ? '-remote' : ''}${nat ? '-nat' : ''}
-    labels: [linux.${arch}.prod${template ? '.tpl' : ''}${remote ? '.remote' : ''}${nat ? '.nat' : ''}]${template ? '\n    start: template' : ''}
-    arch: ${arch}
-    image: ${remote ? remoteImageOf(arch) : nat ? builtImage : imageOf(arch)}
-    network: ${nat ? 'default' : 'user'}
-    disk_mib: 8192
-    vcpus: 1
-    memory_mib: ${arch === 'ppc64le' ? 2048 : 1536}
-    max_runners: 1
-    boot_timeout_s: 900
-    job_timeout_s: 3600
-    hosts: [${remote ? 'remote' : 'local'}]
-`;
-    writeFileSync(config, readFileSync(config, 'utf8').replace(/^listen: .*$/m, `listen: 127.0.0.1:${port}`) + `
-github:
-  api_url: ${api}
-  app_id: ${process.env.APP_ID}
-  app_private_key_file: /etc/hatchery/github-app.pem
-  runner_scopes:
-    - repo: pytorch/pytorch
-      runner_group_id: 1
-reconcile_interval_s: 10
-hosts:
-  - name: local
-    uri: qemu:///system
-    vcpus: 4
-    memory_mib: 8192
-    max_guests: 3
-  - name: remote
-    uri: qemu+ssh://hatchery-remote@127.0.0.1:${sshPort}/system
-    vcpus: 2
-    memory_mib: 4096
-    max_guests: 1
-    guest_isolation: unchecked
-pools:
-${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('s390x', { remote: true })}${pool('ppc64le', { nat: true })}`);
+    writeFileSync(config, readFileSync(config, 'utf8').replace(/^listen: .*$/m, `listen: 127.0.0.1:${port}`));
+    runRunbook('config', '/root', {}, (block) => {
+      // Each example replaced wherever it stands; one that is not there fails the test.
+      const fillIn = (text, example, value) => {
+        assert.match(text, example, `the runbook's config block has no ${example}`);
+        return text.replace(new RegExp(example.source, 'g'), value);
+      };
+      // One pool's lines, from its name to the next pool's or the block's end.
+      const inPool = (text, name, change) => fillIn(text,
+        new RegExp(`( *- name: ${name}\\n[\\s\\S]*?)(?=\\n *- name: |\\nEOF)`), (lines) => change(lines));
+      let b = block;
+      for (const [example, value] of [
+        [/api_url: https:\/\/api\.github\.com/, `api_url: ${api}`],
+        [/app_id: 123456/, `app_id: ${process.env.APP_ID}`],
+        [/hatchery-remote@p10-b\.example\.com\//, `hatchery-remote@127.0.0.1:${sshPort}/`],
+        [/vcpus: 48/, 'vcpus: 4'],
+        [/memory_mib: 196608/, 'memory_mib: 8192'],
+        [/max_guests: 10/, 'max_guests: 3'],
+        [/max_runners: 8/, 'max_runners: 1'],
+        [/boot_timeout_s: 300/, 'boot_timeout_s: 900'],
+      ]) b = fillIn(b, example, value);
+      for (const [name, arch, image] of [
+        ['prod-ppc64le', 'ppc64le', imageOf('ppc64le')],
+        ['prod-s390x', 's390x', imageOf('s390x')],
+        ['prod-ppc64le-tpl', 'ppc64le', imageOf('ppc64le')],
+        ['prod-s390x-remote', 's390x', remoteImageOf('s390x')],
+        ['prod-ppc64le-nat', 'ppc64le', builtImage],
+      ]) {
+        b = inPool(b, name, (lines) => [
+          [/image: \S+/, `image: ${image}`],
+          [/vcpus: \d+/, 'vcpus: 1'],
+          [/memory_mib: \d+/, `memory_mib: ${arch === 'ppc64le' ? 2048 : 1536}`],
+        ].reduce((text, [example, value]) => fillIn(text, example, value), lines));
+      }
+      return b;
+    });
     // 4. Check it and start.
     runRunbook('start', '/root');
     await until('the host up', () => cli('hosts').hosts.find((h) => h.name === 'local' && h.state === 'up'));
@@ -389,4 +398,5 @@ ${pool('ppc64le')}${pool('s390x')}${pool('ppc64le', { template: true })}${pool('
     assert.equal(machine('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 0);
     await until('host.isolation in the journal', () => /event=host\.isolation host=local guest_isolation=in_place/.test(journal()), 60000);
   });
+
 });
