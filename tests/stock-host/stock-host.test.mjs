@@ -399,4 +399,59 @@ describe(`day one on a stock Debian ${release} host`, () => {
     await until('host.isolation in the journal', () => /event=host\.isolation host=local guest_isolation=in_place/.test(journal()), 60000);
   });
 
+  test('removing the package with guests up: refused while a job runs, then each guest, its disk and GitHub runner, the pools and the filter gone', { timeout: 900000 }, async () => {
+    // Two runners, their guests frozen (virsh suspend) so that nothing in them moves on:
+    // one GitHub gives a job once its config is sent (a frozen guest cannot end that job;
+    // its silence would make hatcheryd judge it hung after heartbeat_timeout_s, 60 s,
+    // where the removal below comes within seconds), one frozen while it boots.
+    const frozen = async (label, poolName, states) => {
+      const id = nextJob++;
+      await post(workflowJob('queued', id, [label]));
+      const r = await until(`a runner in ${poolName}`, () =>
+        runners().find((x) => x.pool === poolName && !taken.has(x.name) && states.includes(x.state)));
+      taken.add(r.name);
+      await until(`${r.name}'s domain running`, () =>
+        machine(`virsh -c qemu:///system domstate ${r.name}`, { ok: false }).stdout.trim() === 'running');
+      machine(`virsh -c qemu:///system suspend ${r.name}`);
+      return { id, label, name: r.name };
+    };
+    const idle = await frozen('linux.ppc64le.prod', 'prod-ppc64le', ['booting']);
+    const busy = await frozen('linux.s390x.prod', 'prod-s390x', ['configured', 'idle']);
+    await post(workflowJob('in_progress', busy.id, [busy.label], busy.name));
+    await until(`${busy.name} busy`, () => runners().find((x) => x.name === busy.name)?.state === 'busy');
+    await until(`${idle.name}'s GitHub runner`, () => runners().find((x) => x.name === idle.name)?.github_runner_id);
+    const idleGithubId = runners().find((x) => x.name === idle.name).github_runner_id;
+
+    // A job still runs: the removal is refused, with why, and the hosts are drained.
+    let r = machine('apt-get remove -y -q hatchery 2>&1', { ok: false });
+    assert.notEqual(r.status, 0, r.stdout);
+    assert.match(r.stdout, new RegExp(`hatchery: not removed: jobs still run on these runners' guests: ${busy.name}\\.`));
+    assert.equal(machine('systemctl is-active hatcheryd').stdout, 'active\n');
+    assert.equal(machine("dpkg-query -W -f '${Status}' hatchery").stdout, 'install ok installed');
+    assert.ok(cli('hosts').hosts.every((h) => h.drained), 'every host drained');
+    assert.ok(runners().find((x) => x.name === idle.name), `${idle.name} kept while the removal is refused`);
+
+    // The operator ends that job, as the refusal says; the purge then ends the other.
+    machine(`hatchery delete ${busy.name}`, { ok: false });
+    await until(`${busy.name} gone`, () => !cli('runners').runners.some((x) => x.name === busy.name));
+    r = machine('apt-get purge -y -q hatchery 2>&1', { ok: false });
+    assert.equal(r.status, 0, r.stdout);
+    assert.match(r.stdout, /hatchery: deleted [1-9]\d* runner\(s\) that had no job/);
+    // Nothing of hatchery's left running in libvirt, and nothing it made there.
+    const domains = machine('virsh -q -c qemu:///system list --all --name').stdout.split('\n').filter(Boolean);
+    for (const dom of domains) {
+      assert.notEqual(machine(`virsh -q -c qemu:///system metadata ${dom} https://hatchery.dev/xmlns/runner/1`, { ok: false }).status, 0,
+        `${dom} is hatchery's and outlived the purge`);
+    }
+    assert.deepEqual(machine('virsh -q -c qemu:///system pool-list --all --name').stdout.split('\n')
+      .filter((p) => p === 'hatchery' || p.startsWith('hatchery-image-')), []);
+    assert.notEqual(machine('virsh -q -c qemu:///system nwfilter-dumpxml hatchery-guest-isolation', { ok: false }).status, 0,
+      'the guest filter outlived the purge');
+    assert.equal(machine('test -e /var/lib/hatchery/volumes', { ok: false }).status, 1, 'the volumes outlived the purge');
+    assert.equal(machine('ps -o pid=,args= -C qemu-system-ppc64le,qemu-system-s390x', { ok: false }).stdout, '', 'a QEMU outlived the purge');
+    // The idle runner's GitHub registration went with it.
+    const log = await (await fetch(`${api}/__double/log`)).json();
+    assert.ok(log.log.some((e) => e.method === 'DELETE' && e.url.endsWith(`/actions/runners/${idleGithubId}`)),
+      `no DELETE of ${idle.name}'s GitHub runner ${idleGithubId}`);
+  });
 });
