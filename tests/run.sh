@@ -64,6 +64,13 @@ if [ -n "${foreign_added:-}" ] || ! apt-cache show libjansson-dev:s390x >/dev/nu
     apt-cache show "$p" >/dev/null 2>&1 || { echo "run.sh: apt cannot find $p: the guests' packages cannot be fetched" >&2; exit 1; }
   done
 fi
+# The static agent's foreign libjansson.a, installed beside the native one (Multi-Arch:
+# same), so that no build downloads it.
+for p in libjansson-dev:ppc64el libjansson-dev:s390x; do
+  [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] ||
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$p" >/dev/null ||
+    { echo "run.sh: cannot install $p (the static agent is built against it)" >&2; exit 1; }
+done
 phase_done "dependencies"
 
 # GitHub's own definitions the tests are judged by (pinned in tests/package-lock.json).

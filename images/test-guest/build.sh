@@ -57,7 +57,7 @@ for p in "${pkgs[@]}"; do
 done
 
 # The agent, cross-built static.
-"$root/agent/build-static.sh" "$arch" "$work/hatchery-agent" "$cache"
+"$root/agent/build-static.sh" "$arch" "$work/hatchery-agent"
 
 r="$work/root"
 mkdir -p "$r/bin" "$r/usr/bin" "$r/proc" "$r/sys" "$r/dev" "$r/etc" "$r/lib/modules"
