@@ -45,10 +45,17 @@ function runbook(name) {
 function runRunbook(name, cwd, env = {}, fill = (block) => block) {
   const written = runbook(name);
   const filled = fill(written);
-  const keys = (text) => text.split('\n').map((l) => l.replace(/^(\s*(?:- )?[^:#]*:?).*$/, '$1').replace(/#.*/, ''));
-  assert.deepEqual(keys(filled), keys(written), `runbook ${name}: the test changed more than values`);
+  assert.deepEqual(keysOf(filled), keysOf(written), `runbook ${name}: the test changed more than values`);
   return machine(`${Object.entries(env).map(([k, v]) => `export ${k}=${v}\n`).join('')}set -euxo pipefail\n${filled}`, { cwd });
 }
+
+// Each example value replaced wherever it stands; one that is not there fails the test.
+function fillIn(text, example, value) {
+  assert.match(text, example, `no ${example} to fill in`);
+  return text.replace(new RegExp(example.source, `${example.flags.replace('g', '')}g`), value);
+}
+// Only values changed: every line keeps its key (and its comment's place).
+const keysOf = (text) => text.split('\n').map((l) => l.replace(/^(\s*(?:- )?[^:#]*:?).*$/, '$1').replace(/#.*/, ''));
 
 const cli = (...args) => JSON.parse(machine(`hatchery --json ${args.join(' ')}`).stdout);
 const runners = () => cli('runners', '--all').runners;
@@ -152,11 +159,6 @@ describe(`day one on a stock Debian ${release} host`, () => {
     const config = `${M}/etc/hatchery/hatchery.yaml`;
     writeFileSync(config, readFileSync(config, 'utf8').replace(/^listen: .*$/m, `listen: 127.0.0.1:${port}`));
     runRunbook('config', '/root', {}, (block) => {
-      // Each example replaced wherever it stands; one that is not there fails the test.
-      const fillIn = (text, example, value) => {
-        assert.match(text, example, `the runbook's config block has no ${example}`);
-        return text.replace(new RegExp(example.source, 'g'), value);
-      };
       // One pool's lines, from its name to the next pool's or the block's end.
       const inPool = (text, name, change) => fillIn(text,
         new RegExp(`( *- name: ${name}\\n[\\s\\S]*?)(?=\\n *- name: |\\nEOF)`), (lines) => change(lines));
@@ -397,6 +399,51 @@ describe(`day one on a stock Debian ${release} host`, () => {
     machine('systemctl restart hatchery-guest-firewall');
     assert.equal(machine('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 0);
     await until('host.isolation in the journal', () => /event=host\.isolation host=local guest_isolation=in_place/.test(journal()), 60000);
+  });
+
+  test('the shipped example config, with only addresses, paths and ids filled in: both its hosts come up', { timeout: 300000 }, async () => {
+    // /usr/share/doc/hatchery/examples/hatchery.example.yaml as the package ships it: its
+    // two hosts are this machine (p10-a) and, over SSH as the runbook's hatchery-remote,
+    // this machine again (p10-b). A second hatcheryd runs it beside the first, so its
+    // listeners, state and socket are its own; min_idle 0, so that it starts no guest.
+    const shipped = machine('zcat -f /usr/share/doc/hatchery/examples/hatchery.example.yaml*').stdout;
+    const [webPort, metricsPort] = [await freePort(), await freePort()];
+    let filled = shipped;
+    for (const [example, value] of [
+      [/listen: 127\.0\.0\.1:8080/, `listen: 127.0.0.1:${webPort}`],
+      [/metrics_listen: 127\.0\.0\.1:9464/, `metrics_listen: 127.0.0.1:${metricsPort}`],
+      [/state_dir: \/var\/lib\/hatchery$/m, 'state_dir: /var/lib/hatchery-example'],
+      [/admin_socket: \/run\/hatchery\/admin\.sock/, 'admin_socket: /run/hatchery-example/admin.sock'],
+      [/app_id: 123456/, `app_id: ${process.env.APP_ID}`],
+      [/p10-b\.example\.com\//, `127.0.0.1:${sshPort}/`],
+      [/\/var\/lib\/hatchery\/images\/runner-ppc64le\.qcow2/, imageOf('ppc64le')],
+      [/min_idle: 1/, 'min_idle: 0'],
+    ]) filled = fillIn(filled, example, value);
+    assert.deepEqual(keysOf(filled), keysOf(shipped), 'the test changed more than values');
+    writeFileSync(`${M}/etc/hatchery/example.yaml`, filled);
+    machine('chmod 0644 /etc/hatchery/example.yaml && runuser -u hatchery -- hatcheryd --check-config /etc/hatchery/example.yaml');
+    machine('systemd-run --unit=hatcheryd-example --uid=hatchery --gid=hatchery -p StateDirectory=hatchery-example ' +
+      '-p StateDirectoryMode=0711 -p RuntimeDirectory=hatchery-example /usr/sbin/hatcheryd --config /etc/hatchery/example.yaml');
+    try {
+      let said = '';
+      const hosts = await until('both hosts of the example up', () => {
+        if (machine('systemctl is-failed --quiet hatcheryd-example', { ok: false }).status === 0) throw new Error('hatcheryd-example failed');
+        const r = machine('hatchery --socket /run/hatchery-example/admin.sock --json hosts', { ok: false });
+        said = r.stdout + r.stderr;
+        const all = r.status === 0 ? JSON.parse(r.stdout).hosts : [];
+        return all.length === 2 && all.every((h) => h.state === 'up') && all;
+      }, 120000).catch((e) => {
+        const unit = machine('systemctl status --no-pager hatcheryd-example; journalctl -u hatcheryd-example -o cat --no-pager | tail -n 60', { ok: false });
+        throw new Error(`${e.message.split('\n')[0]}\nthe CLI said: ${said}\n${unit.stdout}${unit.stderr}`);
+      });
+      assert.deepEqual(hosts.map((h) => [h.name, h.transport, h.guest_isolation]),
+        [['p10-a', 'stream', 'in_place'], ['p10-b', 'stream', 'unchecked']]);
+      const pools = JSON.parse(machine('hatchery --socket /run/hatchery-example/admin.sock --json pools').stdout).pools;
+      assert.deepEqual(pools.map((p) => p.name), ['linux.ppc64le', 'linux.ppc64le.publisher']);
+    } finally {
+      machine('systemctl stop hatcheryd-example', { ok: false });
+      machine('rm -rf /etc/hatchery/example.yaml /var/lib/hatchery-example', { ok: false });
+    }
   });
 
   test('removing the package with guests up: refused while a job runs, then each guest, its disk and GitHub runner, the pools and the filter gone', { timeout: 900000 }, async () => {
