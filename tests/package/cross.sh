@@ -1,29 +1,39 @@
 #!/usr/bin/env bash
-# Cross-builds the `hatchery` and `hatchery-guest-agent` packages for ppc64el or s390x and
-# runs the unit tests under qemu-user.
+# Cross-builds the `hatchery` and `hatchery-guest-agent` packages for ppc64el or s390x on a
+# Debian RELEASE (default bookworm), as Debian builds them, and runs the unit tests under
+# qemu-user.
 #
-# How: Debian's multiarch cross build. A clean bookworm root (amd64) gets the target's
-# -dev packages beside its own (`apt` resolves them as ARCH packages) and the cross
-# compiler; `dpkg-buildpackage -a ARCH` builds there. Why not a native build in a foreign
-# root: every compiler run would be emulated, several times slower, for the same result;
-# multiarch resolves all of Hatchery's build dependencies in bookworm. (On a host whose
-# own packages come from bookworm-security, the foreign ones may not be at the same
-# versions: a root of its own keeps them in step.)
+# How: Debian's multiarch cross build. A clean RELEASE root (amd64) gets the target's -dev
+# packages beside its own (`apt` resolves them as ARCH packages) and the cross compiler:
+# that is the build root, made once with the network as sbuild makes its chroot, and cached
+# (tests/package/cached-root.sh). In a copy of it an unprivileged user, with no network
+# (a network namespace of its own), runs `dpkg-buildpackage -a ARCH`
+# (Rules-Requires-Root: no). Why not a native build in a foreign root: every compiler run
+# would be emulated, several times slower, for the same result; multiarch resolves all of
+# Hatchery's build dependencies. (A root of its own also keeps the foreign packages at
+# the versions of the native ones, which this machine's own may not be.) The root is
+# RELEASE's main alone, its last point release: multiarch needs a package at the same
+# version on both architectures, and -updates and -security add indices a mirror may be
+# mid-sync on for one architecture only (seen for trixie's ppc64el: "File has unexpected
+# size ... Mirror sync in progress?").
 # The unit tests are the build's own test binaries, run by ctest through binfmt_misc
-# (qemu-user-static), with the target's libraries from the same root.
+# (qemu-user-static), with the target's libraries from the same root, by the same user
+# and without the network.
 #
-# usage: tests/package/cross.sh ARCH OUT_DIR     (ARCH: ppc64el or s390x)
+# usage: tests/package/cross.sh ARCH OUT_DIR [RELEASE]   (ARCH: ppc64el or s390x;
+#        RELEASE: bookworm, the default, or trixie)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-arch=${1:?usage: cross.sh ARCH OUT_DIR}
-out=${2:?usage: cross.sh ARCH OUT_DIR}
+arch=${1:?usage: cross.sh ARCH OUT_DIR [RELEASE]}
+out=${2:?usage: cross.sh ARCH OUT_DIR [RELEASE]}
+release=${3:-bookworm}
 case "$arch" in
   ppc64el) triplet=powerpc64le-linux-gnu qemu=ppc64le ;;
   s390x) triplet=s390x-linux-gnu qemu=s390x ;;
   *) echo "cross.sh: ARCH is ppc64el or s390x" >&2; exit 2 ;;
 esac
-log() { echo "cross($arch): $*" >&2; }
+log() { echo "cross($arch, $release): $*" >&2; }
 "$root/images/enable-binfmt.sh" "$qemu" || { log "cannot run $arch binaries here"; exit 1; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -45,34 +55,43 @@ done
 grep -q "^ *libcmocka-dev <!nocheck>,$" "$root/debian/control" ||
   { log "debian/control's Build-Depends changed: update the list in $0"; exit 1; }
 t0=$SECONDS
-"$here/cached-root.sh" "cross-$arch" "$chroot_dir" --variant=apt --architectures="amd64,$arch" \
+"$here/cached-root.sh" "cross-$release-$arch" "$chroot_dir" --variant=apt --architectures="amd64,$arch" \
   --aptopt='Apt::Install-Recommends "false"' --include="$(IFS=,; echo "${deps[*]}")" \
-  bookworm "deb http://deb.debian.org/debian bookworm main" \
-  "deb http://deb.debian.org/debian bookworm-updates main"
+  "$release" "deb http://deb.debian.org/debian $release main"
 log "build root (amd64 with $arch's build dependencies) in $((SECONDS - t0)) s"
 
 mount -t proc proc "$chroot_dir/proc"
 mount --bind /dev "$chroot_dir/dev"
 mount --bind /dev/pts "$chroot_dir/dev/pts"
-mkdir -p "$chroot_dir/build/src"
+chroot "$chroot_dir" useradd --create-home builder
+src=/home/builder/src/hatchery
+mkdir -p "$chroot_dir$src"
 (cd "$root" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) |
-  tar -xf - -C "$chroot_dir/build/src"
+  tar -xf - -C "$chroot_dir$src"
+chroot "$chroot_dir" chown -R builder:builder /home/builder/src
+# The builder: an unprivileged user in a network namespace of its own (no interface but
+# a loopback that is down), as sbuild and Debian's buildds build.
+as_builder() { chroot "$chroot_dir" unshare --net runuser -u builder -- sh -c "$1"; }
+[ "$(as_builder 'id -u')" != 0 ] || { log "the builder is root"; exit 1; }
+[ "$(as_builder 'readlink /proc/self/ns/net')" != "$(readlink /proc/self/ns/net)" ] ||
+  { log "the builder shares this machine's network"; exit 1; }
 
 t0=$SECONDS
-if ! chroot "$chroot_dir" sh -c "cd /build/src && dpkg-buildpackage -a $arch -B -us -uc" >"$out/build-$arch.log" 2>&1; then
+if ! as_builder "cd $src && dpkg-buildpackage -a $arch -B -us -uc" >"$out/build-$arch.log" 2>&1; then
   grep -E -B2 -A8 "CMake Error|error:" "$out/build-$arch.log" | head -n 60 >&2
   log "dpkg-buildpackage -a $arch FAILED (all of it: $out/build-$arch.log)"
   exit 1
 fi
 log "dpkg-buildpackage -a $arch -B in $((SECONDS - t0)) s"
-cp "$chroot_dir"/build/hatchery_*_"$arch".deb "$chroot_dir"/build/hatchery-guest-agent_*_"$arch".deb "$out/"
+rm -f "$out"/*.deb
+cp "$chroot_dir"/home/builder/src/hatchery_*_"$arch".deb "$chroot_dir"/home/builder/src/hatchery-guest-agent_*_"$arch".deb "$out/"
 deb=$(ls "$out"/hatchery_*_"$arch".deb)
 agent_deb=$(ls "$out"/hatchery-guest-agent_*_"$arch".deb)
-file -b "$chroot_dir/build/src/obj-$triplet/hatcheryd" | tee "$out/hatcheryd-$arch.file" >&2
+file -b "$chroot_dir$src/obj-$triplet/hatcheryd" | tee "$out/hatcheryd-$arch.file" >&2
 log "$(basename "$deb"): $(stat -c %s "$deb") bytes, installed $(dpkg-deb -f "$deb" Installed-Size) KiB"
 # The agent: static for this architecture's guests, from the build dependencies'
 # libjansson.a (no download), with the sources it carries named.
-file -b "$chroot_dir/build/src/obj-$triplet/agent-static/hatchery-agent" | tee "$out/agent-$arch.file" >&2
+file -b "$chroot_dir$src/obj-$triplet/agent-static/hatchery-agent" | tee "$out/agent-$arch.file" >&2
 grep -q 'statically linked' "$out/agent-$arch.file" || { log "the agent is not static"; exit 1; }
 dpkg-deb -f "$agent_deb" Built-Using | grep -q 'jansson (= ' ||
   { log "$(basename "$agent_deb") names no Built-Using jansson"; exit 1; }
@@ -86,11 +105,11 @@ lintian --fail-on error,warning "$deb" "$agent_deb" | tee "$out/lintian-$arch.tx
 
 # The unit tests, as built for ARCH, under qemu-user.
 t0=$SECONDS
-if ! chroot "$chroot_dir" sh -c "cd /build/src/obj-$triplet && ctest --output-on-failure -R '^unit\\.'" \
+if ! as_builder "cd $src/obj-$triplet && ctest --output-on-failure -R '^unit\\.'" \
      >"$out/unit-tests-$arch.txt" 2>&1; then
   grep -E "Failed|FAILED|ERROR|error" "$out/unit-tests-$arch.txt" | head -n 40 >&2
   log "unit tests FAILED under qemu-$qemu (all of it: $out/unit-tests-$arch.txt)"
   exit 1
 fi
-grep -E "tests passed|Total Test time" "$out/unit-tests-$arch.txt" | sed "s/^/cross($arch): /" >&2
+grep -E "tests passed|Total Test time" "$out/unit-tests-$arch.txt" | sed "s/^/cross($arch, $release): /" >&2
 log "unit tests under qemu-$qemu in $((SECONDS - t0)) s"

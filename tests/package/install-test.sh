@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the `hatchery` package as an operator would, in a clean Debian bookworm root of
-# ARCH (a foreign one runs under qemu-user), then upgrades it and purges it:
+# Installs the `hatchery` package as an operator would, in a clean Debian RELEASE root of
+# ARCH (a foreign one runs under qemu-user), then upgrades it and purges it. The package
+# must be built on RELEASE (tests/package/build-debs.sh on this machine's, cross.sh). The
+# root is RELEASE's main alone, as the cross build's (cross.sh says why):
 #
 #   1. `apt-get install` the previous build: the hatchery user and its webhook secret are
 #      made (the user in the libvirt group); both units pass `systemd-analyze verify`; the
@@ -16,12 +18,13 @@
 # The previous build is this build with its version lowered (VERSION~prev): the project has
 # no earlier release to upgrade from. Once one is out, pass its .deb as PREVIOUS_DEB.
 #
-# usage: tests/package/install-test.sh ARCH DEB_DIR
+# usage: tests/package/install-test.sh ARCH DEB_DIR [RELEASE]   (default: bookworm)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-arch=${1:?usage: install-test.sh ARCH DEB_DIR}
-debs=$(cd "${2:?usage: install-test.sh ARCH DEB_DIR}" && pwd)
-log() { echo "install-test($arch): $*" >&2; }
+arch=${1:?usage: install-test.sh ARCH DEB_DIR [RELEASE]}
+debs=$(cd "${2:?usage: install-test.sh ARCH DEB_DIR [RELEASE]}" && pwd)
+release=${3:-bookworm}
+log() { echo "install-test($arch, $release): $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
 [ "$arch" = "$(dpkg --print-architecture)" ] || "$here/../../images/enable-binfmt.sh" "$arch" ||
   fail "cannot run $arch binaries here"
@@ -40,11 +43,10 @@ cleanup() {
 trap cleanup EXIT
 
 t0=$SECONDS
-"$here/cached-root.sh" "install-$arch" "$r" --variant=apt --architectures="$arch" \
+"$here/cached-root.sh" "install-$release-$arch" "$r" --variant=apt --architectures="$arch" \
   --aptopt='Apt::Install-Recommends "false"' --include=systemd,adduser,man-db \
-  bookworm "deb http://deb.debian.org/debian bookworm main" \
-  "deb http://deb.debian.org/debian bookworm-updates main"
-log "a clean bookworm $arch root in $((SECONDS - t0)) s"
+  "$release" "deb http://deb.debian.org/debian $release main"
+log "a clean $release $arch root in $((SECONDS - t0)) s"
 mount -t proc proc "$r/proc"
 mount --bind /dev "$r/dev"
 mount --bind /dev/pts "$r/dev/pts"
