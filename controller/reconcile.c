@@ -119,7 +119,7 @@ static void on_tagged(void *data, const char *host, char **names, size_t n)
     uint64_t t0 = uv_hrtime();
     for (size_t i = 0; i < n; i++) {
         struct runner *r = runners_find(rec->runners, names[i]);
-        if (r && runner_state_live(runner_state_get(r)))
+        if (r && runner_live(r))
             continue;
         log_info("reconcile.orphan_domain", "host=%s domain=%s action=remove", host, names[i]);
         provider_remove(prov(rec), host, names[i], on_orphan_removed, rec);
@@ -169,7 +169,7 @@ static void on_orphan_volumes(void *data, const char *host, char **names, size_t
     uint64_t t0 = uv_hrtime();
     for (size_t i = 0; i < n; i++) {
         struct runner *r = runners_find(rec->runners, names[i]);
-        if (r && (runner_state_live(runner_state_get(r)) || runner_has_guest(r)))
+        if (r && (runner_live(r) || runner_has_guest(r)))
             continue; /* being created or torn down now */
         log_info("reconcile.orphan_volume", "host=%s volume=%s.qcow2 action=remove", host,
                  names[i]);
@@ -232,7 +232,7 @@ static void on_github_runners(void *data, int err, const char *message, json_t *
         if (!name || !runners_name_ours(rec->runners, name))
             continue; /* not ours: never touched */
         struct runner *r = runners_find(rec->runners, name);
-        if (r && runner_state_live(runner_state_get(r)) && runner_state_get(r) != RUNNER_FAILED)
+        if (r && runner_live(r) && runner_state_get(r) != RUNNER_FAILED)
             continue;
         if (json_is_true(json_object_get(gr, "busy")))
             continue;

@@ -1047,6 +1047,11 @@ enum runner_state runner_state_get(const struct runner *r)
     return r->state;
 }
 
+bool runner_live(const struct runner *r)
+{
+    return runner_state_live(r->state);
+}
+
 const char *runner_name(const struct runner *r)
 {
     return r->name;

@@ -81,6 +81,8 @@ struct runners;
 struct runner;
 
 enum runner_state runner_state_get(const struct runner *r);
+/* Whether it is still on its way or serving (runner_state_live of its state). */
+bool runner_live(const struct runner *r);
 const char *runner_name(const struct runner *r);
 const char *runner_host(const struct runner *r);
 /* The pool settings it was made with (a reload does not change them). */

@@ -399,8 +399,7 @@ static void tick(struct scheduler *s)
          * says it completed, finishing or not (the statistics count the job till then). */
         int64_t unbusy = 0, live = 0, took = 0;
         for (struct runner *r = runners_first(s->runners); r; r = runner_next(r)) {
-            if (strcmp(runner_pool(r)->name, pool->name) != 0 ||
-                !runner_state_live(runner_state_get(r)))
+            if (strcmp(runner_pool(r)->name, pool->name) != 0 || !runner_live(r))
                 continue;
             live++;
             if (runner_state_unbusy(runner_state_get(r)))
@@ -649,7 +648,7 @@ json_t *scheduler_pool_json(struct scheduler *s, const char *pool)
     for (int st = 0; st < RUNNER_DELETED; st++)
         json_object_set_new(states, runner_state_names[st], json_integer(0));
     for (struct runner *r = runners_first(s->runners); r; r = runner_next(r)) {
-        if (strcmp(runner_pool(r)->name, pool) != 0 || !runner_state_live(runner_state_get(r)))
+        if (strcmp(runner_pool(r)->name, pool) != 0 || !runner_live(r))
             continue;
         json_t *n = json_object_get(states, runner_state_names[runner_state_get(r)]);
         json_integer_set(n, json_integer_value(n) + 1);
@@ -700,7 +699,7 @@ bool scheduler_host_drained(struct scheduler *s, const char *host)
 int scheduler_runner_delete(struct scheduler *s, const char *name)
 {
     struct runner *r = runners_find(s->runners, name);
-    if (!r || !runner_state_live(runner_state_get(r)))
+    if (!r || !runner_live(r))
         return -ENOENT;
     runner_fail(r, FAILURE_OPERATOR, "deleted by an operator");
     return 0;
@@ -712,7 +711,7 @@ int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts
     if (!runners_name_ours(s->runners, name))
         return -EINVAL;
     struct runner *r = runners_find(s->runners, name);
-    if (r && runner_state_live(runner_state_get(r))) {
+    if (r && runner_live(r)) {
         runner_fail(r, FAILURE_OPERATOR, "deleted by an operator");
         return 0;
     }
@@ -734,7 +733,7 @@ int scheduler_runner_purge(struct scheduler *s, const char *name, int *ret_hosts
 bool scheduler_runner_live(struct scheduler *s, const char *name)
 {
     struct runner *r = runners_find(s->runners, name);
-    return r && runner_state_live(runner_state_get(r));
+    return r && runner_live(r);
 }
 
 const char *scheduler_runner_log(struct scheduler *s, const char *name, char *buf, size_t size)
