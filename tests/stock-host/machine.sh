@@ -4,9 +4,12 @@
 # (QEMU as libvirt-qemu, dynamic ownership, virtlogd, socket activation), the host's
 # network (no private network: the guest firewall's rules are the host's).
 #
-#   machine.sh root RELEASE CACHE_DIR   makes (or reuses) a clean RELEASE root as a tarball in
-#                                       CACHE_DIR (tests/package/cached-root.sh: keyed by the
-#                                       package list and the ISO week); prints its path
+#   machine.sh root RELEASE CACHE_DIR   makes (or reuses) a clean RELEASE host root as a
+#                                       tarball in CACHE_DIR (tests/package/cached-root.sh:
+#                                       keyed by the package list and the ISO week); prints
+#                                       its path
+#   machine.sh build-root RELEASE CACHE_DIR   the same for the build root: RELEASE with our
+#                                       build dependencies and nothing else, as sbuild's
 #   machine.sh boot DIR                 boots the root extracted at DIR; returns once systemd
 #                                       says it is up
 #   machine.sh run DIR COMMAND...       runs COMMAND in it (all its namespaces, as root)
@@ -22,36 +25,59 @@
 #     agree as on a host.
 #   - nspawn drops CAP_NET_ADMIN when the network is shared: it is given back (the guest
 #     firewall needs it).
+#   - nspawn's "host" is the root itself (it runs from it), so its copy of the host's
+#     /etc/resolv.conf copied the file onto itself and left it empty (seen with the
+#     standard variant's root: "Temporary failure resolving"): --resolv-conf=off, and boot
+#     writes this machine's resolver there first.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "machine: $*" >&2; }
 
-# What a Power host running Hatchery has from Debian (libvirt, QEMU for both guest
-# architectures, sudo for the runbook, SSH for a controller of remote hosts, what
-# hatchery-image-tools depends on to build an image of another architecture, e2fsprogs
-# among them, which every Debian host has: Priority important), and what
-# building our packages in it needs (debian/control's Build-Depends). No qemu-user-static:
-# this machine's binfmt_misc registrations are the kernel's, shared with the container,
-# and a systemd-binfmt inside it would unregister them all when it stops.
-packages=(
-  systemd systemd-sysv systemd-container dbus adduser sudo iptables ca-certificates
+# The host: what every Debian host has (Priority required, important and standard:
+# mmdebstrap's `standard` variant; nftables among them, though libvirt takes iptables-nft
+# while iptables is there: docs/LIBVIRT-HERE.md), and what a Power host running Hatchery
+# has from Debian (libvirt, QEMU for both guest architectures, sudo for the runbook, SSH
+# for a controller of remote hosts, what hatchery-image-tools depends on to build an image
+# of another architecture). None of our build dependencies: the package's own Depends must
+# bring every library it needs. Recommends off, as the one way this differs from an
+# installed host: hatchery-image-tools recommends qemu-user-static, which on trixie depends
+# on qemu-user-binfmt, whose systemd-binfmt would register its interpreters in this
+# machine's binfmt_misc (the kernel's, shared with the container) and unregister them all
+# when the container stops, under the other tests that need them; and QEMU's recommends
+# bring a desktop's libraries a Power host does not run.
+host_packages=(
+  systemd systemd-sysv systemd-container dbus adduser sudo iptables nftables ca-certificates
   libvirt-daemon-system qemu-system-ppc qemu-system-s390x qemu-utils
-  build-essential debhelper cmake pkg-config pandoc libuv1-dev libhttp-parser-dev libssl-dev
-  libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
-  libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev libcmocka-dev
   sqlite3 file procps openssh-server openssh-client
   e2fsprogs mmdebstrap arch-test
+)
+# The build root: debian/control's Build-Depends, in a root of the release's required
+# packages and apt, as Debian's build daemons have; and passwd for the user the build runs
+# as (useradd: not Priority required on trixie).
+build_deps=(
+  passwd
+  build-essential debhelper cmake pkg-config pandoc file libuv1-dev libhttp-parser-dev libssl-dev
+  libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
+  libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev libcmocka-dev
 )
 
 pid_of() { cat "$1.pid" 2>/dev/null; }
 
 case "${1:-}" in
-root)
-  release=${2:?usage: machine.sh root RELEASE CACHE_DIR}
-  cache=${3:?usage: machine.sh root RELEASE CACHE_DIR}
-  include=$(IFS=,; echo "${packages[*]}")
-  HATCHERY_ROOT_CACHE=$cache "$here/../package/cached-root.sh" --tarball "$release" \
-    --variant=apt --aptopt='Apt::Install-Recommends "false"' --include="$include" \
+root|build-root)
+  what=$1
+  release=${2:?usage: machine.sh root|build-root RELEASE CACHE_DIR}
+  cache=${3:?usage: machine.sh root|build-root RELEASE CACHE_DIR}
+  if [ "$what" = root ]; then
+    # The package lists of the root's making stay, as on a host that has run apt update.
+    options=(--variant=standard --skip=cleanup/apt/lists --include="$(IFS=,; echo "${host_packages[*]}")")
+  else
+    grep -q "^ *libcmocka-dev <!nocheck>,$" "$here/../../debian/control" ||
+      { log "debian/control's Build-Depends changed: update build_deps in $0"; exit 1; }
+    options=(--variant=apt --include="$(IFS=,; echo "${build_deps[*]}")")
+  fi
+  HATCHERY_ROOT_CACHE=$cache "$here/../package/cached-root.sh" --tarball "$release-$what" \
+    "${options[@]}" --aptopt='Apt::Install-Recommends "false"' \
     "$release" "deb http://deb.debian.org/debian $release main" \
     "deb http://deb.debian.org/debian $release-updates main" \
     "deb http://deb.debian.org/debian-security $release-security main" ;;
@@ -79,7 +105,7 @@ boot)
     cd "$dir" && mkdir -p oldroot && pivot_root . oldroot
     exec chroot . bash -c "umount -l /oldroot; rmdir /oldroot; exec env SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 \
       systemd-nspawn -D /var/lib/machines/host --boot --register=no --keep-unit \
-      --console=passive --link-journal=no --capability=CAP_NET_ADMIN"
+      --console=passive --link-journal=no --resolv-conf=off --capability=CAP_NET_ADMIN"
   ' boot "$dir" >"$dir.console" 2>&1 </dev/null &
   # The exec chain keeps one pid: $! is nspawn's, and the container's PID 1 its child.
   nspawn=$!
@@ -121,5 +147,5 @@ halt)
   kill -9 "$pid" 2>/dev/null || true
   rm -f "$dir.pid" ;;
 
-*) echo "usage: machine.sh root|boot|run|halt ..." >&2; exit 2 ;;
+*) echo "usage: machine.sh root|build-root|boot|run|halt ..." >&2; exit 2 ;;
 esac

@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # Day one on a stock host: a clean Debian RELEASE root (default trixie, the current
-# stable), booted under its own systemd with libvirt as Debian configures it, our packages
-# built in that root from this checkout (with their unit tests, on that release's
-# libraries) and installed with apt, then configured by the runbook's own blocks and
-# serving real jobs on the production image (stock-host.test.mjs).
+# stable) that looks installed (Priority standard, nftables), booted under its own systemd
+# with libvirt as Debian configures it; our packages built from this checkout in a build
+# root of that release (with their unit tests, on its libraries) and installed on the host
+# with apt, which brings their runtime libraries; then configured by the runbook's own
+# blocks and serving real jobs on the production image (stock-host.test.mjs).
 #
 # Two steps, two ctest tests (tests/CMakeLists.txt):
-#   run.sh --prepare RELEASE OUT   the root (made or found), and our packages built in a
-#                                  copy of it as the operator does: an unprivileged user,
-#                                  no network, dpkg-buildpackage with the unit tests. Boots
-#                                  nothing; the packages and the build log go to OUT.
-#   run.sh RELEASE OUT             the machine: a fresh copy of the root, booted, with
-#                                  OUT's packages where the operator built them; then the
+#   run.sh --prepare RELEASE OUT   the build root (made or found), and our packages built
+#                                  in a copy of it as Debian builds them: an unprivileged
+#                                  user, no network, dpkg-buildpackage with the unit tests;
+#                                  and the host root made or found. Boots nothing; the
+#                                  packages and the build log go to OUT.
+#   run.sh RELEASE OUT             the machine: a fresh copy of the host root, booted, with
+#                                  OUT's packages where the operator put them; then the
 #                                  test. Prepares first when OUT has no packages.
 #
-# The root is cached as a tarball under $HATCHERY_STOCK_CACHE (default
-# /var/cache/hatchery/stock-host), keyed by its package list and the ISO week (machine.sh
-# root); the images are production-image.sh's.
+# The roots are cached as tarballs under $HATCHERY_STOCK_CACHE (default
+# /var/cache/hatchery/stock-host), keyed by their package lists and the ISO week
+# (machine.sh root and build-root); the images are production-image.sh's.
 #
 # usage: tests/stock-host/run.sh [--prepare] [RELEASE [OUT]]
 set -euo pipefail
@@ -31,8 +33,8 @@ log() { echo "stock-host($release): $*" >&2; }
 timed() { local t0=$SECONDS; "$@"; log "$(basename "$1") ${2:-}: $((SECONDS - t0)) s"; }
 debs=$out/$release
 
-# The operator's build: this checkout, built in RELEASE by an unprivileged user
-# (Rules-Requires-Root: no), without the network, the unit tests included.
+# The operator's build: this checkout, built in RELEASE's build root by an unprivileged
+# user (Rules-Requires-Root: no), without the network, the unit tests included.
 b=
 build_cleanup() {
   [ -n "$b" ] || return 0
@@ -42,7 +44,7 @@ build_cleanup() {
 build_packages() {
   local t0=$SECONDS
   local tarball
-  tarball=$("$here/machine.sh" root "$release" "$cache")
+  tarball=$("$here/machine.sh" build-root "$release" "$cache")
   b=$(mktemp -d /var/tmp/hatchery-stock-build-XXXXXX)
   trap build_cleanup EXIT
   tar -xpf "$tarball" --numeric-owner -C "$b"
@@ -73,6 +75,10 @@ build_packages() {
 
 if [ -n "$prepare" ]; then
   build_packages
+  # The host's root too, so that the test finds it made.
+  t0=$SECONDS
+  "$here/machine.sh" root "$release" "$cache" >/dev/null
+  log "host root ready in $((SECONDS - t0)) s"
   exit 0
 fi
 ls "$debs"/hatchery_*.deb >/dev/null 2>&1 || { log "no packages in $debs: preparing first"; (build_packages); }
@@ -99,8 +105,8 @@ trap cleanup EXIT
 
 mkdir -p "$m"
 tar -xpf "$tarball" --numeric-owner -C "$m"
-# The operator's build (prepared above, in a copy of this root): its packages where the
-# operator built them.
+# The operator's build (prepared above, in the build root): its packages where the operator
+# put them.
 chroot "$m" useradd --create-home builder
 mkdir -p "$m/home/builder/src"
 cp "$debs"/*.deb "$m/home/builder/src/"

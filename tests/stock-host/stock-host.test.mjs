@@ -26,8 +26,8 @@ const api = process.env.GITHUB_DOUBLE_URL;
 const JIT = 'jit-stock-host-5b1f0e9c2d7a4e3f8b6c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6';
 
 // A command in the machine, as root: its output, or the test fails with what it said.
-function machine(command, { cwd = '/root', ok = true } = {}) {
-  const r = spawnSync(machineSh, ['run', M, 'bash', '-c', `cd ${cwd} && ${command}`], { encoding: 'utf8' });
+function machine(command, { cwd = '/root', ok = true, input = '' } = {}) {
+  const r = spawnSync(machineSh, ['run', M, 'bash', '-c', `cd ${cwd} && ${command}`], { encoding: 'utf8', input });
   if (ok) assert.equal(r.status, 0, `${command}\n${r.stdout}\n${r.stderr}`);
   return r;
 }
@@ -42,11 +42,12 @@ function runbook(name) {
 // A block run as written; `fill` may put this machine's values in place of its examples
 // (addresses, ids, sizes, paths) and nothing else: every line keeps its key, and every
 // example it means to replace must be there (the runbook and the test cannot drift).
-function runRunbook(name, cwd, env = {}, fill = (block) => block) {
+// `answers`: what the operator types at the block's prompts (apt's "Continue? [Y/n]").
+function runRunbook(name, cwd, env = {}, fill = (block) => block, answers = '') {
   const written = runbook(name);
   const filled = fill(written);
   assert.deepEqual(keysOf(filled), keysOf(written), `runbook ${name}: the test changed more than values`);
-  return machine(`${Object.entries(env).map(([k, v]) => `export ${k}=${v}\n`).join('')}set -euxo pipefail\n${filled}`, { cwd });
+  return machine(`${Object.entries(env).map(([k, v]) => `export ${k}=${v}\n`).join('')}set -euxo pipefail\n${filled}`, { cwd, input: answers });
 }
 
 // Each example value replaced wherever it stands; one that is not there fails the test.
@@ -133,8 +134,20 @@ describe(`day one on a stock Debian ${release} host`, () => {
   const taken = new Set();
   before(async () => {
     await fetch(`${api}/__double/jit`, { method: 'POST', body: JIT });
-    // 1. Install, as the runbook says, where the packages were built.
-    runRunbook('install', '/home/builder/src');
+    // The host has none of the build's libraries (the build had a root of its own): the
+    // package's Depends must bring them. These two only hatcheryd needs; the others
+    // (jansson, libuv, curl, SQLite) a standard trixie host has for nftables, BIND's tools
+    // and apt.
+    const installed = (p) => machine(`dpkg-query -W -f='\${Status}' ${p} 2>/dev/null`, { ok: false }).stdout === 'install ok installed';
+    for (const lib of ['libhttp-parser2.9', 'libyaml-0-2']) assert.ok(!installed(lib), `${lib} is on the host before the install`);
+    assert.ok(installed('nftables'), 'the host has nftables (Priority important)');
+    // Its package lists, as an operator's host has them (the root keeps those of its
+    // making; an index that fails to update keeps its old list).
+    const updated = machine('apt-get update -qq 2>&1', { ok: false });
+    if (updated.status !== 0) console.log(`stock host: apt-get update said: ${updated.stdout.trim()}`);
+    // 1. Install, as the runbook says, where the packages were put.
+    runRunbook('install', '/home/builder/src', {}, undefined, 'y\n');
+    for (const lib of ['libhttp-parser2.9', 'libyaml-0-2']) assert.ok(installed(lib), `the install did not bring ${lib}`);
     // 2. The App's key and the images, brought to the host.
     copyFileSync(process.env.APP_KEY_FILE, `${M}/root/rollout/github-app.private-key.pem`);
     runRunbook('app-key', '/root/rollout');
@@ -349,6 +362,11 @@ describe(`day one on a stock Debian ${release} host`, () => {
     const gateway = /ip address='([0-9.]+)'/.exec(machine('virsh -c qemu:///system net-dumpxml default').stdout)[1];
     const targets = [`${gateway}:${anyPort}`, `${gateway}:${port}`, `${hostIp}:${anyPort}`, lan.target, egress.target];
     try {
+      // The network's rules are in the kernel's nf_tables: libvirt 11.3 as Debian builds it
+      // tries its iptables backend first, and iptables (the package's own Depends, for the
+      // guest firewall) is iptables-nft on trixie; nftables, Priority important, is there.
+      assert.match(machine('iptables -V').stdout, /nf_tables/);
+      assert.match(machine('nft list chain ip nat LIBVIRT_PRT').stdout, /masquerade/);
       await fetch(`${api}/__double/jit`, { method: 'POST', body: `${JIT} probe=${targets.join('+')}` });
       const name = await serve('linux.ppc64le.prod.nat', 'prod-ppc64le-nat', taken);
       assert.match(journal(), new RegExp(`event=host\\.guest_filter_restored host=local filter=hatchery-guest-isolation guest=${name}`));
