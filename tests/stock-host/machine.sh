@@ -10,8 +10,9 @@
 #                                       its path
 #   machine.sh build-root RELEASE CACHE_DIR   the same for the build root: RELEASE with our
 #                                       build dependencies and nothing else, as sbuild's
-#   machine.sh boot DIR                 boots the root extracted at DIR; returns once systemd
-#                                       says it is up
+#   machine.sh boot DIR [HOSTNAME [VETH]]   boots the root extracted at DIR; returns once
+#                                       systemd says it is up. With VETH, on a network of its
+#                                       own: a veth pair, VETH here and host0 there
 #   machine.sh run DIR COMMAND...       runs COMMAND in it (all its namespaces, as root)
 #   machine.sh halt DIR                 powers it off (and kills it if it will not go)
 #
@@ -83,10 +84,20 @@ root|build-root)
     "deb http://deb.debian.org/debian-security $release-security main" ;;
 
 boot)
-  dir=$(cd "${2:?usage: machine.sh boot DIR}" && pwd)
+  dir=$(cd "${2:?usage: machine.sh boot DIR [HOSTNAME [VETH]]}" && pwd)
+  name=${3:-stockhost}
+  # With VETH, a network of its own: a veth pair, VETH on this machine and host0 in it,
+  # which the caller addresses.
+  network=
+  if [ -n "${4:-}" ]; then
+    network="--private-network --network-veth-extra=$4:host0"
+    # nspawn derives the veth's MAC addresses from the machine id: "Failed to generate
+    # predictable MAC address … No medium found" without one. A host has one.
+    od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$dir/etc/machine-id"
+  fi
   # A hostname it can resolve (sudo asks), and the machine's resolver.
-  echo stockhost >"$dir/etc/hostname"
-  printf '127.0.0.1 localhost\n127.0.1.1 stockhost\n' >"$dir/etc/hosts"
+  echo "$name" >"$dir/etc/hostname"
+  printf '127.0.0.1 localhost\n127.0.1.1 %s\n' "$name" >"$dir/etc/hosts"
   cp /etc/resolv.conf "$dir/etc/resolv.conf"
   mkdir -p "$dir/var/lib/machines/host"
   rm -f "$dir.pid"
@@ -94,7 +105,7 @@ boot)
   # mount namespace of its own, the root is bound on itself, made the root, and booted.
   # shellcheck disable=SC2016
   setsid unshare --mount --propagation private bash -c '
-    dir=$1
+    dir=$1 network=$2
     mount --bind "$dir" "$dir"
     mount -t proc proc "$dir/proc"
     mount --rbind /sys "$dir/sys"
@@ -105,8 +116,8 @@ boot)
     cd "$dir" && mkdir -p oldroot && pivot_root . oldroot
     exec chroot . bash -c "umount -l /oldroot; rmdir /oldroot; exec env SYSTEMD_NSPAWN_API_VFS_WRITABLE=1 \
       systemd-nspawn -D /var/lib/machines/host --boot --register=no --keep-unit \
-      --console=passive --link-journal=no --resolv-conf=off --capability=CAP_NET_ADMIN"
-  ' boot "$dir" >"$dir.console" 2>&1 </dev/null &
+      --console=passive --link-journal=no --resolv-conf=off --capability=CAP_NET_ADMIN $network"
+  ' boot "$dir" "$network" >"$dir.console" 2>&1 </dev/null &
   # The exec chain keeps one pid: $! is nspawn's, and the container's PID 1 its child.
   nspawn=$!
   for _ in $(seq 300); do

@@ -91,7 +91,14 @@ log "root and images ready in $((SECONDS - t0)) s"
 
 work=$(mktemp -d /var/tmp/hatchery-stock-host-XXXXXX)
 m=$work/host
+# The remote host: a second machine, on a network of its own.
+r=$work/remote
+remote_net=10.213.78
+veth=hsb-$$
+masquerade=(POSTROUTING -s "$remote_net.0/24" ! -d "$remote_net.0/24" -j MASQUERADE)
 cleanup() {
+  [ -f "$r.pid" ] && "$here/machine.sh" halt "$r"
+  iptables -t nat -D "${masquerade[@]}" 2>/dev/null || true
   if [ -f "$m.pid" ]; then
     # Its rules are in this machine's tables (the network is shared): taken away.
     "$here/machine.sh" run "$m" /usr/lib/hatchery/guest-firewall.sh remove >/dev/null 2>&1 || true
@@ -134,6 +141,21 @@ cp --reflink=auto "$image_cache"/debian/debian-ppc64le-*.tar "$m/var/cache/hatch
 timed "$here/machine.sh" boot "$m"
 cp "$m"/home/builder/src/hatchery-image-tools_*_all.deb "$m/root/rollout/"
 
+# The remote host of the runbook (p10-b): a second machine from the same root, with a
+# libvirtd of its own, on a network of its own (a veth pair, this machine the router with
+# NAT to the archive, as a lab network has one), which the first reaches only over SSH.
+# The operator brings it our package, as to the first.
+mkdir -p "$r/root/rollout"
+tar -xpf "$tarball" --numeric-owner -C "$r"
+cp "$debs"/hatchery_*.deb "$r/root/rollout/"
+timed "$here/machine.sh" boot "$r" p10-b "$veth"
+ip addr add "$remote_net.1/24" dev "$veth"
+ip link set "$veth" up
+"$here/machine.sh" run "$r" sh -c "ip addr add $remote_net.2/24 dev host0 && ip link set host0 up &&
+  ip route add default via $remote_net.1"
+iptables -t nat -I "${masquerade[@]}"
+
 export STOCK_HOST_MACHINE=$m STOCK_HOST_RELEASE=$release
+export STOCK_HOST_REMOTE=$r STOCK_HOST_REMOTE_ADDRESS=$remote_net.2
 export STOCK_HOST_IMAGES="$(basename "$image_ppc64le") $(basename "$image_s390x")"
 "$root/tests/github/with-prism.sh" node --test --test-reporter=spec "$here/stock-host.test.mjs"

@@ -14,23 +14,29 @@ import { freePort, postWebhook, workflowJob } from '../integration/lib/daemon.mj
 const here = new URL('.', import.meta.url).pathname;
 const machineSh = `${here}machine.sh`;
 const M = process.env.STOCK_HOST_MACHINE;
+// The remote host (the runbook's p10-b): a second machine with its own libvirtd, on a
+// network of its own, reached from the first only over SSH.
+const R = process.env.STOCK_HOST_REMOTE;
+const remoteAddress = process.env.STOCK_HOST_REMOTE_ADDRESS;
 const release = process.env.STOCK_HOST_RELEASE;
 const images = process.env.STOCK_HOST_IMAGES.split(' ');
 const imageFile = (arch) => images.find((i) => i.startsWith(`runner-${arch}-`));
 const imageOf = (arch) => `/var/lib/hatchery/images/${imageFile(arch)}`;
-// The remote host's copy: where QEMU (libvirt-qemu) may read it and hatcheryd (hatchery)
-// may not, as on a host of its own. hatcheryd must find it through libvirt.
+// The remote host's copy: where QEMU (libvirt-qemu) may read it and no other user there
+// may. hatcheryd, on the other machine, must find it through libvirt.
 const remoteImages = '/srv/hatchery-remote-images';
 const remoteImageOf = (arch) => `${remoteImages}/${imageFile(arch)}`;
 const api = process.env.GITHUB_DOUBLE_URL;
 const JIT = 'jit-stock-host-5b1f0e9c2d7a4e3f8b6c1d0e9f8a7b6c5d4e3f2a1b0c9d8e7f6';
 
 // A command in the machine, as root: its output, or the test fails with what it said.
-function machine(command, { cwd = '/root', ok = true, input = '' } = {}) {
-  const r = spawnSync(machineSh, ['run', M, 'bash', '-c', `cd ${cwd} && ${command}`], { encoding: 'utf8', input });
+function onMachine(dir, command, { cwd = '/root', ok = true, input = '' } = {}) {
+  const r = spawnSync(machineSh, ['run', dir, 'bash', '-c', `cd ${cwd} && ${command}`], { encoding: 'utf8', input });
   if (ok) assert.equal(r.status, 0, `${command}\n${r.stdout}\n${r.stderr}`);
   return r;
 }
+const machine = (command, options) => onMachine(M, command, options);
+const remote = (command, options) => onMachine(R, command, options);
 
 // The block of docs/OPERATIONS.md marked <!-- runbook: NAME -->, as written there.
 function runbook(name) {
@@ -42,12 +48,13 @@ function runbook(name) {
 // A block run as written; `fill` may put this machine's values in place of its examples
 // (addresses, ids, sizes, paths) and nothing else: every line keeps its key, and every
 // example it means to replace must be there (the runbook and the test cannot drift).
-// `answers`: what the operator types at the block's prompts (apt's "Continue? [Y/n]").
-function runRunbook(name, cwd, env = {}, fill = (block) => block, answers = '') {
+// `answers`: what the operator types at the block's prompts (apt's "Continue? [Y/n]");
+// `on`: the machine it is run on (this one, or `remote`).
+function runRunbook(name, cwd, { env = {}, fill = (block) => block, answers = '', on = machine } = {}) {
   const written = runbook(name);
   const filled = fill(written);
   assert.deepEqual(keysOf(filled), keysOf(written), `runbook ${name}: the test changed more than values`);
-  return machine(`${Object.entries(env).map(([k, v]) => `export ${k}=${v}\n`).join('')}set -euxo pipefail\n${filled}`, { cwd, input: answers });
+  return on(`${Object.entries(env).map(([k, v]) => `export ${k}=${v}\n`).join('')}set -euxo pipefail\n${filled}`, { cwd, input: answers });
 }
 
 // Each example value replaced wherever it stands; one that is not there fails the test.
@@ -79,7 +86,6 @@ const builtImage = '/var/lib/hatchery/images/runner-ppc64le-built-here.qcow2';
 let buildOutput;
 let port;
 let secret;
-let sshPort;
 async function post(payload) {
   const r = await postWebhook(port, secret, 'workflow_job', payload);
   assert.equal(r.status, 202, r.body);
@@ -117,7 +123,8 @@ async function serve(label, poolName, taken, { whileQueued } = {}) {
   return r.name;
 }
 
-function assertServed(name, arch) {
+// `on`: the machine whose libvirt held its guest, and so its overlay (storage_dir there).
+function assertServed(name, arch, on = machine) {
   const r = runners().find((x) => x.name === name);
   assert.equal(r.exit_code, 0, `${name}: ${r.reason}`);
   const logs = machine(`hatchery logs ${name}`).stdout;
@@ -126,7 +133,7 @@ function assertServed(name, arch) {
   const rep = JSON.parse(m[1]);
   assert.equal(rep.result, 'succeeded', `${JSON.stringify(rep)}\n${logs.slice(-4000)}`);
   assert.match(rep.output, new RegExp(`built in a container on ${arch}`));
-  assert.ok(!machine('ls /var/lib/hatchery/volumes').stdout.includes(name), 'overlay deleted');
+  assert.ok(!on('ls /var/lib/hatchery/volumes').stdout.includes(name), 'overlay deleted');
   assert.ok(!logs.includes(JIT) && !journal().includes(JIT), 'the JIT config is in no log');
 }
 
@@ -146,23 +153,27 @@ describe(`day one on a stock Debian ${release} host`, () => {
     const updated = machine('apt-get update -qq 2>&1', { ok: false });
     if (updated.status !== 0) console.log(`stock host: apt-get update said: ${updated.stdout.trim()}`);
     // 1. Install, as the runbook says, where the packages were put.
-    runRunbook('install', '/home/builder/src', {}, undefined, 'y\n');
+    runRunbook('install', '/home/builder/src', { answers: 'y\n' });
     for (const lib of ['libhttp-parser2.9', 'libyaml-0-2']) assert.ok(installed(lib), `the install did not bring ${lib}`);
     // 2. The App's key and the images, brought to the host.
     copyFileSync(process.env.APP_KEY_FILE, `${M}/root/rollout/github-app.private-key.pem`);
     runRunbook('app-key', '/root/rollout');
     runRunbook('images', '/root/rollout');
     // An image built here by the packaged recipe, with the packaged agent, for the NAT pool.
-    runRunbook('image-tools', '/root/rollout', { GUEST_ARCH: 'ppc64el' });
+    runRunbook('image-tools', '/root/rollout', { env: { GUEST_ARCH: 'ppc64el' } });
     buildOutput = machine(`hatchery-build-image --debian-cache /var/cache/hatchery-image ppc64le actions-runner-linux-ppc64le-*.tar.gz ${builtImage} 2>&1`, { cwd: '/root/rollout' }).stdout;
-    // A remote host, reached over SSH as a controller reaches one: this same machine, whose
-    // sshd (on a port of its own: the network is this machine's) plays the remote's.
-    sshPort = await freePort();
-    machine(`printf 'Port ${sshPort}\\nListenAddress 127.0.0.1:${sshPort}\\n' >/etc/ssh/sshd_config.d/stock-host-test.conf && systemctl restart ssh`);
+    // The remote host, as "Add a remote host" says: our package installed there too (its
+    // guest firewall; hatcheryd there stays stopped), the controller's key copied to it
+    // and its login made, its host key trusted here.
+    remote('apt-get update -qq 2>&1', { ok: false });
+    runRunbook('install', '/root/rollout', { answers: 'y\n', on: remote });
+    remote('systemctl disable --now hatcheryd');
+    assert.equal(remote('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 0, 'the remote host\'s guest firewall');
     runRunbook('remote-key', '/root/rollout');
-    runRunbook('remote-login', '/root/rollout');
-    runRunbook('remote-trust', '/root/rollout', { REMOTE_HOST: '127.0.0.1', REMOTE_PORT: sshPort });
-    machine(`install -d -m 0750 -o root -g libvirt-qemu ${remoteImages}`);
+    copyFileSync(`${M}/root/rollout/hatchery-controller.pub`, `${R}/root/rollout/hatchery-controller.pub`);
+    runRunbook('remote-login', '/root/rollout', { on: remote });
+    runRunbook('remote-trust', '/root/rollout', { env: { REMOTE_HOST: remoteAddress } });
+    remote(`install -d -m 0750 -o root -g libvirt-qemu ${remoteImages}`);
     // libvirt's NAT network, for a pool that uses it instead of user-mode networking.
     runRunbook('nat-network', '/root');
     // 3. The config: the package's, with the runbook's block added, its example values
@@ -171,7 +182,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
     secret = readFileSync(`${M}/etc/hatchery/webhook-secret`, 'utf8').trim();
     const config = `${M}/etc/hatchery/hatchery.yaml`;
     writeFileSync(config, readFileSync(config, 'utf8').replace(/^listen: .*$/m, `listen: 127.0.0.1:${port}`));
-    runRunbook('config', '/root', {}, (block) => {
+    runRunbook('config', '/root', { fill: (block) => {
       // One pool's lines, from its name to the next pool's or the block's end.
       const inPool = (text, name, change) => fillIn(text,
         new RegExp(`( *- name: ${name}\\n[\\s\\S]*?)(?=\\n *- name: |\\nEOF)`), (lines) => change(lines));
@@ -179,7 +190,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
       for (const [example, value] of [
         [/api_url: https:\/\/api\.github\.com/, `api_url: ${api}`],
         [/app_id: 123456/, `app_id: ${process.env.APP_ID}`],
-        [/hatchery-remote@p10-b\.example\.com\//, `hatchery-remote@127.0.0.1:${sshPort}/`],
+        [/hatchery-remote@p10-b\.example\.com\//, `hatchery-remote@${remoteAddress}/`],
         [/vcpus: 48/, 'vcpus: 4'],
         [/memory_mib: 196608/, 'memory_mib: 8192'],
         [/max_guests: 10/, 'max_guests: 3'],
@@ -200,7 +211,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
         ].reduce((text, [example, value]) => fillIn(text, example, value), lines));
       }
       return b;
-    });
+    } });
     // 4. Check it and start.
     runRunbook('start', '/root');
     await until('the host up', () => cli('hosts').hosts.find((h) => h.name === 'local' && h.state === 'up'));
@@ -282,13 +293,17 @@ describe(`day one on a stock Debian ${release} host`, () => {
       assert.match(machine('hatchery pools').stdout, /^prod-s390x-remote .*error: host remote: image \S+ missing on the host/m);
       assert.equal(await metric(), '0');
       assert.doesNotMatch(journal(), /event=guest\.created guest=\S+ host=remote /);
-      // Put there (linked from this machine's copy), where hatcheryd cannot read it.
-      machine(`ln ${imageOf('s390x')}* ${remoteImages}/ || cp -a ${imageOf('s390x')}* ${remoteImages}/`);
-      assert.notEqual(machine(`runuser -u hatchery -- test -r ${image}`, { ok: false }).status, 0, 'hatcheryd can read the remote image');
+      // Put there by the operator (copied to the other machine), where only QEMU may read it.
+      const put = spawnSync('sh', ['-c', `cp --reflink=auto ${M}${imageOf('s390x')}* ${R}${remoteImages}/`], { encoding: 'utf8' });
+      assert.equal(put.status, 0, put.stderr);
+      assert.notEqual(remote(`runuser -u hatchery -- test -r ${image}`, { ok: false }).status, 0, 'the remote host\'s hatchery user can read the image');
     };
     const name = await serve('linux.s390x.prod.remote', 'prod-s390x-remote', taken, { whileQueued });
     assert.match(journal(), new RegExp(`event=image\\.found_on_host host=remote pool=prod-s390x-remote image=${image} arch=s390x `));
     assert.match(journal(), new RegExp(`event=guest\\.created guest=${name} host=remote `));
+    // Its domain was the other machine's libvirtd's (its QEMU log is there), never this one's.
+    remote(`test -s /var/log/libvirt/qemu/${name}.log`);
+    machine(`test ! -e /var/log/libvirt/qemu/${name}.log`);
     assert.equal(await metric(), '1');
     return name;
   }
@@ -309,7 +324,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
 
   test('a job on a pool whose one host is reached only as qemu+ssh://, its image found there through libvirt', { timeout: 1800000 }, async () => {
     const name = await remoteJob;
-    assertServed(name, 's390x');
+    assertServed(name, 's390x', remote);
   });
 
   test('a ppc64le job from a warm template (QEMU 8.2 or later keeps the pseries decrementer)', { timeout: 3000000 }, async () => {
@@ -348,10 +363,11 @@ describe(`day one on a stock Debian ${release} host`, () => {
   test('a hostile job on libvirt\'s NAT network reaches the outside only, through hatcheryd\'s nwfilter, on the image built here', { timeout: 1800000 }, async () => {
     // Defined by hatcheryd when it connected: the host is in place for the NAT pool too.
     assert.match(journal(), /event=host\.guest_filter host=local filter=hatchery-guest-isolation state=defined/);
-    // The remote host is a second connection to the same libvirtd: it finds the filter the
-    // first one defined and must replace it (under its UUID; libvirt refuses the name under
-    // a new one), not count as a host without isolation.
+    // The remote host's libvirtd got it too, over SSH. (A second connection to a libvirtd
+    // that has it already, which must replace it under its UUID, is the shipped example's
+    // p10-a below.)
     assert.match(journal(), /event=host\.guest_filter host=remote filter=hatchery-guest-isolation state=defined/);
+    assert.match(remote('virsh -c qemu:///system nwfilter-list').stdout, /hatchery-guest-isolation/);
     assert.equal(cli('hosts').hosts.find((h) => h.name === 'local').guest_isolation, 'in_place');
     // Taken away behind hatcheryd's back (no guest uses it yet): put back at the next create.
     machine('virsh -c qemu:///system nwfilter-undefine hatchery-guest-isolation');
@@ -422,8 +438,11 @@ describe(`day one on a stock Debian ${release} host`, () => {
   test('the shipped example config, with only addresses, paths and ids filled in: both its hosts come up', { timeout: 300000 }, async () => {
     // /usr/share/doc/hatchery/examples/hatchery.example.yaml as the package ships it: its
     // two hosts are this machine (p10-a) and, over SSH as the runbook's hatchery-remote,
-    // this machine again (p10-b). A second hatcheryd runs it beside the first, so its
-    // listeners, state and socket are its own; min_idle 0, so that it starts no guest.
+    // the remote machine (p10-b). A second hatcheryd runs it beside the first, so its
+    // listeners, state and socket are its own; min_idle 0, so that it starts no guest. Its
+    // p10-a finds the nwfilter the first one defined in the same libvirtd and must replace
+    // it under its UUID (libvirt refuses the name under a new one), not count as a host
+    // without isolation.
     const shipped = machine('zcat -f /usr/share/doc/hatchery/examples/hatchery.example.yaml*').stdout;
     const [webPort, metricsPort] = [await freePort(), await freePort()];
     let filled = shipped;
@@ -433,7 +452,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
       [/state_dir: \/var\/lib\/hatchery$/m, 'state_dir: /var/lib/hatchery-example'],
       [/admin_socket: \/run\/hatchery\/admin\.sock/, 'admin_socket: /run/hatchery-example/admin.sock'],
       [/app_id: 123456/, `app_id: ${process.env.APP_ID}`],
-      [/p10-b\.example\.com\//, `127.0.0.1:${sshPort}/`],
+      [/p10-b\.example\.com\//, `${remoteAddress}/`],
       [/\/var\/lib\/hatchery\/images\/runner-ppc64le\.qcow2/, imageOf('ppc64le')],
       [/min_idle: 1/, 'min_idle: 0'],
     ]) filled = fillIn(filled, example, value);
@@ -514,6 +533,8 @@ describe(`day one on a stock Debian ${release} host`, () => {
       'the guest filter outlived the purge');
     assert.equal(machine('test -e /var/lib/hatchery/volumes', { ok: false }).status, 1, 'the volumes outlived the purge');
     assert.equal(machine('ps -o pid=,args= -C qemu-system-ppc64le,qemu-system-s390x', { ok: false }).stdout, '', 'a QEMU outlived the purge');
+    // Nor on the remote host: its guests went with their runners.
+    assert.equal(remote('ps -o pid=,args= -C qemu-system-ppc64le,qemu-system-s390x', { ok: false }).stdout, '', 'a QEMU on the remote host outlived the purge');
     // The idle runner's GitHub registration went with it.
     const log = await (await fetch(`${api}/__double/log`)).json();
     assert.ok(log.log.some((e) => e.method === 'DELETE' && e.url.endsWith(`/actions/runners/${idleGithubId}`)),
