@@ -62,8 +62,11 @@ function fillIn(text, example, value) {
   assert.match(text, example, `no ${example} to fill in`);
   return text.replace(new RegExp(example.source, `${example.flags.replace('g', '')}g`), value);
 }
-// Only values changed: every line keeps its key (and its comment's place).
-const keysOf = (text) => text.split('\n').map((l) => l.replace(/^(\s*(?:- )?[^:#]*:?).*$/, '$1').replace(/#.*/, ''));
+// Only values changed: every line keeps its key (and its comment's place); an absolute
+// path is a value wherever it stands (a command's argument too).
+const keysOf = (text) => text.split('\n').map((l) => l
+  .replace(/(^|[\s'"=])\/[\w.@+-]+(?:\/[\w.@+-]*)*/g, '$1PATH')
+  .replace(/^(\s*(?:- )?[^:#]*:?).*$/, '$1').replace(/#.*/, ''));
 
 const cli = (...args) => JSON.parse(machine(`hatchery --json ${args.join(' ')}`).stdout);
 const runners = () => cli('runners', '--all').runners;
@@ -480,6 +483,73 @@ describe(`day one on a stock Debian ${release} host`, () => {
     } finally {
       machine('systemctl stop hatcheryd-example', { ok: false });
       machine('rm -rf /etc/hatchery/example.yaml /var/lib/hatchery-example', { ok: false });
+    }
+  });
+
+  test('a controller with no guests of its own: the runbook\'s remote-only config serves a job on the remote machine', { timeout: 1800000 }, async () => {
+    // The block as written, its values filled in; the test's one departure is where it
+    // runs: a second hatcheryd on this machine (which keeps its own), with a config file,
+    // state, socket and listener of its own, as the shipped example's above.
+    const webPort = await freePort();
+    const socket = '/run/hatchery-remote-only/admin.sock';
+    runRunbook('remote-only-config', '/root', { fill: (block) => [
+      [/\/etc\/hatchery\/hatchery\.yaml/, '/etc/hatchery/remote-only.yaml'],
+      [/listen: 127\.0\.0\.1:8080/, `listen: 127.0.0.1:${webPort}`],
+      [/state_dir: \/var\/lib\/hatchery$/m, 'state_dir: /var/lib/hatchery-remote-only'],
+      [/admin_socket: \/run\/hatchery\/admin\.sock/, `admin_socket: ${socket}`],
+      [/api_url: https:\/\/api\.github\.com/, `api_url: ${api}`],
+      [/app_id: 123456/, `app_id: ${process.env.APP_ID}`],
+      [/p10-b\.example\.com\//, `${remoteAddress}/`],
+      [/image: \S+/, `image: ${remoteImageOf('s390x')}`],
+      [/vcpus: 4$/m, 'vcpus: 1'],
+      [/vcpus: 48/, 'vcpus: 4'],
+      [/memory_mib: 8192/, 'memory_mib: 1536'],
+      [/memory_mib: 196608/, 'memory_mib: 8192'],
+      [/max_guests: 10/, 'max_guests: 3'],
+      [/max_runners: 8/, 'max_runners: 1'],
+      [/boot_timeout_s: 300/, 'boot_timeout_s: 900'],
+    ].reduce((text, [example, value]) => fillIn(text, example, value), block) });
+    machine('systemd-run --unit=hatcheryd-remote-only --uid=hatchery --gid=hatchery -p StateDirectory=hatchery-remote-only ' +
+      '-p StateDirectoryMode=0711 -p RuntimeDirectory=hatchery-remote-only /usr/sbin/hatcheryd --config /etc/hatchery/remote-only.yaml');
+    const via = (...args) => JSON.parse(machine(`hatchery --socket ${socket} --json ${args.join(' ')}`).stdout);
+    const unitLog = () => machine('journalctl -u hatcheryd-remote-only -o cat --no-pager').stdout;
+    const postHere = async (payload) => {
+      const r = await postWebhook(webPort, secret, 'workflow_job', payload);
+      assert.equal(r.status, 202, r.body);
+    };
+    try {
+      const hosts = await until('the remote-only controller\'s host up', () => {
+        if (machine('systemctl is-failed --quiet hatcheryd-remote-only', { ok: false }).status === 0) throw new Error(`hatcheryd-remote-only failed\n${unitLog()}`);
+        const r = machine(`hatchery --socket ${socket} --json hosts`, { ok: false });
+        const all = r.status === 0 ? JSON.parse(r.stdout).hosts : [];
+        return all.length > 0 && all.every((h) => h.state === 'up') && all;
+      }, 120000);
+      // p10-b alone: no local host.
+      assert.deepEqual(hosts.map((h) => [h.name, h.uri, h.transport, h.guest_isolation]),
+        [['p10-b', `qemu+ssh://hatchery-remote@${remoteAddress}/system`, 'stream', 'unchecked']]);
+      const id = nextJob++;
+      const label = 'linux.s390x.lab';
+      await postHere(workflowJob('queued', id, [label]));
+      const r = await until('an idle runner in lab-s390x', () =>
+        via('runners').runners.find((x) => x.pool === 'lab-s390x' && x.state === 'idle'));
+      assert.match(r.name, /^hatchery-lab-controller-/);
+      await postHere(workflowJob('in_progress', id, [label], r.name));
+      await until(`${r.name} to finish`, () => via('runners', '--all').runners.find((x) => x.name === r.name)?.state === 'deleted');
+      await postHere(workflowJob('completed', id, [label], r.name));
+      assert.equal(via('runners', '--all').runners.find((x) => x.name === r.name).exit_code, 0);
+      const logs = machine(`hatchery --socket ${socket} logs ${r.name}`).stdout;
+      const m = /hatchery: job report: (\{.*\})/.exec(logs);
+      assert.ok(m, `${r.name}: a job report\n${logs.slice(-3000)}`);
+      assert.equal(JSON.parse(m[1]).result, 'succeeded');
+      assert.match(JSON.parse(m[1]).output, /built in a container on s390x/);
+      assert.match(unitLog(), new RegExp(`event=guest\\.created guest=${r.name} host=p10-b `));
+      // Its QEMU was the remote machine's, never this one's.
+      remote(`test -s /var/log/libvirt/qemu/${r.name}.log`);
+      machine(`test ! -e /var/log/libvirt/qemu/${r.name}.log`);
+      assert.ok(!unitLog().includes(JIT), 'the JIT config is in no log');
+    } finally {
+      machine('systemctl stop hatcheryd-remote-only', { ok: false });
+      machine('rm -rf /etc/hatchery/remote-only.yaml /var/lib/hatchery-remote-only', { ok: false });
     }
   });
 
