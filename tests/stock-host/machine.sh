@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A stock Debian host in a directory, booted with systemd as its PID 1 (systemd-nspawn
 # --boot, the root's own nspawn): libvirt-daemon-system with its configuration untouched
-# (QEMU as libvirt-qemu, dynamic ownership, virtlogd, socket activation), the host's
-# network (no private network: the guest firewall's rules are the host's).
+# (QEMU as libvirt-qemu, dynamic ownership, virtlogd, socket activation), on this
+# machine's network (the guest firewall's rules are then this machine's), or on a network
+# of its own (boot's VETH).
 #
 #   machine.sh root RELEASE CACHE_DIR   makes (or reuses) a clean RELEASE host root as a
 #                                       tarball in CACHE_DIR (tests/package/cached-root.sh:
