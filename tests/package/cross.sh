@@ -34,6 +34,8 @@ case "$arch" in
   *) echo "cross.sh: ARCH is ppc64el or s390x" >&2; exit 2 ;;
 esac
 log() { echo "cross($arch, $release): $*" >&2; }
+# shellcheck source=tests/package/builder.sh
+. "$here/builder.sh"
 "$root/images/enable-binfmt.sh" "$qemu" || { log "cannot run $arch binaries here"; exit 1; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -63,21 +65,12 @@ log "build root (amd64 with $arch's build dependencies) in $((SECONDS - t0)) s"
 mount -t proc proc "$chroot_dir/proc"
 mount --bind /dev "$chroot_dir/dev"
 mount --bind /dev/pts "$chroot_dir/dev/pts"
-chroot "$chroot_dir" useradd --create-home builder
-src=/home/builder/src/hatchery
-mkdir -p "$chroot_dir$src"
-(cd "$root" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) |
-  tar -xf - -C "$chroot_dir$src"
-chroot "$chroot_dir" chown -R builder:builder /home/builder/src
-# The builder: an unprivileged user in a network namespace of its own (no interface but
-# a loopback that is down), as sbuild and Debian's buildds build.
-as_builder() { chroot "$chroot_dir" unshare --net runuser -u builder -- sh -c "$1"; }
-[ "$(as_builder 'id -u')" != 0 ] || { log "the builder is root"; exit 1; }
-[ "$(as_builder 'readlink /proc/self/ns/net')" != "$(readlink /proc/self/ns/net)" ] ||
-  { log "the builder shares this machine's network"; exit 1; }
+# The builder: an unprivileged user in a network namespace of its own (builder.sh).
+builder_setup "$chroot_dir" "$root"
+src=$builder_src
 
 t0=$SECONDS
-if ! as_builder "cd $src && dpkg-buildpackage -a $arch -B -us -uc" >"$out/build-$arch.log" 2>&1; then
+if ! as_builder "$chroot_dir" "cd $src && dpkg-buildpackage -a $arch -B -us -uc" >"$out/build-$arch.log" 2>&1; then
   grep -E -B2 -A8 "CMake Error|error:" "$out/build-$arch.log" | head -n 60 >&2
   log "dpkg-buildpackage -a $arch FAILED (all of it: $out/build-$arch.log)"
   exit 1
@@ -105,7 +98,7 @@ lintian --fail-on error,warning "$deb" "$agent_deb" | tee "$out/lintian-$arch.tx
 
 # The unit tests, as built for ARCH, under qemu-user.
 t0=$SECONDS
-if ! as_builder "cd $src/obj-$triplet && ctest --output-on-failure -R '^unit\\.'" \
+if ! as_builder "$chroot_dir" "cd $src/obj-$triplet && ctest --output-on-failure -R '^unit\\.'" \
      >"$out/unit-tests-$arch.txt" 2>&1; then
   grep -E "Failed|FAILED|ERROR|error" "$out/unit-tests-$arch.txt" | head -n 40 >&2
   log "unit tests FAILED under qemu-$qemu (all of it: $out/unit-tests-$arch.txt)"

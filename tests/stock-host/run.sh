@@ -30,6 +30,8 @@ release=${1:-trixie}
 out=${2:-$root/build-test/stock-host}
 cache=${HATCHERY_STOCK_CACHE:-/var/cache/hatchery/stock-host}
 log() { echo "stock-host($release): $*" >&2; }
+# shellcheck source=tests/package/builder.sh
+. "$root/tests/package/builder.sh"
 timed() { local t0=$SECONDS; "$@"; log "$(basename "$1") ${2:-}: $((SECONDS - t0)) s"; }
 debs=$out/$release
 
@@ -52,16 +54,11 @@ build_packages() {
   mount -t proc proc "$b/proc"
   mount --bind /dev "$b/dev"
   mount --bind /dev/pts "$b/dev/pts"
-  chroot "$b" useradd --create-home builder
-  mkdir -p "$b/home/builder/src/hatchery"
-  (cd "$root" && git ls-files -co --exclude-standard -z | tar --null -cf - -T -) |
-    tar -xf - -C "$b/home/builder/src/hatchery"
-  chroot "$b" chown -R builder:builder /home/builder/src
+  builder_setup "$b" "$root"
   local t1=$SECONDS
   rm -rf "$debs"
   mkdir -p "$debs"
-  if ! chroot "$b" unshare --net runuser -u builder -- \
-       sh -c 'cd ~/src/hatchery && dpkg-buildpackage -b -us -uc >../build.log 2>&1'; then
+  if ! as_builder "$b" "cd $builder_src && dpkg-buildpackage -b -us -uc >../build.log 2>&1"; then
     cp "$b/home/builder/src/build.log" "$out/build-$release.log" || true
     tail -n 60 "$b/home/builder/src/build.log" >&2
     log "dpkg-buildpackage failed in $release"

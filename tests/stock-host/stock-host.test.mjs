@@ -148,8 +148,9 @@ describe(`day one on a stock Debian ${release} host`, () => {
     // package's Depends must bring them. These two only hatcheryd needs; the others
     // (jansson, libuv, curl, SQLite) a standard trixie host has for nftables, BIND's tools
     // and apt.
+    const ownLibs = ['libhttp-parser2.9', 'libyaml-0-2'];
     const installed = (p) => machine(`dpkg-query -W -f='\${Status}' ${p} 2>/dev/null`, { ok: false }).stdout === 'install ok installed';
-    for (const lib of ['libhttp-parser2.9', 'libyaml-0-2']) assert.ok(!installed(lib), `${lib} is on the host before the install`);
+    for (const lib of ownLibs) assert.ok(!installed(lib), `${lib} is on the host before the install`);
     assert.ok(installed('nftables'), 'the host has nftables (Priority important)');
     // Its package lists, as an operator's host has them (the root keeps those of its
     // making; an index that fails to update keeps its old list).
@@ -157,7 +158,7 @@ describe(`day one on a stock Debian ${release} host`, () => {
     if (updated.status !== 0) console.log(`stock host: apt-get update said: ${updated.stdout.trim()}`);
     // 1. Install, as the runbook says, where the packages were put.
     runRunbook('install', '/home/builder/src', { answers: 'y\n' });
-    for (const lib of ['libhttp-parser2.9', 'libyaml-0-2']) assert.ok(installed(lib), `the install did not bring ${lib}`);
+    for (const lib of ownLibs) assert.ok(installed(lib), `the install did not bring ${lib}`);
     // 2. The App's key and the images, brought to the host.
     copyFileSync(process.env.APP_KEY_FILE, `${M}/root/rollout/github-app.private-key.pem`);
     runRunbook('app-key', '/root/rollout');
