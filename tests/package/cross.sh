@@ -36,6 +36,8 @@ esac
 log() { echo "cross($arch, $release): $*" >&2; }
 # shellcheck source=tests/package/builder.sh
 . "$here/builder.sh"
+# shellcheck source=tests/package/root-mounts.sh
+. "$here/root-mounts.sh"
 "$root/images/enable-binfmt.sh" "$qemu" || { log "cannot run $arch binaries here"; exit 1; }
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
@@ -43,7 +45,7 @@ out=$(cd "$out" && pwd)
 work=$(mktemp -d)
 chroot_dir=$work/root
 cleanup() {
-  for m in proc dev/pts dev; do mountpoint -q "$chroot_dir/$m" && umount -l "$chroot_dir/$m"; done
+  root_unmount "$chroot_dir"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -62,9 +64,7 @@ t0=$SECONDS
   "$release" "deb http://deb.debian.org/debian $release main"
 log "build root (amd64 with $arch's build dependencies) in $((SECONDS - t0)) s"
 
-mount -t proc proc "$chroot_dir/proc"
-mount --bind /dev "$chroot_dir/dev"
-mount --bind /dev/pts "$chroot_dir/dev/pts"
+root_mount "$chroot_dir"
 # The builder: an unprivileged user in a network namespace of its own (builder.sh).
 builder_setup "$chroot_dir" "$root"
 src=$builder_src

@@ -26,6 +26,8 @@ debs=$(cd "${2:?usage: install-test.sh ARCH DEB_DIR [RELEASE]}" && pwd)
 release=${3:-bookworm}
 log() { echo "install-test($arch, $release): $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
+# shellcheck source=tests/package/root-mounts.sh
+. "$here/root-mounts.sh"
 [ "$arch" = "$(dpkg --print-architecture)" ] || "$here/../../images/enable-binfmt.sh" "$arch" ||
   fail "cannot run $arch binaries here"
 deb=$(ls "$debs"/hatchery_*_"$arch".deb | head -n 1)
@@ -37,7 +39,7 @@ version=$(dpkg-deb -f "$deb" Version)
 work=$(mktemp -d)
 r=$work/root
 cleanup() {
-  for m in dev/pts dev proc; do mountpoint -q "$r/$m" && umount -l "$r/$m"; done
+  root_unmount "$r"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -47,9 +49,7 @@ t0=$SECONDS
   --aptopt='Apt::Install-Recommends "false"' --include=systemd,adduser,man-db \
   "$release" "deb http://deb.debian.org/debian $release main"
 log "a clean $release $arch root in $((SECONDS - t0)) s"
-mount -t proc proc "$r/proc"
-mount --bind /dev "$r/dev"
-mount --bind /dev/pts "$r/dev/pts"
+root_mount "$r"
 cp /etc/resolv.conf "$r/etc/resolv.conf"
 in_root() { chroot "$r" env DEBIAN_FRONTEND=noninteractive "$@"; }
 in_root apt-get update -qq
