@@ -31,6 +31,13 @@
 #     /etc/resolv.conf copied the file onto itself and left it empty (seen with the
 #     standard variant's root: "Temporary failure resolving"): --resolv-conf=off, and boot
 #     writes this machine's resolver there first.
+#   - binfmt_misc is the kernel's, shared with this machine and every other container
+#     (the kernel keeps one per user namespace, and nspawn makes none here). The host's
+#     systemd-binfmt.service would register its qemu-user-binfmt interpreters there over
+#     this machine's and unregister them all when it stops, under the other tests that run
+#     foreign binaries: boot masks it (a host's boot would start it). The image build that
+#     needs the host's own registrations makes them in a binfmt_misc of its own
+#     (own-binfmt.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 log() { echo "machine: $*" >&2; }
@@ -40,13 +47,9 @@ log() { echo "machine: $*" >&2; }
 # while iptables is there: docs/LIBVIRT-HERE.md), and what a Power host running Hatchery
 # has from Debian (libvirt, QEMU for both guest architectures, sudo for the runbook, SSH
 # for a controller of remote hosts, what hatchery-image-tools depends on to build an image
-# of another architecture). None of our build dependencies: the package's own Depends must
-# bring every library it needs. Recommends off, as the one way this differs from an
-# installed host: hatchery-image-tools recommends qemu-user-static, which on trixie depends
-# on qemu-user-binfmt, whose systemd-binfmt would register its interpreters in this
-# machine's binfmt_misc (the kernel's, shared with the container) and unregister them all
-# when the container stops, under the other tests that need them; and QEMU's recommends
-# bring a desktop's libraries a Power host does not run.
+# of another architecture), each with its Recommends, as apt installs them on a host (QEMU's
+# bring a desktop's libraries, exim4, LVM and open-iscsi: a root twice the size). None of
+# our build dependencies: the package's own Depends must bring every library it needs.
 host_packages=(
   systemd systemd-sysv systemd-container dbus adduser sudo iptables nftables ca-certificates
   libvirt-daemon-system qemu-system-ppc qemu-system-s390x qemu-utils
@@ -72,14 +75,20 @@ root|build-root)
   cache=${3:?usage: machine.sh root|build-root RELEASE CACHE_DIR}
   if [ "$what" = root ]; then
     # The package lists of the root's making stay, as on a host that has run apt update.
-    options=(--variant=standard --skip=cleanup/apt/lists --include="$(IFS=,; echo "${host_packages[*]}")")
+    # Recommends on, and apt's configuration left as Debian's (mmdebstrap writes its
+    # --aptopt into the root): the runbook's apt install brings what a host's would.
+    options=(--variant=standard --skip=cleanup/apt/lists --include="$(IFS=,; echo "${host_packages[*]}")"
+      --aptopt='Apt::Install-Recommends "true"'
+      --customize-hook='rm "$1/etc/apt/apt.conf.d/99mmdebstrap"')
   else
     grep -q "^ *libcmocka-dev <!nocheck>,$" "$here/../../debian/control" ||
       { log "debian/control's Build-Depends changed: update build_deps in $0"; exit 1; }
-    options=(--variant=apt --include="$(IFS=,; echo "${build_deps[*]}")")
+    # Build dependencies without their Recommends, as Debian's build daemons install them.
+    options=(--variant=apt --include="$(IFS=,; echo "${build_deps[*]}")"
+      --aptopt='Apt::Install-Recommends "false"')
   fi
   HATCHERY_ROOT_CACHE=$cache "$here/../package/cached-root.sh" --tarball "$release-$what" \
-    "${options[@]}" --aptopt='Apt::Install-Recommends "false"' \
+    "${options[@]}" \
     "$release" "deb http://deb.debian.org/debian $release main" \
     "deb http://deb.debian.org/debian $release-updates main" \
     "deb http://deb.debian.org/debian-security $release-security main" ;;
@@ -101,6 +110,8 @@ boot)
   printf '127.0.0.1 localhost\n127.0.1.1 %s\n' "$name" >"$dir/etc/hosts"
   cp /etc/resolv.conf "$dir/etc/resolv.conf"
   mkdir -p "$dir/var/lib/machines/host"
+  # binfmt_misc is this machine's (the header says why): the host's registrations stay out.
+  ln -sf /dev/null "$dir/etc/systemd/system/systemd-binfmt.service"
   rm -f "$dir.pid"
   # nspawn runs from the root itself (this machine may have none, or an older one): in a
   # mount namespace of its own, the root is bound on itself, made the root, and booted.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Day one on a stock host: a clean Debian RELEASE root (default trixie, the current
-# stable) that looks installed (Priority standard, nftables), booted under its own systemd
-# with libvirt as Debian configures it; our packages built from this checkout in a build
-# root of that release (with their unit tests, on its libraries) and installed on the host
-# with apt, which brings their runtime libraries; then configured by the runbook's own
-# blocks and serving real jobs on the production image (stock-host.test.mjs).
+# stable) that looks installed (Priority standard, nftables, Recommends), booted under its
+# own systemd with libvirt as Debian configures it; our packages built from this checkout
+# in a build root of that release (with their unit tests, on its libraries) and installed
+# on the host with apt, which brings their runtime libraries; then configured by the
+# runbook's own blocks and serving real jobs on the production image (stock-host.test.mjs).
 #
 # Two steps, two ctest tests (tests/CMakeLists.txt):
 #   run.sh --prepare RELEASE OUT   the build root (made or found), and our packages built
@@ -18,7 +18,8 @@
 #
 # The roots are cached as tarballs under $HATCHERY_STOCK_CACHE (default
 # /var/cache/hatchery/stock-host), keyed by their package lists and the ISO week
-# (machine.sh root and build-root); the images are production-image.sh's.
+# (machine.sh root and build-root), beside the week's Debian stage of the image the test
+# builds (image-stage-WEEK, below); the images are production-image.sh's.
 #
 # usage: tests/stock-host/run.sh [--prepare] [RELEASE [OUT]]
 set -euo pipefail
@@ -32,6 +33,8 @@ cache=${HATCHERY_STOCK_CACHE:-/var/cache/hatchery/stock-host}
 log() { echo "stock-host($release): $*" >&2; }
 # shellcheck source=tests/package/builder.sh
 . "$root/tests/package/builder.sh"
+# shellcheck source=tests/package/root-mounts.sh
+. "$root/tests/package/root-mounts.sh"
 timed() { local t0=$SECONDS; "$@"; log "$(basename "$1") ${2:-}: $((SECONDS - t0)) s"; }
 debs=$out/$release
 
@@ -40,7 +43,7 @@ debs=$out/$release
 b=
 build_cleanup() {
   [ -n "$b" ] || return 0
-  for mnt in dev/pts dev proc; do mountpoint -q "$b/$mnt" && umount -l "$b/$mnt"; done
+  root_unmount "$b"
   rm -rf --one-file-system "$b"
 }
 build_packages() {
@@ -51,9 +54,7 @@ build_packages() {
   trap build_cleanup EXIT
   tar -xpf "$tarball" --numeric-owner -C "$b"
   log "root ready in $((SECONDS - t0)) s"
-  mount -t proc proc "$b/proc"
-  mount --bind /dev "$b/dev"
-  mount --bind /dev/pts "$b/dev/pts"
+  root_mount "$b"
   builder_setup "$b" "$root"
   local t1=$SECONDS
   rm -rf "$debs"
@@ -121,9 +122,12 @@ mkdir -p "$m/root/rollout"
 for image in "$image_ppc64le" "$image_s390x"; do
   for f in "$image" "$image".*; do cp --reflink=auto "$f" "$m/root/rollout/"; done
 done
-# To build an image there with hatchery-image-tools: the runner tarball, the ppc64el guest
-# agent package (package.ppc64el's, built the Debian way, or built now), and the Debian
-# stage of the same recipe from the image cache, so that the build takes seconds.
+# To build an image there with hatchery-image-tools: the runner tarball and the ppc64el
+# guest agent package (package.ppc64el's, built the Debian way, or built now). The build's
+# Debian stage (mmdebstrap of a ppc64el root under qemu-user, through the host's own
+# binfmt registration: own-binfmt.sh) takes five minutes: the machine makes it in the
+# first run of each ISO week (and on a new machine), and this week's is kept for the next
+# runs, which take it from hatchery-build-image's own cache (--debian-cache).
 image_cache=${HATCHERY_IMAGE_CACHE:-/var/cache/hatchery/test-images}
 agent_debs=${HATCHERY_AGENT_DEBS:-$root/build-test/packages/ppc64el}
 if ! ls "$agent_debs"/hatchery-guest-agent_*_ppc64el.deb >/dev/null 2>&1; then
@@ -133,7 +137,15 @@ fi
 cp "$(ls -t "$agent_debs"/hatchery-guest-agent_*_ppc64el.deb | head -n 1)" "$m/root/rollout/"
 cp "$image_cache"/stand-in/actions-runner-linux-ppc64le-*.tar.gz "$m/root/rollout/"
 mkdir -p "$m/var/cache/hatchery-image"
-cp --reflink=auto "$image_cache"/debian/debian-ppc64le-*.tar "$m/var/cache/hatchery-image/"
+image_stage=$cache/image-stage-$(date -u +%G-W%V)
+if ls "$image_stage"/debian-ppc64le-*.tar >/dev/null 2>&1; then
+  cp --reflink=auto "$image_stage"/debian-ppc64le-*.tar "$m/var/cache/hatchery-image/"
+  export STOCK_HOST_IMAGE_STAGE=cached
+else
+  log "no Debian stage made here this week: the image build runs mmdebstrap (about 5 min)"
+  export STOCK_HOST_IMAGE_STAGE=mmdebstrap
+fi
+cp "$here/own-binfmt.sh" "$m/root/own-binfmt.sh"
 
 timed "$here/machine.sh" boot "$m"
 cp "$m"/home/builder/src/hatchery-image-tools_*_all.deb "$m/root/rollout/"
@@ -156,3 +168,10 @@ export STOCK_HOST_MACHINE=$m STOCK_HOST_RELEASE=$release
 export STOCK_HOST_REMOTE=$r STOCK_HOST_REMOTE_ADDRESS=$remote_net.2
 export STOCK_HOST_IMAGES="$(basename "$image_ppc64le") $(basename "$image_s390x")"
 "$root/tests/github/with-prism.sh" node --test --test-reporter=spec "$here/stock-host.test.mjs"
+if [ "$STOCK_HOST_IMAGE_STAGE" = mmdebstrap ]; then
+  # The stage the passing test made: this week's, for the next runs.
+  mkdir -p "$image_stage.new"
+  cp "$m"/var/cache/hatchery-image/debian-ppc64le-*.tar "$image_stage.new/"
+  find "$cache" -maxdepth 1 -name 'image-stage-*' ! -name "$(basename "$image_stage").new" -exec rm -rf {} +
+  mv "$image_stage.new" "$image_stage"
+fi
