@@ -217,15 +217,15 @@ describe(`day one on a stock Debian ${release} host`, () => {
     // systemd-binfmt, in a binfmt_misc of its own), as the host would have it after a boot.
     buildOutput = machine(`/root/own-binfmt.sh hatchery-build-image --debian-cache /var/cache/hatchery-image ppc64le actions-runner-linux-ppc64le-*.tar.gz ${builtImage} 2>&1`, { cwd: '/root/rollout' }).stdout;
     // The remote host, as "Add a remote host" says: our package installed there too (its
-    // guest firewall; hatcheryd there stays stopped), the controller's key copied to it
-    // and its login made, its host key trusted here.
+    // guest firewall; its own hatcheryd turned off by remote-login), the controller's key
+    // copied to it and its login made, its host key trusted here.
     remote('apt-get update -qq 2>&1', { ok: false });
     runRunbook('install', '/root/rollout', { answers: 'y\n', on: remote });
-    remote('systemctl disable --now hatcheryd');
-    assert.equal(remote('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 0, 'the remote host\'s guest firewall');
     runRunbook('remote-key', '/root/rollout');
     copyFileSync(`${M}/root/rollout/hatchery-controller.pub`, `${R}/root/rollout/hatchery-controller.pub`);
     runRunbook('remote-login', '/root/rollout', { on: remote });
+    assert.equal(remote('systemctl is-active hatcheryd', { ok: false }).stdout.trim(), 'inactive');
+    assert.equal(remote('/usr/lib/hatchery/guest-firewall.sh status', { ok: false }).status, 0, 'the remote host\'s guest firewall');
     runRunbook('remote-trust', '/root/rollout', { env: { REMOTE_HOST: remoteAddress } });
     remote(`install -d -m 0750 -o root -g libvirt-qemu ${remoteImages}`);
     // libvirt's NAT network, for a pool that uses it instead of user-mode networking.
