@@ -13,7 +13,8 @@
 #      secret are kept as they were, the store is opened (and migrated when its schema is
 #      older) and still holds the job; the smoke test runs again.
 #   3. `apt-get purge --autoremove`: nothing is left, compared file by file with the root
-#      before step 1 (its dependencies go too).
+#      before step 1 (its dependencies go too, but for those that apt keeps by its own
+#      rules: each must still be marked automatic, and is purged before the comparison).
 #
 # The previous build is this build with its version lowered (VERSION~prev): the project has
 # no earlier release to upgrade from. Once one is out, pass its .deb as PREVIOUS_DEB.
@@ -73,6 +74,8 @@ snapshot() {
    sha256sum etc/passwd etc/group etc/shadow etc/gshadow)
 }
 snapshot >"$work/before"
+packages() { in_root dpkg-query -W -f '${Package}:${Architecture}\n' | sort; }
+packages >"$work/packages-before"
 [ -f "$r/var/log/hatchery" ] && fail "the clean root already has /var/log/hatchery"
 
 # 1. The previous build.
@@ -177,6 +180,21 @@ in_root apt-get purge --autoremove -y -qq hatchery ${agents:+hatchery-guest-agen
 left=$(cd "$r/var/lib/hatchery" && find . -mindepth 1 ! -path ./images ! -path ./images/runner-ppc64le.qcow2 | sort | tr '\n' ' ')
 [ -z "$left" ] || fail "purge left in /var/lib/hatchery: $left"
 rm -rf "$r/var/lib/hatchery"
+# What apt keeps by its own rules although only our install brought it: a package that
+# one that stays recommends or suggests, or one of Priority required (on trixie: tzdata,
+# libidn2-0 for libc6's Recommends, libp11-kit0 for libsystemd-shared's Suggests, perl).
+# Debian's, not ours, and still marked as installed for a dependency: purged here, so
+# that the comparison below finds anything else.
+kept=$(packages | comm -13 "$work/packages-before" -)
+if [ -n "$kept" ]; then
+  for p in $kept; do
+    in_root apt-mark showauto "$p" | grep -qx "${p%:*}" ||
+      fail "$p, which the install brought, is marked as installed by hand after the purge"
+  done
+  log "apt kept, by its own rules, what the install brought: ${kept//$'\n'/ }"
+  # shellcheck disable=SC2086
+  in_root apt-get purge -y -qq $kept >/dev/null
+fi
 in_root getent passwd hatchery >/dev/null && fail "the hatchery user is left after purge"
 in_root getent group hatchery >/dev/null && fail "the hatchery group is left after purge"
 snapshot >"$work/after"

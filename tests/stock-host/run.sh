@@ -10,8 +10,10 @@
 #   run.sh --prepare RELEASE OUT   the build root (made or found), and our packages built
 #                                  in a copy of it as Debian builds them: an unprivileged
 #                                  user, no network, dpkg-buildpackage with the unit tests;
-#                                  and the host root made or found. Boots nothing; the
-#                                  packages and the build log go to OUT.
+#                                  then installed, upgraded and purged in a clean RELEASE
+#                                  root (tests/package/install-test.sh); and the host root
+#                                  made or found. Boots nothing; the packages and the build
+#                                  log go to OUT.
 #   run.sh RELEASE OUT             the machine: a fresh copy of the host root, booted, with
 #                                  OUT's packages where the operator put them; then the
 #                                  test. Prepares first when OUT has no packages.
@@ -73,6 +75,9 @@ build_packages() {
 
 if [ -n "$prepare" ]; then
   build_packages
+  # The packages installed, upgraded and purged in a clean root of RELEASE, as on bookworm
+  # (package.native): what the host test cannot see, on a root with nothing else.
+  "$root/tests/package/install-test.sh" "$(dpkg --print-architecture)" "$debs" "$release"
   # The host's root too, so that the test finds it made.
   t0=$SECONDS
   "$here/machine.sh" root "$release" "$cache" >/dev/null
