@@ -2,9 +2,9 @@
 # Sourced: an operator's or a build daemon's build in a root, as Debian builds packages.
 #
 #   builder_setup ROOT CHECKOUT   makes the user `builder` in ROOT (proc, dev and dev/pts
-#                                 mounted there: root-mounts.sh) and puts CHECKOUT's tracked and
-#                                 new files at $builder_src (/home/builder/src/hatchery),
-#                                 owned by it
+#                                 mounted there: root-mounts.sh) and puts CHECKOUT's
+#                                 tracked and new files at $builder_src
+#                                 (/home/builder/src/hatchery), owned by it
 #   as_builder ROOT COMMAND       runs COMMAND (sh -c) in ROOT as `builder`, in a network
 #                                 namespace of its own (no interface but a loopback that
 #                                 is down): no root, no network, as sbuild and Debian's

@@ -180,11 +180,11 @@ in_root apt-get purge --autoremove -y -qq hatchery ${agents:+hatchery-guest-agen
 left=$(cd "$r/var/lib/hatchery" && find . -mindepth 1 ! -path ./images ! -path ./images/runner-ppc64le.qcow2 | sort | tr '\n' ' ')
 [ -z "$left" ] || fail "purge left in /var/lib/hatchery: $left"
 rm -rf "$r/var/lib/hatchery"
-# What apt keeps by its own rules although only our install brought it: a package that
-# one that stays recommends or suggests, or one of Priority required (on trixie: tzdata,
+# What apt keeps by its own rules although only our install brought it: what a package
+# that stays recommends or suggests, and what is of Priority required (on trixie: tzdata,
 # libidn2-0 for libc6's Recommends, libp11-kit0 for libsystemd-shared's Suggests, perl).
-# Debian's, not ours, and still marked as installed for a dependency: purged here, so
-# that the comparison below finds anything else.
+# Debian's packages, not ours, and each must still be marked as installed for a
+# dependency: purged here, so that the comparison below finds anything else.
 kept=$(packages | comm -13 "$work/packages-before" -)
 if [ -n "$kept" ]; then
   for p in $kept; do
