@@ -21,6 +21,7 @@ struct admin_conn {
     char *buf;
     size_t len;
     bool answered;
+    bool waiting; /* the request went to the handler, whose answer is still to come */
     uv_write_t write_req;
     char *reply;
 };
@@ -31,6 +32,8 @@ static void on_conn_closed(uv_handle_t *handle)
     if (--c->handles_open > 0)
         return;
     c->server->n_conns--;
+    if (c->waiting)
+        return; /* freed by its answer */
     free(c->buf);
     free(c->reply);
     free(c);
@@ -127,8 +130,26 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         reply(c, error_reply("request is not a JSON object"));
         return;
     }
-    json_t *answer = c->server->handler(c->server, request);
+    c->answered = c->waiting = true;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    c->server->handler(c->server, c, request);
     json_decref(request);
+}
+
+void admin_conn_answer(struct admin_conn *c, json_t *answer)
+{
+    c->waiting = false;
+    if (c->handles_open == 0) {
+        /* Closed while the answer was made. */
+        json_decref(answer);
+        free(c->buf);
+        free(c);
+        return;
+    }
+    if (uv_is_closing((uv_handle_t *)&c->pipe)) {
+        json_decref(answer);
+        return;
+    }
     reply(c, answer ? answer : error_reply("internal error"));
 }
 

@@ -8,9 +8,16 @@
 #include <uv.h>
 
 struct admin_server;
+struct admin_conn;
 
-/* Answers one request: returns a new reference to the reply object. */
-typedef json_t *(*admin_handler_cb)(struct admin_server *server, json_t *request);
+/* Takes one request: answers it with admin_conn_answer(), now or later (after a store
+ * read). `request` is borrowed. */
+typedef void (*admin_handler_cb)(struct admin_server *server, struct admin_conn *conn,
+                                 json_t *request);
+
+/* The answer to `conn`'s request (taken; NULL: an internal error), exactly once. A client
+ * that left or timed out meanwhile gets nothing, and `conn` is freed. */
+void admin_conn_answer(struct admin_conn *conn, json_t *answer);
 
 struct admin_server {
     uv_loop_t *loop;

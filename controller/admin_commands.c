@@ -81,28 +81,16 @@ static json_t *pool_json(struct daemon *d, const struct config_pool *p)
     return out;
 }
 
-struct capacity_ctx {
-    json_t *pools; /* name -> object */
-    json_t *unmatched;
-};
-
-static void capacity_row(void *data, const char *pool, const char *status, int64_t count)
-{
-    struct capacity_ctx *ctx = data;
-    json_t *target = pool ? json_object_get(ctx->pools, pool) : ctx->unmatched;
-    if (!target)
-        return; /* a pool removed from the config since */
-    json_t *jobs = json_object_get(target, "jobs");
-    json_object_set_new(jobs, status, json_integer(count));
-}
-
 /* capacity: per pool, its runners by state, its jobs by status and why they wait; and the
- * jobs no pool matches. */
-static json_t *admin_capacity(struct daemon *d, enum admin_command command, json_t *request)
+ * jobs no pool matches. `rows`: the store's job counts. */
+static json_t *admin_capacity(struct daemon *d, enum admin_command command, json_t *request,
+                              json_t *rows)
 {
     (void)command;
     (void)request;
-    struct capacity_ctx ctx = {.pools = json_object(), .unmatched = json_object()};
+    if (!rows)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
+    json_t *pools = json_object(); /* name -> its row */
     json_t *list = json_array();
     for (size_t i = 0; i < d->config->n_pools; i++) {
         const struct config_pool *p = &d->config->pools[i];
@@ -122,21 +110,25 @@ static json_t *admin_capacity(struct daemon *d, enum admin_command command, json
                 json_object_set(row, "runner_group", json_object_get(sp, "runner_group"));
             json_decref(sp);
         }
-        json_object_set(ctx.pools, p->name, row);
+        json_object_set(pools, p->name, row);
         json_array_append_new(list, row);
     }
     json_t *unmatched_jobs = json_object();
     for (int s = 0; s < JOB_STATUS_MAX; s++)
         json_object_set_new(unmatched_jobs, job_status_names[s], json_integer(0));
-    json_object_set_new(ctx.unmatched, "jobs", unmatched_jobs);
-    int r = store_job_counts(d->store, capacity_row, &ctx);
-    json_decref(ctx.pools);
-    if (r < 0) {
-        json_decref(list);
-        json_decref(ctx.unmatched);
-        return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
+    json_t *unmatched = json_pack("{s:o}", "jobs", unmatched_jobs);
+    size_t i;
+    json_t *count;
+    json_array_foreach(rows, i, count)
+    {
+        const char *pool = json_string_value(json_object_get(count, "pool"));
+        const char *status = json_string_value(json_object_get(count, "status"));
+        json_t *target = pool ? json_object_get(pools, pool) : unmatched;
+        if (target && status) /* else a pool removed from the config since */
+            json_object_set(json_object_get(target, "jobs"), status, json_object_get(count, "n"));
     }
-    return json_pack("{s:b, s:o, s:o}", "ok", 1, "pools", list, "unmatched", ctx.unmatched);
+    json_decref(pools);
+    return json_pack("{s:b, s:o, s:o}", "ok", 1, "pools", list, "unmatched", unmatched);
 }
 
 /* The last LOGS_MAX_BYTES of a console log (the agent's lines are in it too), across the
@@ -201,18 +193,14 @@ static json_t *log_file_json(const char *path, json_int_t since)
                      (json_int_t)total);
 }
 
-/* jobs: the store's jobs, each queued one with why it waits. */
-static json_t *admin_jobs(struct daemon *d, enum admin_command command, json_t *request)
+/* jobs: the store's jobs (`jobs`, from store_jobs_list), each queued one with why it
+ * waits. */
+static json_t *admin_jobs(struct daemon *d, enum admin_command command, json_t *request,
+                          json_t *jobs)
 {
     (void)command;
-    const char *status = json_string_value(json_object_get(request, ADMIN_KEY_STATUS));
-    json_t *limit = json_object_get(request, ADMIN_KEY_LIMIT);
-    enum job_status parsed;
-    if (status && job_status_parse(status, &parsed) < 0)
-        return json_pack("{s:b, s:s}", "ok", 0, "error",
-                         "status must be waiting, queued, in_progress or completed");
-    json_t *jobs = NULL;
-    if (store_jobs_list(d->store, status, limit ? (int)json_integer_value(limit) : 0, &jobs) < 0)
+    (void)request;
+    if (!jobs)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
     size_t i;
     json_t *job;
@@ -234,7 +222,7 @@ static json_t *admin_jobs(struct daemon *d, enum admin_command command, json_t *
         }
         json_object_set_new(job, "waiting", why ? why : json_null());
     }
-    return json_pack("{s:b, s:o}", "ok", 1, "jobs", jobs);
+    return json_pack("{s:b, s:O}", "ok", 1, "jobs", jobs);
 }
 
 /* pools: each pool's config, image and runners. */
@@ -248,14 +236,17 @@ static json_t *admin_pools(struct daemon *d, enum admin_command command, json_t 
     return json_pack("{s:b, s:o}", "ok", 1, "pools", pools);
 }
 
-/* runners: live ones (or all), filtered by name, pool or host. */
-static json_t *admin_runners(struct daemon *d, enum admin_command command, json_t *request)
+/* runners: live ones (or all: `rows`, from store_runners_list), filtered by name, pool or
+ * host. */
+static json_t *admin_runners(struct daemon *d, enum admin_command command, json_t *request,
+                             json_t *rows)
 {
     (void)command;
     if (!d->scheduler)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "the scheduler is not running");
-    json_t *all =
-        scheduler_runners_json(d->scheduler, json_is_true(json_object_get(request, ADMIN_KEY_ALL)));
+    if (!rows)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
+    json_t *all = scheduler_runners_json(d->scheduler, rows);
     /* Filters: one runner by name, or a pool's or a host's; each key names the runner's
      * field of the same name. */
     static const char *const filters[] = {ADMIN_KEY_NAME, ADMIN_KEY_POOL, ADMIN_KEY_HOST};
@@ -273,7 +264,6 @@ static json_t *admin_runners(struct daemon *d, enum admin_command command, json_
         if (match)
             json_array_append(kept, r);
     }
-    json_decref(all);
     const char *name = json_string_value(json_object_get(request, ADMIN_KEY_NAME));
     if (name && json_array_size(kept) == 0) {
         json_decref(kept);
@@ -434,23 +424,87 @@ static json_t *admin_health(struct daemon *d, enum admin_command command, json_t
 /* Every admin command's handler, by the command (admin_protocol.h names them). */
 static json_t *(*const admin_handlers[ADMIN_COMMAND_MAX])(struct daemon *, enum admin_command,
                                                           json_t *) = {
-    [ADMIN_JOBS] = admin_jobs,         [ADMIN_POOLS] = admin_pools,
-    [ADMIN_CAPACITY] = admin_capacity, [ADMIN_HOSTS] = admin_hosts,
-    [ADMIN_RUNNERS] = admin_runners,   [ADMIN_DRAIN] = admin_drain,
-    [ADMIN_UNDRAIN] = admin_drain,     [ADMIN_DELETE] = admin_delete,
-    [ADMIN_LOGS] = admin_logs,         [ADMIN_GITHUB] = admin_github,
-    [ADMIN_RELOAD] = admin_reload,     [ADMIN_HEALTH] = admin_health,
+    [ADMIN_POOLS] = admin_pools,   [ADMIN_HOSTS] = admin_hosts,   [ADMIN_DRAIN] = admin_drain,
+    [ADMIN_UNDRAIN] = admin_drain, [ADMIN_DELETE] = admin_delete, [ADMIN_LOGS] = admin_logs,
+    [ADMIN_GITHUB] = admin_github, [ADMIN_RELOAD] = admin_reload, [ADMIN_HEALTH] = admin_health,
     [ADMIN_ROTATE] = admin_rotate,
 };
 
-json_t *admin_commands_answer(struct admin_server *server, json_t *request)
+/* The commands answered from the store: the read each makes, then the answer from its rows
+ * (NULL when the read failed), once they come. */
+typedef json_t *store_answer_fn(struct daemon *, enum admin_command, json_t *request, json_t *rows);
+
+struct store_answer {
+    struct daemon *d;
+    struct admin_conn *conn;
+    enum admin_command command;
+    json_t *request;
+    store_answer_fn *answer;
+};
+
+static void on_store_answer(void *data, json_t *rows)
 {
-    struct daemon *d = server->data;
+    struct store_answer *a = data;
+    admin_conn_answer(a->conn, a->answer(a->d, a->command, a->request, rows));
+    json_decref(a->request);
+    free(a);
+}
+
+/* Its read asked for, or an error answer. */
+static json_t *read_for(struct daemon *d, struct admin_conn *conn, enum admin_command command,
+                        json_t *request)
+{
+    struct store_answer *a = malloc(sizeof(*a));
+    if (!a)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory");
+    *a = (struct store_answer){d, conn, command, json_incref(request), NULL};
+    int r = -EINVAL;
+    switch (command) {
+    case ADMIN_JOBS: {
+        a->answer = admin_jobs;
+        const char *status = json_string_value(json_object_get(request, ADMIN_KEY_STATUS));
+        json_t *limit = json_object_get(request, ADMIN_KEY_LIMIT);
+        enum job_status parsed;
+        if (status && job_status_parse(status, &parsed) < 0) {
+            json_decref(a->request);
+            free(a);
+            return json_pack("{s:b, s:s}", "ok", 0, "error",
+                             "status must be waiting, queued, in_progress or completed");
+        }
+        r = store_jobs_list(d->store, conn, status, limit ? (int)json_integer_value(limit) : 0,
+                            on_store_answer, a);
+        break;
+    }
+    case ADMIN_CAPACITY:
+        a->answer = admin_capacity;
+        r = store_job_counts(d->store, conn, on_store_answer, a);
+        break;
+    case ADMIN_RUNNERS:
+        a->answer = admin_runners;
+        r = store_runners_list(d->store, conn,
+                               json_is_true(json_object_get(request, ADMIN_KEY_ALL)),
+                               on_store_answer, a);
+        break;
+    default:
+        break;
+    }
+    if (r == 0)
+        return NULL;
+    json_decref(a->request);
+    free(a);
+    return json_pack("{s:b, s:s}", "ok", 0, "error",
+                     r == -EAGAIN ? "the store is busy: try again" : "store read failed");
+}
+
+static json_t *answer_now(struct daemon *d, struct admin_conn *conn, json_t *request)
+{
     const char *cmd = json_string_value(json_object_get(request, ADMIN_KEY_CMD));
     if (!cmd)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "missing \"cmd\"");
     enum admin_command command = admin_command_parse(cmd);
-    if (command == ADMIN_COMMAND_MAX || !admin_handlers[command])
+    bool from_store =
+        command == ADMIN_JOBS || command == ADMIN_CAPACITY || command == ADMIN_RUNNERS;
+    if (command == ADMIN_COMMAND_MAX || (!admin_handlers[command] && !from_store))
         return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", ADMIN_KEY_CMD,
                          cmd);
     /* Only the keys one of the command's forms sends (admin_protocol.h): a misspelt
@@ -465,5 +519,15 @@ json_t *admin_commands_answer(struct admin_server *server, json_t *request)
             return json_pack("{s:b, s:s}", "ok", 0, "error", error);
         }
     }
-    return admin_handlers[command](d, command, request);
+    if (from_store)
+        return read_for(d, conn, command, request);
+    json_t *answer = admin_handlers[command](d, command, request);
+    return answer ? answer : json_pack("{s:b, s:s}", "ok", 0, "error", "internal error");
+}
+
+void admin_commands_answer(struct admin_server *server, struct admin_conn *conn, json_t *request)
+{
+    json_t *answer = answer_now(server->data, conn, request);
+    if (answer)
+        admin_conn_answer(conn, answer);
 }

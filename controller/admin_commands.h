@@ -7,7 +7,8 @@
 
 #include "admin.h"
 
-/* The answer to one request: {"ok": true, ...} or {"ok": false, "error": ...}. */
-json_t *admin_commands_answer(struct admin_server *server, json_t *request);
+/* The answer to one request, {"ok": true, ...} or {"ok": false, "error": ...}, given to
+ * admin_conn_answer() now, or once the store has read what it needs. */
+void admin_commands_answer(struct admin_server *server, struct admin_conn *conn, json_t *request);
 
 #endif

@@ -82,7 +82,9 @@ struct daemon {
     struct address_window rejection_windows[REJECTION_ADDRESSES];
 };
 
-/* Renders /metrics in the Prometheus text format (version 0.0.4). The caller frees. */
-char *metrics_render(struct daemon *d, size_t *ret_len);
+/* Renders /metrics in the Prometheus text format (version 0.0.4), with what the store read
+ * for it: `job_counts` (store_job_counts) and `queue` (store_jobs_queue_read), either NULL
+ * when it could not. The caller frees. */
+char *metrics_render(struct daemon *d, json_t *job_counts, json_t *queue, size_t *ret_len);
 
 #endif

@@ -253,6 +253,57 @@ static void handle_webhook(struct daemon *d, struct front_call *fc, const struct
     }
 }
 
+/* A scrape: the store's two reads, then the page. The store answers both, in order. */
+struct scrape {
+    struct daemon *d;
+    struct front_call *call;
+    json_t *job_counts;
+};
+
+static void scrape_answer(struct scrape *sc, json_t *queue)
+{
+    size_t len = 0;
+    /* A stop frees what the page is made of: a scrape its reads outlived gets a 503. */
+    char *text = sc->d->stopping ? NULL : metrics_render(sc->d, sc->job_counts, queue, &len);
+    if (sc->d->stopping)
+        respond_json(sc->call, 503, json_pack("{s:b, s:s}", "ok", 0, "error", "stopping"));
+    else if (text)
+        front_respond(sc->call, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    else
+        respond_json(sc->call, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "metrics failed"));
+    free(text);
+    json_decref(sc->job_counts);
+    free(sc);
+}
+
+static void on_scrape_counts(void *data, json_t *rows)
+{
+    struct scrape *sc = data;
+    sc->job_counts = json_incref(rows);
+}
+
+static void on_scrape_queue(void *data, json_t *rows)
+{
+    scrape_answer(data, rows);
+}
+
+static void scrape(struct daemon *d, struct front_call *call)
+{
+    struct scrape *sc = calloc(1, sizeof(*sc));
+    if (!sc) {
+        respond_json(call, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "out of memory"));
+        return;
+    }
+    sc->d = d;
+    sc->call = call;
+    /* A read the store refuses (closing, or too many waiting) leaves its series at 0. */
+    store_job_counts(d->store, call, on_scrape_counts, sc);
+    if (store_jobs_queue_read(d->store, call, on_scrape_queue, sc) < 0) {
+        store_reads_forget(d->store, call); /* the counts' answer, if asked for */
+        scrape_answer(sc, NULL);
+    }
+}
+
 /* A request the HTTP front passed on: the routes and methods are checked there, and a
  * webhook's signature too (webhook_handle checks it again: nothing is believed twice less). */
 void intake_request(void *data, struct front_call *call, enum front_route route,
@@ -268,17 +319,9 @@ void intake_request(void *data, struct front_call *call, enum front_route route,
                      json_pack("{s:s, s:s}", "status", "ok", "version", HATCHERY_VERSION));
         return;
     case FRONT_ROUTE_METRICS:
-    case FRONT_ROUTE_MAX: {
-        size_t len = 0;
-        char *text = metrics_render(d, &len);
-        if (!text) {
-            respond_json(call, 500, json_pack("{s:b, s:s}", "ok", 0, "error", "metrics failed"));
-            return;
-        }
-        front_respond(call, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
-        free(text);
+    case FRONT_ROUTE_MAX:
+        scrape(d, call);
         return;
-    }
     }
 }
 

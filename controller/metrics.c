@@ -129,12 +129,21 @@ static void job_count_row(void *data, const char *pool, const char *status, int6
                    (long long)count);
 }
 
-static void job_metrics(struct textbuf *b, const struct daemon *d)
+/* `counts`: store_job_counts's rows (NULL: not read, every count 0). */
+static void job_metrics(struct textbuf *b, const struct daemon *d, json_t *counts)
 {
     struct job_counts jc = {.config = d->config};
     textbuf_init(&jc.others, METRICS_MAX_BYTES);
     jc.by_pool = d->config->n_pools ? calloc(d->config->n_pools, sizeof(*jc.by_pool)) : NULL;
-    store_job_counts(d->store, job_count_row, &jc);
+    size_t k;
+    json_t *row;
+    json_array_foreach(counts, k, row)
+    {
+        const char *status = json_string_value(json_object_get(row, "status"));
+        if (status)
+            job_count_row(&jc, json_string_value(json_object_get(row, "pool")), status,
+                          json_integer_value(json_object_get(row, "n")));
+    }
     header(b, "hatchery_jobs", "gauge", "Jobs in the store, by pool and status.");
     for (size_t i = 0; jc.by_pool && i < d->config->n_pools; i++)
         for (int st = 0; st < JOB_STATUS_MAX; st++)
@@ -335,6 +344,14 @@ static void store_metrics(struct textbuf *b, struct daemon *d)
             "Writes refused because too many were waiting for a commit.", ss.writes_rejected);
     gauge(b, "hatchery_store_writes_pending", "Writes waiting for the next commit.",
           (double)ss.writes_pending);
+    counter(b, "hatchery_store_reads_total", "Reads the store answered (off the loop).", ss.reads);
+    header(b, "hatchery_store_read_seconds_total", "counter",
+           "Time the store's worker spent reading.");
+    textbuf_printf(b, "hatchery_store_read_seconds_total %.6f\n", (double)ss.read_ns / 1e9);
+    counter(b, "hatchery_store_read_errors_total", "Reads the store answered with no rows.",
+            ss.read_errors);
+    counter(b, "hatchery_store_reads_rejected_total",
+            "Reads refused because too many were waiting.", ss.reads_rejected);
 }
 
 /* The GitHub client: requests, retries, errors and the rate limit. */
@@ -596,8 +613,8 @@ static void scheduler_metrics(struct textbuf *b, struct daemon *d)
     }
 }
 
-/* Pools' limits and their oldest queued job. */
-static void queue_metrics(struct textbuf *b, struct daemon *d)
+/* Pools' limits and their oldest queued job (`queue`: store_jobs_queue_read's rows). */
+static void queue_metrics(struct textbuf *b, struct daemon *d, json_t *queue_rows)
 {
     header(b, "hatchery_pool_max_runners", "gauge", "Configured max_runners of each pool.");
     for (size_t i = 0; i < d->config->n_pools; i++)
@@ -606,7 +623,7 @@ static void queue_metrics(struct textbuf *b, struct daemon *d)
     /* Every pool gets a value (0 with nothing queued), so an alert can compare it. */
     struct store_pool_queue *queue = calloc(d->config->n_pools + 1, sizeof(*queue));
     if (queue) /* a failed read leaves every pool at 0, as one with nothing queued */
-        store_jobs_queue_by_pool(d->store, d->config, queue);
+        store_jobs_queue_by_pool(queue_rows, d->config, queue);
     header(b, "hatchery_pool_oldest_queued_job_seconds", "gauge",
            "Age of each pool's oldest queued job (0 when none is queued).");
     for (size_t i = 0; queue && i < d->config->n_pools; i++) {
@@ -689,7 +706,7 @@ static void image_metrics(struct textbuf *b, struct daemon *d)
     free(known);
 }
 
-char *metrics_render(struct daemon *d, size_t *ret_len)
+char *metrics_render(struct daemon *d, json_t *job_counts, json_t *queue, size_t *ret_len)
 {
     struct textbuf b;
     textbuf_init(&b, METRICS_MAX_BYTES);
@@ -705,9 +722,9 @@ char *metrics_render(struct daemon *d, size_t *ret_len)
     scaleset_metrics(&b, d);
     host_metrics(&b, d);
     scheduler_metrics(&b, d);
-    queue_metrics(&b, d);
+    queue_metrics(&b, d, queue);
     image_metrics(&b, d);
-    job_metrics(&b, d);
+    job_metrics(&b, d, job_counts);
     if (b.error) {
         textbuf_free(&b);
         return NULL;

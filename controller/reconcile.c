@@ -35,10 +35,15 @@ struct reconciler {
     struct runners *runners;
     const struct runner_env *env;
     struct runner_group_checks *groups;
-    bool recovered;              /* reconcile_recover() ran */
-    double pass_ms;              /* the loop time of the pass so far, callbacks included */
-    int lists_pending;           /* GitHub lists of passes not answered yet */
-    int late_checks_pending;     /* late queued jobs asked about, not settled yet */
+    bool recovered;          /* reconcile_recover() ran */
+    bool recovering;         /* its read of the store is on its way */
+    double pass_ms;          /* the loop time of the pass so far, callbacks included */
+    int lists_pending;       /* GitHub lists of passes not answered yet */
+    int late_checks_pending; /* late queued jobs asked about, not settled yet */
+    /* Store reads not answered yet: reconciler_free leaves the reconciler itself to the
+     * last of them (the store answers every read, by its close at the latest). */
+    int reads_out;
+    bool closing;
     struct org_repos *org_repos; /* per scope (used by org scopes) */
     size_t n_scopes;
     struct orphan *orphans;
@@ -74,7 +79,21 @@ void reconciler_free(struct reconciler *rec)
         free(rec->org_repos[i].names);
     }
     free(rec->org_repos);
-    free(rec);
+    rec->closing = true;
+    if (rec->reads_out == 0)
+        free(rec);
+}
+
+/* A store read of the reconciler's has come back: false when the reconciler was freed
+ * meanwhile (the caller then only frees what it kept for the read). */
+static bool read_back(struct reconciler *rec)
+{
+    rec->reads_out--;
+    if (!rec->closing)
+        return true;
+    if (rec->reads_out == 0)
+        free(rec);
+    return false;
 }
 
 bool reconcile_recovered(const struct reconciler *rec)
@@ -350,9 +369,9 @@ static void on_phantom_checked(void *data, const struct github_response *res)
 }
 
 /* Asks GitHub about each of `n` jobs (its id, and its repository unless `repo` says it),
- * counting the questions in flight. Takes `jobs` (a store list; NULL when it failed). */
-static void ask_about_jobs(struct reconciler *rec, int listed, struct store_job_ref *jobs, size_t n,
-                           const char *repo, enum job_check kind)
+ * counting the questions in flight. `jobs`: a store list (`listed` < 0: it failed). */
+static void ask_about_jobs(struct reconciler *rec, int listed, const struct store_job_ref *jobs,
+                           size_t n, const char *repo, enum job_check kind)
 {
     int *pending = kind == CHECK_LATE ? &rec->late_checks_pending : &rec->lists_pending;
     for (size_t i = 0; listed == 0 && i < n; i++) {
@@ -369,7 +388,54 @@ static void ask_about_jobs(struct reconciler *rec, int listed, struct store_job_
             free(pc);
         }
     }
-    free(jobs);
+}
+
+/* A store list of jobs to ask GitHub about, on its way: counted in flight like the
+ * questions, so that a pass or tick meanwhile does not ask for it again. */
+struct job_list_read {
+    struct reconciler *rec;
+    enum job_check kind;
+    char repo[WEBHOOK_MAX_NAME_BYTES + 1]; /* "": each job's own */
+};
+
+static int *pending_of(struct reconciler *rec, enum job_check kind)
+{
+    return kind == CHECK_LATE ? &rec->late_checks_pending : &rec->lists_pending;
+}
+
+static struct job_list_read *job_list_read_new(struct reconciler *rec, enum job_check kind,
+                                               const char *repo)
+{
+    struct job_list_read *q = calloc(1, sizeof(*q));
+    if (!q)
+        return NULL;
+    q->rec = rec;
+    q->kind = kind;
+    snprintf(q->repo, sizeof(q->repo), "%s", repo ? repo : "");
+    (*pending_of(rec, kind))++;
+    rec->reads_out++;
+    return q;
+}
+
+/* `r`: how asking for the read went (0: its answer comes to on_job_list). */
+static void job_list_asked(struct job_list_read *q, int r)
+{
+    if (r < 0) {
+        (*pending_of(q->rec, q->kind))--;
+        q->rec->reads_out--;
+        free(q);
+    }
+}
+
+static void on_job_list(void *data, int err, const struct store_job_ref *jobs, size_t n)
+{
+    struct job_list_read *q = data;
+    struct reconciler *rec = q->rec;
+    if (read_back(rec)) {
+        (*pending_of(rec, q->kind))--;
+        ask_about_jobs(rec, err, jobs, n, q->repo[0] ? q->repo : NULL, q->kind);
+    }
+    free(q);
 }
 
 #define LATE_CHECKS_PER_PASS 10
@@ -381,10 +447,10 @@ void reconcile_verify_late_jobs(struct reconciler *rec)
 {
     if (!gh(rec) || rec->late_checks_pending > 0)
         return;
-    struct store_job_ref *jobs;
-    size_t n;
-    int e = store_jobs_unverified(rec->env->deps.store, LATE_CHECKS_PER_PASS, &jobs, &n);
-    ask_about_jobs(rec, e, jobs, n, NULL, CHECK_LATE);
+    struct job_list_read *q = job_list_read_new(rec, CHECK_LATE, NULL);
+    if (q)
+        job_list_asked(q, store_jobs_unverified(rec->env->deps.store, rec, LATE_CHECKS_PER_PASS,
+                                                on_job_list, q));
 }
 
 /* Jobs the store has held as queued for PHANTOM_AGE_MS that GitHub's queued list for
@@ -394,11 +460,10 @@ void reconcile_verify_late_jobs(struct reconciler *rec)
 static void verify_phantoms(struct reconciler *rec, const char *repo, const char *listed)
 {
     int64_t cutoff = wall_clock_ms() - PHANTOM_AGE_MS;
-    struct store_job_ref *jobs;
-    size_t n;
-    int e = store_jobs_queued_unlisted(rec->env->deps.store, repo, cutoff, listed, PHANTOM_PER_PASS,
-                                       &jobs, &n);
-    ask_about_jobs(rec, e, jobs, n, repo, CHECK_PHANTOM);
+    struct job_list_read *q = job_list_read_new(rec, CHECK_PHANTOM, repo);
+    if (q)
+        job_list_asked(q, store_jobs_queued_unlisted(rec->env->deps.store, rec, repo, cutoff,
+                                                     listed, PHANTOM_PER_PASS, on_job_list, q));
 }
 
 /* Jobs in progress longer than their pool's job_timeout_s and STUCK_GRACE_MS: the agent
@@ -411,54 +476,46 @@ static void verify_stuck_jobs(struct reconciler *rec)
     for (size_t p = 0; p < cfg(rec)->n_pools; p++) {
         const struct config_pool *pool = &cfg(rec)->pools[p];
         int64_t cutoff = now - pool->job_timeout_s * 1000 - STUCK_GRACE_MS;
-        struct store_job_ref *jobs;
-        size_t n;
-        int e =
-            store_jobs_stuck(rec->env->deps.store, pool->name, cutoff, STUCK_PER_PASS, &jobs, &n);
-        ask_about_jobs(rec, e, jobs, n, NULL, CHECK_STUCK);
+        struct job_list_read *q = job_list_read_new(rec, CHECK_STUCK, NULL);
+        if (q)
+            job_list_asked(q, store_jobs_stuck(rec->env->deps.store, rec, pool->name, cutoff,
+                                               STUCK_PER_PASS, on_job_list, q));
     }
 }
 
-static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
+/* A repository's queued jobs as GitHub listed them, while the store says which of them it
+ * has never seen. */
+struct queued_list {
+    struct reconciler *rec;
+    char *repo;
+    json_t *jobs;
+};
+
+/* Each listed job the store has never seen (`unknown_ids`) is stored as a queued one: its
+ * `queued` webhook was lost. */
+static void on_unknown_ids(void *data, int err, const struct store_job_ref *unknown_ids,
+                           size_t n_unknown)
 {
-    struct scope_ctx *ctx = data;
-    struct reconciler *rec = ctx->rec;
-    char *repo = ctx->repo;
-    free(ctx);
-    rec->lists_pending--;
-    if (err < 0) {
-        log_warn("reconcile.queued_list_failed", "repository=%s error=\"%s\"", repo,
-                 message ? message : "?");
-        free(repo);
+    struct queued_list *ql = data;
+    struct reconciler *rec = ql->rec;
+    const char *repo = ql->repo;
+    if (!read_back(rec)) {
+        json_decref(ql->jobs);
+        free(ql->repo);
+        free(ql);
         return;
     }
+    rec->lists_pending--;
     uint64_t t0 = uv_hrtime();
-    /* One query for all of them: which ids has the store never seen? */
-    json_t *ids = json_array();
-    size_t i;
-    json_t *job;
-    json_array_foreach(jobs, i, job)
-    {
-        if (json_is_integer(json_object_get(job, "id")))
-            json_array_append(ids, json_object_get(job, "id"));
-    }
-    char *ids_text = json_dumps(ids, JSON_COMPACT);
-    json_decref(ids);
-    struct store_job_ref *unknown_ids = NULL;
-    size_t n_unknown = 0;
-    if (ids_text) {
-        store_job_ids_unknown(rec->env->deps.store, ids_text, &unknown_ids, &n_unknown);
-        verify_phantoms(rec, repo, ids_text);
-    }
-    free(ids_text);
     json_t *unknown = json_object(); /* by id, as text */
-    for (size_t k = 0; k < n_unknown; k++) {
+    for (size_t k = 0; err == 0 && k < n_unknown; k++) {
         char key[32];
         snprintf(key, sizeof(key), "%lld", (long long)unknown_ids[k].id);
         json_object_set_new(unknown, key, json_true());
     }
-    free(unknown_ids);
-    json_array_foreach(jobs, i, job)
+    size_t i;
+    json_t *job;
+    json_array_foreach(ql->jobs, i, job)
     {
         json_t *id = json_object_get(job, "id");
         json_t *labels = json_object_get(job, "labels");
@@ -498,8 +555,55 @@ static void on_queued_jobs(void *data, int err, const char *message, json_t *job
         store_job_event_submit(rec->env->deps.store, ev, NULL, NULL);
     }
     json_decref(unknown);
-    free(repo);
+    json_decref(ql->jobs);
+    free(ql->repo);
+    free(ql);
     env_recount(rec->env);
+    reconcile_pass_add(rec, t0);
+}
+
+static void on_queued_jobs(void *data, int err, const char *message, json_t *jobs)
+{
+    struct scope_ctx *ctx = data;
+    struct reconciler *rec = ctx->rec;
+    char *repo = ctx->repo;
+    free(ctx);
+    rec->lists_pending--;
+    if (err < 0) {
+        log_warn("reconcile.queued_list_failed", "repository=%s error=\"%s\"", repo,
+                 message ? message : "?");
+        free(repo);
+        return;
+    }
+    uint64_t t0 = uv_hrtime();
+    /* One query for all of them: which ids has the store never seen? */
+    json_t *ids = json_array();
+    size_t i;
+    json_t *job;
+    json_array_foreach(jobs, i, job)
+    {
+        if (json_is_integer(json_object_get(job, "id")))
+            json_array_append(ids, json_object_get(job, "id"));
+    }
+    char *ids_text = json_dumps(ids, JSON_COMPACT);
+    json_decref(ids);
+    struct queued_list *ql = ids_text ? calloc(1, sizeof(*ql)) : NULL;
+    if (ql) {
+        *ql = (struct queued_list){rec, repo, json_incref(jobs)};
+        rec->lists_pending++;
+        rec->reads_out++;
+        if (store_job_ids_unknown(rec->env->deps.store, rec, ids_text, on_unknown_ids, ql) < 0) {
+            rec->lists_pending--;
+            rec->reads_out--;
+            json_decref(ql->jobs);
+            free(ql);
+            ql = NULL;
+        }
+        verify_phantoms(rec, repo, ids_text);
+    }
+    free(ids_text);
+    if (!ql)
+        free(repo);
     reconcile_pass_add(rec, t0);
 }
 
@@ -590,14 +694,13 @@ static void org_queued_jobs(struct reconciler *rec, size_t i)
     }
 }
 
-void reconcile_recover(struct reconciler *rec)
+static void on_live_before(void *data, int err, const struct store_runner_row *rows, size_t n)
 {
-    /* This process's records all have a runner in memory until they are final: only an
-     * earlier process's can be stale. */
-    struct store_runner_row *rows;
-    size_t n;
-    if (store_runners_live_before(rec->env->deps.store, runners_first_id(rec->runners), &rows, &n) <
-        0)
+    struct reconciler *rec = data;
+    if (!read_back(rec))
+        return;
+    rec->recovering = false;
+    if (err < 0)
         return; /* again at the next pass */
     const struct config *c = cfg(rec);
     for (size_t i = 0; i < n; i++) {
@@ -641,8 +744,21 @@ void reconcile_recover(struct reconciler *rec)
             github_runner_delete(gh(rec), scope, gid, on_github_deleted_quiet, NULL);
         store_runner_mark_deleted(rec->env->deps.store, row->id, reason, wall_clock_ms());
     }
-    free(rows);
     rec->recovered = true;
+    env_recount(rec->env);
+}
+
+void reconcile_recover(struct reconciler *rec)
+{
+    /* This process's records all have a runner in memory until they are final: only an
+     * earlier process's can be stale. */
+    if (rec->recovering)
+        return;
+    rec->recovering =
+        store_runners_live_before(rec->env->deps.store, rec, runners_first_id(rec->runners),
+                                  on_live_before, rec) == 0;
+    if (rec->recovering)
+        rec->reads_out++;
 }
 
 static bool scope_has_trusted_pool(struct reconciler *rec, const struct github_scope *scope)

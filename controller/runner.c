@@ -484,13 +484,12 @@ static bool supplied_recently(const struct runners *s, int64_t job_id)
 /* Runners serve demand, not a job each: a runner that comes online is counted against its
  * pool's oldest queued job that no runner came online for yet, and the wait from that
  * job's `queued` is observed. A min_idle runner with no job waiting counts for none. */
-static void credit_oldest_queued_job(struct runner *r)
+static void on_unsupplied_jobs(void *data, int err, const struct store_job_ref *jobs, size_t n)
 {
-    struct runners *s = r->reg;
-    struct store_job_ref *jobs;
-    size_t n;
-    if (store_jobs_unsupplied(s->env.deps.store, r->pool->name, 65, &jobs, &n) < 0)
+    struct runner *r = data;
+    if (!hold_release(r) || err < 0)
         return;
+    struct runners *s = r->reg;
     for (size_t i = 0; i < n; i++) {
         int64_t id = jobs[i].id;
         if (supplied_recently(s, id))
@@ -502,7 +501,14 @@ static void credit_oldest_queued_job(struct runner *r)
         store_job_supplied(s->env.deps.store, id, r->online_ms);
         break;
     }
-    free(jobs);
+}
+
+static void credit_oldest_queued_job(struct runner *r)
+{
+    r->holds++;
+    if (store_jobs_unsupplied(r->reg->env.deps.store, r, r->pool->name, 65, on_unsupplied_jobs, r) <
+        0)
+        r->holds--;
 }
 
 static void ev_started(void *data, struct guest *g, int64_t pid)
@@ -823,6 +829,15 @@ void runner_adopt(struct runners *reg, const struct store_runner_row *row,
     }
 }
 
+/* The wait from its job's `queued` to the runner taking it. */
+static void on_job_queued_at(void *data, int64_t queued_ms)
+{
+    struct runner *r = data;
+    if (hold_release(r) && queued_ms >= 0)
+        scheduler_stats_observe(r->reg->env.stats, r->pool->name, HISTOGRAM_START,
+                                (double)(r->busy_ms - queued_ms) / 1000.0);
+}
+
 void runner_job_event(struct runners *reg, struct runner *r, int64_t job_id, enum job_status status)
 {
     for (size_t i = 0; status == JOB_COMPLETED && i < reg->n_ended_jobs; i++)
@@ -863,10 +878,9 @@ void runner_job_event(struct runners *reg, struct runner *r, int64_t job_id, enu
     if (status == JOB_IN_PROGRESS) {
         r->job_id = job_id;
         r->busy_ms = wall_clock_ms();
-        int64_t queued_ms = store_job_queued_at(reg->env.deps.store, job_id);
-        if (queued_ms >= 0)
-            scheduler_stats_observe(reg->env.stats, r->pool->name, HISTOGRAM_START,
-                                    (double)(r->busy_ms - queued_ms) / 1000.0);
+        r->holds++;
+        if (store_job_queued_at(reg->env.deps.store, r, job_id, on_job_queued_at, r) < 0)
+            r->holds--;
         runner_move(r, RUNNER_EV_JOB_IN_PROGRESS);
     } else if (status == JOB_COMPLETED) {
         r->job_id = r->job_id ? r->job_id : job_id;
@@ -922,7 +936,7 @@ struct runners *runners_new(const struct runner_env *env)
     reg->started_ms = wall_clock_ms();
     snprintf(reg->prefix, sizeof(reg->prefix), "hatchery-%s-", c->controller_id);
     /* Ids are never reused, even once old records are pruned: AUTOINCREMENT remembers. */
-    reg->next_id = store_runner_next_id(env->deps.store);
+    reg->next_id = store_runner_next_id_sync(env->deps.store);
     reg->first_id = reg->next_id;
     return reg;
 }

@@ -35,6 +35,8 @@ struct scheduler {
     int64_t rotated_ms;                 /* when the tick last looked for outdated idle runners */
     struct runner_group_checks *groups; /* per scope: the runner group's policy, as GitHub says */
     struct scheduler_stats stats;
+    bool counting;   /* the queue's count is being read: the tick waits for it */
+    bool tick_again; /* a recount was asked for meanwhile */
 };
 
 /* The running config, GitHub client and provider, read through on each use: a reload
@@ -349,7 +351,9 @@ static void note_isolation(struct scheduler *s, const struct host_view *views)
     }
 }
 
-static void tick(struct scheduler *s)
+/* `queue_rows`: the store's count of queued jobs (store_jobs_queue_read), NULL when it
+ * could not be read. */
+static void tick(struct scheduler *s, json_t *queue_rows)
 {
     const struct config *c = cfg(s);
     check_heartbeats(s);
@@ -363,12 +367,9 @@ static void tick(struct scheduler *s)
     if (!views)
         return; /* out of memory: the next tick tries again */
     note_isolation(s, views);
-    if (!reconcile_recovered(s->rec) && hosts_settled(s, views)) {
-        reconcile_recover(s->rec); /* as soon as every host's first connection has been tried */
-        free(views);               /* adopted guests use their hosts now */
-        if (!(views = host_views(s)))
-            return;
-    }
+    if (!reconcile_recovered(s->rec) && hosts_settled(s, views))
+        reconcile_recover(s->rec); /* as soon as every host's first connection has been tried;
+                                      it asks for a recount when done */
     if (!gh(s)) {
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
@@ -383,7 +384,7 @@ static void tick(struct scheduler *s)
         return;
     }
     struct store_pool_queue *queue = calloc(c->n_pools + 1, sizeof(*queue));
-    if (!queue || store_jobs_queue_by_pool(s->deps.store, c, queue) < 0) {
+    if (!queue || store_jobs_queue_by_pool(queue_rows, c, queue) < 0) {
         free(queue);
         free(views);
         return; /* the next tick counts again */
@@ -498,11 +499,30 @@ static void tick(struct scheduler *s)
     free(queue);
 }
 
+static void on_queue_counted(void *data, json_t *rows)
+{
+    struct scheduler *s = data;
+    s->counting = false;
+    tick(s, rows);
+    if (s->tick_again) {
+        s->tick_again = false;
+        scheduler_recount(s);
+    }
+}
+
+/* Each tick starts with the store's count of queued jobs (read off the loop), and runs
+ * when it comes. */
 static void on_tick(uv_timer_t *t)
 {
     struct scheduler *s = t->data;
-    tick(s);
     uv_timer_start(&s->tick, on_tick, TICK_MS, 0);
+    if (s->counting) {
+        s->tick_again = true;
+        return;
+    }
+    s->counting = store_jobs_queue_read(s->deps.store, s, on_queue_counted, s) == 0;
+    if (!s->counting)
+        tick(s, NULL); /* the store is closing or full: all but the count */
 }
 
 void scheduler_kick(struct scheduler *s)
@@ -552,7 +572,7 @@ int scheduler_new(const struct runner_deps *deps, struct scheduler **ret)
         return -ENOMEM;
     }
     for (size_t h = 0; h < cfg(s)->n_hosts; h++)
-        s->drained[h] = store_host_drained(s->deps.store, cfg(s)->hosts[h].name);
+        s->drained[h] = store_host_drained_sync(s->deps.store, cfg(s)->hosts[h].name);
     for (size_t p = 0; p < cfg(s)->n_pools; p++)
         scheduler_stats_pool(&s->stats, cfg(s)->pools[p].name); /* each series from 0 */
     uv_timer_init(s->deps.loop, &s->tick);
@@ -572,6 +592,7 @@ void scheduler_free(struct scheduler *s)
         return;
     uv_close((uv_handle_t *)&s->tick, NULL);
     uv_close((uv_handle_t *)&s->reconcile, NULL);
+    store_reads_forget(s->deps.store, s);
     reconciler_free(s->rec);
     s->rec = NULL;
     /* Runners stay as records: the next start repairs them (runners_free). */
@@ -621,9 +642,8 @@ int scheduler_config_replace(struct scheduler *s, const struct config *next)
     return 0;
 }
 
-json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)
+json_t *scheduler_runners_json(struct scheduler *s, json_t *rows)
 {
-    json_t *rows = store_runners_list(s->deps.store, include_ended);
     size_t i;
     json_t *row;
     /* Memory is ahead of the store by at most a commit: show the live state. */
@@ -638,7 +658,7 @@ json_t *scheduler_runners_json(struct scheduler *s, bool include_ended)
             /* A record from before a restart that the reconciler has not repaired yet. */
             json_object_set_new(row, "state", json_string("recovering"));
     }
-    return rows ? rows : json_array();
+    return rows;
 }
 
 json_t *scheduler_pool_json(struct scheduler *s, const char *pool)

@@ -57,8 +57,9 @@ void scheduler_job_event(struct scheduler *s, int64_t job_id, enum job_status st
  * were made with. Call it before the config is replaced; -ENOMEM changes nothing. */
 int scheduler_config_replace(struct scheduler *s, const struct config *next);
 
-/* Admin API. */
-json_t *scheduler_runners_json(struct scheduler *s, bool include_ended);
+/* Admin API. `rows` (store_runners_list's answer) with each runner's state as memory has
+ * it (ahead of the store by at most a commit); returns `rows`. */
+json_t *scheduler_runners_json(struct scheduler *s, json_t *rows);
 /* Per pool: live runners by state and why queued jobs wait. */
 json_t *scheduler_pool_json(struct scheduler *s, const char *pool);
 /* Why queued jobs of `pool` wait, or NULL when they do not. */

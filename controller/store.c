@@ -34,10 +34,22 @@ struct pending_write {
     struct pending_write *next;
 };
 
+/* A read waiting for, or on, the store's reader. `cb` NULL: its owner forgot it. */
+struct pending_read {
+    const void *owner;
+    char *sql;
+    json_t *params;
+    store_read_adapter adapt;
+    void (*cb)(void);
+    void *data;
+    json_t *rows; /* the answer, made on the worker; NULL: the read failed */
+    struct pending_read *next;
+};
+
 struct store {
     uv_loop_t *loop;
     sqlite3 *writer; /* used by one thread at a time: a worker during a batch, else none */
-    sqlite3 *reader; /* loop thread only */
+    sqlite3 *reader; /* likewise: a worker during a batch of reads, or a start-up read */
     sqlite3_stmt *insert_delivery;
     sqlite3_stmt *upsert_job;
     sqlite3_stmt *prune_deliveries;
@@ -51,6 +63,13 @@ struct store {
     uv_work_t work;
     uint64_t batch_ns; /* written by the worker, read after it in batch_after_cb */
     struct store_stats stats;
+
+    struct pending_read *reads_head, *reads_tail;
+    size_t reads_len;
+    struct pending_read *read_batch; /* on a worker */
+    bool reads_in_flight;
+    uv_work_t read_work;
+    uint64_t read_batch_ns;
 };
 
 /* Schema migrations, applied in order; user_version records how many ran. */
@@ -519,12 +538,16 @@ static void start_batch(struct store *s)
 
 /* Runs at the start of the next loop iteration: everything submitted by the requests the
  * previous iteration read goes into one commit. */
+static void start_reads(struct store *s);
+
 static void flush_idle_cb(uv_idle_t *idle)
 {
     struct store *s = idle->data;
     uv_idle_stop(idle);
     if (!s->in_flight && s->queue_head)
         start_batch(s);
+    if (!s->reads_in_flight && s->reads_head)
+        start_reads(s);
 }
 
 static int submit(struct store *s, struct pending_write *w)
@@ -595,16 +618,15 @@ int store_sql_apply_sync(struct store *s, const char *sql, json_t *params)
     return w.result;
 }
 
-json_t *store_query(struct store *s, const char *sql, json_t *params)
+/* A read on `db`, on the calling thread: rows as objects keyed by column name, or NULL. */
+static json_t *run_query(sqlite3 *db, const char *sql, json_t *params)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(s->reader, sql, -1, &st, NULL) != SQLITE_OK) {
-        log_error("store.query_failed", "error=\"%s\"", sqlite3_errmsg(s->reader));
-        json_decref(params);
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        log_error("store.query_failed", "error=\"%s\"", sqlite3_errmsg(db));
         return NULL;
     }
     bind_json_params(st, params);
-    json_decref(params);
     json_t *rows = json_array();
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -613,12 +635,138 @@ json_t *store_query(struct store *s, const char *sql, json_t *params)
             json_object_set_new(row, sqlite3_column_name(st, i), column_json(st, i));
         json_array_append_new(rows, row);
     }
-    sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
+        log_error("store.query_failed", "error=\"%s\"", sqlite3_errmsg(db));
         json_decref(rows);
-        return NULL;
+        rows = NULL;
     }
+    sqlite3_finalize(st);
     return rows;
+}
+
+json_t *store_query_sync(struct store *s, const char *sql, json_t *params)
+{
+    json_t *rows = run_query(s->reader, sql, params);
+    json_decref(params);
+    return rows;
+}
+
+static void pending_read_answer(struct pending_read *r)
+{
+    if (r->cb) {
+        if (r->adapt)
+            r->adapt(r->rows, r->cb, r->data);
+        else
+            ((store_rows_cb)r->cb)(r->data, r->rows);
+    }
+    json_decref(r->rows);
+    json_decref(r->params);
+    free(r->sql);
+    free(r);
+}
+
+static void reads_work_cb(uv_work_t *work)
+{
+    struct store *s = work->data;
+    uint64_t started = uv_hrtime();
+    for (struct pending_read *r = s->read_batch; r; r = r->next)
+        r->rows = run_query(s->reader, r->sql, r->params);
+    s->read_batch_ns = uv_hrtime() - started;
+}
+
+static void reads_after_cb(uv_work_t *work, int status)
+{
+    struct store *s = work->data;
+    struct pending_read *batch = s->read_batch;
+    s->read_batch = NULL;
+    s->reads_in_flight = false;
+    s->stats.read_batches++;
+    s->stats.read_ns += s->read_batch_ns;
+    for (struct pending_read *r = batch; r;) {
+        struct pending_read *next = r->next;
+        if (status < 0) {
+            json_decref(r->rows);
+            r->rows = NULL;
+        }
+        if (!r->rows)
+            s->stats.read_errors++;
+        s->stats.reads++;
+        pending_read_answer(r);
+        r = next;
+    }
+    if (s->reads_head && !s->closing)
+        start_reads(s);
+}
+
+static void start_reads(struct store *s)
+{
+    s->read_batch = s->reads_head;
+    s->reads_head = s->reads_tail = NULL;
+    s->reads_len = 0;
+    s->reads_in_flight = true;
+    s->read_work.data = s;
+    int r = uv_queue_work(s->loop, &s->read_work, reads_work_cb, reads_after_cb);
+    if (r < 0) {
+        log_error("store.queue_work_failed", "error=\"%s\"", uv_strerror(r));
+        reads_after_cb(&s->read_work, -EIO);
+    }
+}
+
+int store_read_as(struct store *s, const void *owner, const char *sql, json_t *params,
+                  store_read_adapter adapt, void (*cb)(void), void *data)
+{
+    if (s->closing || s->reads_len >= STORE_MAX_PENDING_READS) {
+        json_decref(params);
+        s->stats.reads_rejected++;
+        return -EAGAIN;
+    }
+    struct pending_read *r = calloc(1, sizeof(*r));
+    if (!r || !(r->sql = strdup(sql))) {
+        free(r);
+        json_decref(params);
+        return -ENOMEM;
+    }
+    r->owner = owner;
+    r->params = params;
+    r->adapt = adapt;
+    r->cb = cb;
+    r->data = data;
+    if (!s->loop) {
+        /* No loop (tests, tools): answered now. */
+        r->rows = run_query(s->reader, sql, params);
+        s->stats.reads++;
+        pending_read_answer(r);
+        return 0;
+    }
+    if (s->reads_tail)
+        s->reads_tail->next = r;
+    else
+        s->reads_head = r;
+    s->reads_tail = r;
+    s->reads_len++;
+    if (!s->reads_in_flight) {
+        s->flush_idle.data = s;
+        uv_idle_start(&s->flush_idle, flush_idle_cb);
+    }
+    return 0;
+}
+
+int store_read(struct store *s, const void *owner, const char *sql, json_t *params,
+               store_rows_cb cb, void *data)
+{
+    return store_read_as(s, owner, sql, params, NULL, (void (*)(void))cb, data);
+}
+
+void store_reads_forget(struct store *s, const void *owner)
+{
+    if (!s || !owner)
+        return;
+    for (struct pending_read *r = s->reads_head; r; r = r->next)
+        if (r->owner == owner)
+            r->cb = NULL;
+    for (struct pending_read *r = s->read_batch; r; r = r->next)
+        if (r->owner == owner)
+            r->cb = NULL;
 }
 
 void *store_rows_array(json_t *rows, size_t size, int *err)
@@ -659,8 +807,15 @@ void store_close(struct store *s)
     s->closing = true;
     /* A batch in flight owns the writer; the loop finishes it before we get here in
      * normal shutdown (hatcheryd runs the loop until the store is idle). */
-    while (s->in_flight && s->loop)
+    while ((s->in_flight || s->reads_in_flight) && s->loop)
         uv_run(s->loop, UV_RUN_ONCE);
+    /* Reads not started get their answer: none. */
+    for (struct pending_read *r = s->reads_head; r;) {
+        struct pending_read *next = r->next;
+        pending_read_answer(r);
+        r = next;
+    }
+    s->reads_head = s->reads_tail = NULL;
     for (struct pending_write *w = s->queue_head; w;) {
         struct pending_write *next = w->next;
         if (w->cb)
@@ -696,120 +851,75 @@ static json_t *column_json(sqlite3_stmt *st, int i)
     }
 }
 
-int store_jobs_list(struct store *s, const char *status_filter, int limit, json_t **ret_jobs)
+/* The CLI's shape of a job: labels as an array, unverified as a boolean. */
+static void adapt_jobs_list(json_t *rows, void (*cb)(void), void *data)
 {
-    sqlite3_stmt *st = NULL;
-    const char *sql =
+    size_t i;
+    json_t *job;
+    json_array_foreach(rows, i, job)
+    {
+        const char *labels = json_string_value(json_object_get(job, "labels"));
+        json_t *parsed = labels ? json_loads(labels, 0, NULL) : NULL;
+        json_object_set_new(job, "labels", parsed ? parsed : json_array());
+        json_object_set_new(job, "unverified",
+                            json_boolean(json_integer_value(json_object_get(job, "unverified"))));
+    }
+    ((store_rows_cb)cb)(data, rows);
+}
+
+int store_jobs_list(struct store *s, const void *owner, const char *status_filter, int limit,
+                    store_rows_cb cb, void *data)
+{
+    return store_read_as(
+        s, owner,
         "SELECT id, run_id, repository, workflow, name, labels, pool, status, conclusion, "
         "runner_name, queued_at, started_at, completed_at, updated_at, unverified FROM jobs "
-        "WHERE ?1 IS NULL OR status = ?1 ORDER BY updated_at DESC, id DESC LIMIT ?2";
-    if (sqlite3_prepare_v2(s->reader, sql, -1, &st, NULL) != SQLITE_OK)
+        "WHERE ?1 IS NULL OR status = ?1 ORDER BY updated_at DESC, id DESC LIMIT ?2",
+        json_pack("[s?, i]", status_filter,
+                  limit > 0 && limit <= ADMIN_MAX_LIST_ROWS ? limit : ADMIN_MAX_LIST_ROWS),
+        adapt_jobs_list, (void (*)(void))cb, data);
+}
+
+int store_job_counts(struct store *s, const void *owner, store_rows_cb cb, void *data)
+{
+    return store_read(s, owner,
+                      "SELECT nullif(pool, '') AS pool, status, n FROM job_counts WHERE n > 0 "
+                      "ORDER BY pool, status",
+                      json_array(), cb, data);
+}
+
+int store_jobs_queue_read(struct store *s, const void *owner, store_rows_cb cb, void *data)
+{
+    return store_read(s, owner,
+                      "SELECT pool, sum(unverified = 0) AS verified, "
+                      "coalesce(min(queued_at), 0) AS oldest_ms FROM jobs WHERE "
+                      "status = 'queued' AND pool IS NOT NULL GROUP BY pool",
+                      json_array(), cb, data);
+}
+
+int store_jobs_queue_by_pool(json_t *rows, const struct config *c, struct store_pool_queue *ret)
+{
+    for (size_t i = 0; i < c->n_pools; i++)
+        ret[i] = (struct store_pool_queue){0, 0};
+    if (!rows)
         return -EIO;
-    bind_text_or_null(st, 1, status_filter);
-    sqlite3_bind_int(st, 2,
-                     limit > 0 && limit <= ADMIN_MAX_LIST_ROWS ? limit : ADMIN_MAX_LIST_ROWS);
-    json_t *jobs = json_array();
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        static const char *const names[] = {
-            "id",        "run_id",     "repository",   "workflow",   "name",
-            "labels",    "pool",       "status",       "conclusion", "runner_name",
-            "queued_at", "started_at", "completed_at", "updated_at", "unverified",
-        };
-        json_t *job = json_object();
-        for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++) {
-            json_t *v;
-            if (i == 5) {
-                const char *text = (const char *)sqlite3_column_text(st, i);
-                v = text ? json_loads(text, 0, NULL) : NULL;
-                if (!v)
-                    v = json_array();
-            } else if (i == 14) {
-                v = json_boolean(sqlite3_column_int(st, i));
-            } else {
-                v = column_json(st, i);
-            }
-            json_object_set_new(job, names[i], v);
-        }
-        json_array_append_new(jobs, job);
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        int p = config_pool_index(c, json_string_value(json_object_get(row, "pool")));
+        if (p >= 0)
+            ret[p] = (struct store_pool_queue){
+                json_integer_value(json_object_get(row, "verified")),
+                json_integer_value(json_object_get(row, "oldest_ms")),
+            };
     }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        json_decref(jobs);
-        return -EIO;
-    }
-    *ret_jobs = jobs;
     return 0;
 }
 
-int store_job_counts(struct store *s,
-                     void (*cb)(void *data, const char *pool, const char *status, int64_t count),
-                     void *data)
+int store_deliveries_count(struct store *s, const void *owner, store_rows_cb cb, void *data)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(
-            s->reader,
-            "SELECT nullif(pool, ''), status, n FROM job_counts WHERE n > 0 ORDER BY pool, status",
-            -1, &st, NULL) != SQLITE_OK)
-        return -EIO;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        cb(data, (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1),
-           sqlite3_column_int64(st, 2));
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
-}
-
-int store_jobs_queue_each(struct store *s,
-                          void (*cb)(void *data, const char *pool, int64_t verified,
-                                     int64_t oldest_ms),
-                          void *data)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(s->reader,
-                           "SELECT pool, sum(unverified = 0), min(queued_at) FROM jobs WHERE "
-                           "status = 'queued' AND pool IS NOT NULL GROUP BY pool",
-                           -1, &st, NULL) != SQLITE_OK)
-        return -EIO;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        cb(data, (const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1),
-           sqlite3_column_type(st, 2) == SQLITE_INTEGER ? sqlite3_column_int64(st, 2) : 0);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
-}
-
-struct queue_by_pool {
-    const struct config *c;
-    struct store_pool_queue *out;
-};
-
-static void queue_row(void *data, const char *pool, int64_t verified, int64_t oldest_ms)
-{
-    struct queue_by_pool *q = data;
-    int p = config_pool_index(q->c, pool);
-    if (p >= 0)
-        q->out[p] = (struct store_pool_queue){verified, oldest_ms};
-}
-
-int store_jobs_queue_by_pool(struct store *s, const struct config *c, struct store_pool_queue *ret)
-{
-    struct queue_by_pool q = {c, ret};
-    for (size_t i = 0; i < c->n_pools; i++)
-        ret[i] = (struct store_pool_queue){0, 0};
-    return store_jobs_queue_each(s, queue_row, &q);
-}
-
-int64_t store_deliveries_count(struct store *s)
-{
-    sqlite3_stmt *st = NULL;
-    int64_t n = -1;
-    if (sqlite3_prepare_v2(s->reader, "SELECT count(*) FROM deliveries", -1, &st, NULL) ==
-            SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return n;
+    return store_read(s, owner, "SELECT count(*) AS n FROM deliveries", json_array(), cb, data);
 }
 
 void store_stats_get(const struct store *s, struct store_stats *ret_stats)

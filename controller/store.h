@@ -5,8 +5,10 @@
  * joins one transaction, committed with synchronous=FULL on a libuv worker; each write's
  * callback runs on the loop only after that commit is on disk. So an answer that depends
  * on a write (a webhook's 202) is never sent before the write is durable, and one fsync
- * serves many requests. Reads run on the loop thread through a second connection, which
- * WAL lets read while the writer commits. */
+ * serves many requests. Reads run off the loop too, on a worker, through a second
+ * connection (WAL lets it read while the writer commits); their answers come back to the
+ * loop in the order they were asked. The loop thread never waits for the database: only
+ * start-up (before the loop serves anything) reads synchronously. */
 #ifndef HATCHERY_STORE_H
 #define HATCHERY_STORE_H
 
@@ -50,24 +52,43 @@ int store_sql_submit(struct store *store, const char *sql, json_t *params, store
                      void *data);
 /* The same, now, on the calling thread (start-up, tests). */
 int store_sql_apply_sync(struct store *store, const char *sql, json_t *params);
-/* A read on the loop thread: rows as objects keyed by column name (caller decrefs), or NULL.
- * `params` is taken over. */
-json_t *store_query(struct store *store, const char *sql, json_t *params);
-/* A zeroed array for the typed rows the caller makes from `rows` (a store_query answer),
- * one of `size` bytes per row; NULL when `rows` is NULL (`*err` -EIO) or out of memory
- * (-ENOMEM, `rows` released). */
+
+/* ---- reads --------------------------------------------------------------------------------
+ * A read runs off the loop, on a worker with the store's reader; `cb` gets its answer on
+ * the loop: rows as objects keyed by column name (borrowed: incref to keep), or NULL when
+ * the read failed or the store closed before it ran. `params` (a JSON array, taken) bind to
+ * ?1…. Answers come in the order reads were asked. `owner` is whoever must outlive the
+ * answer: store_reads_forget(owner) drops the answers still to come for it, so an object
+ * that asked calls it before it is freed. Without a loop (store_open(NULL, ...)), a read is
+ * answered before it returns. Returns 0, or -EAGAIN (STORE_MAX_PENDING_READS waiting, or
+ * closing) or -ENOMEM, and then `cb` is not called. */
+typedef void (*store_rows_cb)(void *data, json_t *rows);
+int store_read(struct store *store, const void *owner, const char *sql, json_t *params,
+               store_rows_cb cb, void *data);
+void store_reads_forget(struct store *store, const void *owner);
+/* For the store's typed reads: `adapt` turns the rows into `cb`'s own arguments. */
+typedef void (*store_read_adapter)(json_t *rows, void (*cb)(void), void *data);
+int store_read_as(struct store *store, const void *owner, const char *sql, json_t *params,
+                  store_read_adapter adapt, void (*cb)(void), void *data);
+/* A read now, on the calling thread: for start-up, before the loop serves anything, and
+ * for tests. Rows as store_read gives them (caller decrefs), or NULL. */
+json_t *store_query_sync(struct store *store, const char *sql, json_t *params);
+/* A zeroed array for the typed rows the caller makes from `rows` (a read's answer), one of
+ * `size` bytes per row; NULL when `rows` is NULL (`*err` -EIO) or out of memory
+ * (-ENOMEM). */
 void *store_rows_array(json_t *rows, size_t size, int *err);
 
 /* Deletes delivery records older than `max_age_s`, in the next group commit. */
 void store_deliveries_prune(struct store *store, int64_t max_age_s);
 
-/* Reads (loop thread). */
-int store_jobs_list(struct store *store, const char *status_filter, int limit, json_t **ret_jobs);
-/* Calls `cb` once per (pool, status) with its count; pool is NULL for unmatched jobs. */
-int store_job_counts(struct store *store,
-                     void (*cb)(void *data, const char *pool, const char *status, int64_t count),
-                     void *data);
-int64_t store_deliveries_count(struct store *store);
+/* The newest jobs (`status_filter` NULL: any), at most `limit` (0: ADMIN_MAX_LIST_ROWS), as
+ * the CLI shows them. */
+int store_jobs_list(struct store *store, const void *owner, const char *status_filter, int limit,
+                    store_rows_cb cb, void *data);
+/* Jobs counted by pool and status: rows {pool (NULL for unmatched jobs), status, n}. */
+int store_job_counts(struct store *store, const void *owner, store_rows_cb cb, void *data);
+/* How many deliveries are kept for deduplication: rows [{n}]. */
+int store_deliveries_count(struct store *store, const void *owner, store_rows_cb cb, void *data);
 
 struct store_stats {
     uint64_t commits;
@@ -76,6 +97,11 @@ struct store_stats {
     uint64_t commit_errors;
     uint64_t writes_rejected; /* -EAGAIN: queue full */
     size_t writes_pending;
+    uint64_t reads;          /* answered, failed ones included */
+    uint64_t read_batches;   /* trips to the worker */
+    uint64_t read_ns;        /* time the worker spent reading */
+    uint64_t read_errors;    /* answered with no rows */
+    uint64_t reads_rejected; /* -EAGAIN */
 };
 void store_stats_get(const struct store *store, struct store_stats *ret_stats);
 
@@ -114,54 +140,55 @@ struct store_runner_row {
     int64_t created_ms, online_ms, busy_ms, finished_ms;
     char image[72]; /* "": recorded before schema 7 */
 };
-/* Records not deleted with ids below `first_id` (an earlier hatcheryd's): an array of
- * `*ret_n` rows into `*ret_rows` (free() it), or -errno. */
-int store_runners_live_before(struct store *store, int64_t first_id,
-                              struct store_runner_row **ret_rows, size_t *ret_n);
+/* Records not deleted with ids below `first_id` (an earlier hatcheryd's): `cb` gets `n`
+ * rows (borrowed), or a negative errno. */
+typedef void (*store_runner_rows_cb)(void *data, int err, const struct store_runner_row *rows,
+                                     size_t n);
+int store_runners_live_before(struct store *store, const void *owner, int64_t first_id,
+                              store_runner_rows_cb cb, void *data);
 /* The newest 1,000 records (only live ones unless `include_ended`), as rows. */
-json_t *store_runners_list(struct store *store, bool include_ended);
-/* The id after every one ever given (deleted and pruned ones included). */
-int64_t store_runner_next_id(struct store *store);
+int store_runners_list(struct store *store, const void *owner, bool include_ended, store_rows_cb cb,
+                       void *data);
+/* The id after every one ever given (deleted and pruned ones included). Start-up only. */
+int64_t store_runner_next_id_sync(struct store *store);
 /* Deletes deleted runners' records last updated before `before_ms`. */
 int store_runners_prune(struct store *store, int64_t before_ms);
-/* Whether the host named `host` is marked drained (false when the store cannot say); and
- * a host's drained mark. */
-bool store_host_drained(struct store *store, const char *host);
+/* Whether the host named `host` is marked drained (false when the store cannot say), at
+ * start-up; and a host's drained mark. */
+bool store_host_drained_sync(struct store *store, const char *host);
 int store_host_drained_set(struct store *store, const char *host, bool drained);
 
 /* ---- jobs, by name (store_jobs.c) --------------------------------------------------------- */
 
-/* Each pool with a queued job, once: how many of its queued jobs are verified (not found
- * gone from GitHub), and when its oldest queued job was queued (ms since the epoch). */
-int store_jobs_queue_each(struct store *store,
-                          void (*cb)(void *data, const char *pool, int64_t verified,
-                                     int64_t oldest_ms),
-                          void *data);
-/* The same, by the index of `c`'s pools (the scheduler's tick, /metrics): `ret` has an
- * entry for each of them, zero for a pool without a queued job. */
+/* Each pool with a queued job, once: rows {pool, verified (how many of its queued jobs
+ * are not found gone from GitHub), oldest_ms (when its oldest queued job was queued)}. */
+int store_jobs_queue_read(struct store *store, const void *owner, store_rows_cb cb, void *data);
+/* Those rows by the index of `c`'s pools (the scheduler's tick, /metrics): `ret` has an
+ * entry for each of them, zero for a pool without a queued job. -EIO when `rows` is NULL. */
 struct store_pool_queue {
     int64_t verified;
     int64_t oldest_ms;
 };
-int store_jobs_queue_by_pool(struct store *store, const struct config *c,
-                             struct store_pool_queue *ret);
+int store_jobs_queue_by_pool(json_t *rows, const struct config *c, struct store_pool_queue *ret);
 /* A job as the store's lists below give it: what each list selects, 0 or "" for the rest.
- * Each list is an array of `*ret_n` of them into `*ret_jobs` (free() it), or -errno. */
+ * Each list's `cb` gets `n` of them (borrowed), or a negative errno. */
 struct store_job_ref {
     int64_t id;
     int64_t queued_ms;
     char repository[WEBHOOK_MAX_NAME_BYTES + 1];
 };
+typedef void (*store_job_refs_cb)(void *data, int err, const struct store_job_ref *jobs, size_t n);
 /* A pool's jobs in progress and not heard of since `before_ms`, oldest first (id,
  * repository). */
-int store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit,
-                     struct store_job_ref **ret_jobs, size_t *ret_n);
+int store_jobs_stuck(struct store *store, const void *owner, const char *pool, int64_t before_ms,
+                     int limit, store_job_refs_cb cb, void *data);
 /* A pool's queued jobs no runner came online for yet, oldest first (id, queued). */
-int store_jobs_unsupplied(struct store *store, const char *pool, int limit,
-                          struct store_job_ref **ret_jobs, size_t *ret_n);
+int store_jobs_unsupplied(struct store *store, const void *owner, const char *pool, int limit,
+                          store_job_refs_cb cb, void *data);
 int store_job_supplied(struct store *store, int64_t id, int64_t at_ms);
 /* When the job was queued (ms), or -1 when the store does not know. */
-int64_t store_job_queued_at(struct store *store, int64_t id);
+int store_job_queued_at(struct store *store, const void *owner, int64_t id,
+                        void (*cb)(void *data, int64_t queued_ms), void *data);
 /* A late delivery's job that GitHub says is still queued. */
 int store_job_verified(struct store *store, int64_t id, store_write_cb cb, void *data);
 /* Its updated_at moved to now: asked about again only later. */
@@ -170,16 +197,16 @@ int store_job_touch(struct store *store, int64_t id, int64_t now_ms);
 int store_job_retire(struct store *store, int64_t id, enum job_status status,
                      const char *conclusion, int64_t now_ms, store_write_cb cb, void *data);
 /* Queued jobs from late deliveries, not yet verified (id, repository). */
-int store_jobs_unverified(struct store *store, int limit, struct store_job_ref **ret_jobs,
-                          size_t *ret_n);
+int store_jobs_unverified(struct store *store, const void *owner, int limit, store_job_refs_cb cb,
+                          void *data);
 /* `repo`'s jobs queued and untouched since before `before_ms` that `listed` (a JSON array
  * of ids) does not name (id). */
-int store_jobs_queued_unlisted(struct store *store, const char *repo, int64_t before_ms,
-                               const char *listed, int limit, struct store_job_ref **ret_jobs,
-                               size_t *ret_n);
+int store_jobs_queued_unlisted(struct store *store, const void *owner, const char *repo,
+                               int64_t before_ms, const char *listed, int limit,
+                               store_job_refs_cb cb, void *data);
 /* The ids of `ids` (a JSON array) that the store has never seen (id). */
-int store_job_ids_unknown(struct store *store, const char *ids, struct store_job_ref **ret_jobs,
-                          size_t *ret_n);
+int store_job_ids_unknown(struct store *store, const void *owner, const char *ids,
+                          store_job_refs_cb cb, void *data);
 /* Deletes completed jobs last updated before `before_ms`. */
 int store_jobs_prune(struct store *store, int64_t before_ms);
 
@@ -192,10 +219,14 @@ int store_jobs_prune(struct store *store, int64_t before_ms);
 int store_scaleset_message_commit(struct store *store, const char *name, int64_t scale_set_id,
                                   int64_t message_id, json_t *jobs, int64_t now_ms,
                                   store_write_cb cb, void *data);
-/* The scale set's last committed message id (0: none), and its id (0: not known). */
-int store_scaleset_cursor(struct store *store, const char *name, int64_t *ret_scale_set_id,
-                          int64_t *ret_last_message_id);
-/* Its jobs by state, newest first, at most `limit` (for the CLI). */
-json_t *store_scaleset_jobs(struct store *store, const char *name, int limit);
+/* The scale set's last committed message id (0: none), and its id (0: not known): `cb`
+ * gets them, or a negative errno. */
+typedef void (*store_scaleset_cursor_cb)(void *data, int err, int64_t scale_set_id,
+                                         int64_t last_message_id);
+int store_scaleset_cursor(struct store *store, const void *owner, const char *name,
+                          store_scaleset_cursor_cb cb, void *data);
+/* The same now, at start-up. */
+int store_scaleset_cursor_sync(struct store *store, const char *name, int64_t *ret_scale_set_id,
+                               int64_t *ret_last_message_id);
 
 #endif

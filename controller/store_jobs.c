@@ -8,17 +8,15 @@
 #include "config.h"
 #include "store.h"
 
-/* A list of jobs: `sql` with `params` (taken), as job refs. */
-static int job_refs(struct store *store, const char *sql, json_t *params,
-                    struct store_job_ref **ret_jobs, size_t *ret_n)
+/* A list's rows as job refs, for its callback. */
+static void adapt_job_refs(json_t *rows, void (*cb)(void), void *data)
 {
     int err;
-    json_t *rows = store_query(store, sql, params);
     struct store_job_ref *out = store_rows_array(rows, sizeof(*out), &err);
-    *ret_jobs = out;
-    *ret_n = 0;
-    if (!out)
-        return err;
+    if (!out) {
+        ((store_job_refs_cb)cb)(data, err, NULL, 0);
+        return;
+    }
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -30,27 +28,32 @@ static int job_refs(struct store *store, const char *sql, json_t *params,
         ref->queued_ms = json_is_integer(queued) ? json_integer_value(queued) : 0;
         snprintf(ref->repository, sizeof(ref->repository), "%s", repo ? repo : "");
     }
-    *ret_n = json_array_size(rows);
-    json_decref(rows);
-    return 0;
+    ((store_job_refs_cb)cb)(data, 0, out, json_array_size(rows));
+    free(out);
 }
 
-int store_jobs_stuck(struct store *store, const char *pool, int64_t before_ms, int limit,
-                     struct store_job_ref **ret_jobs, size_t *ret_n)
+static int job_refs(struct store *store, const void *owner, const char *sql, json_t *params,
+                    store_job_refs_cb cb, void *data)
 {
-    return job_refs(store,
+    return store_read_as(store, owner, sql, params, adapt_job_refs, (void (*)(void))cb, data);
+}
+
+int store_jobs_stuck(struct store *store, const void *owner, const char *pool, int64_t before_ms,
+                     int limit, store_job_refs_cb cb, void *data)
+{
+    return job_refs(store, owner,
                     "SELECT id, repository FROM jobs WHERE pool = ?1 AND status = "
                     "'in_progress' AND updated_at < ?2 ORDER BY updated_at, id LIMIT ?3",
-                    json_pack("[s, I, i]", pool, (json_int_t)before_ms, limit), ret_jobs, ret_n);
+                    json_pack("[s, I, i]", pool, (json_int_t)before_ms, limit), cb, data);
 }
 
-int store_jobs_unsupplied(struct store *store, const char *pool, int limit,
-                          struct store_job_ref **ret_jobs, size_t *ret_n)
+int store_jobs_unsupplied(struct store *store, const void *owner, const char *pool, int limit,
+                          store_job_refs_cb cb, void *data)
 {
-    return job_refs(store,
+    return job_refs(store, owner,
                     "SELECT id, queued_at FROM jobs WHERE pool = ?1 AND status = "
                     "'queued' AND supplied_at IS NULL ORDER BY queued_at, id LIMIT ?2",
-                    json_pack("[s, i]", pool, limit), ret_jobs, ret_n);
+                    json_pack("[s, i]", pool, limit), cb, data);
 }
 
 int store_job_supplied(struct store *store, int64_t id, int64_t at_ms)
@@ -60,14 +63,18 @@ int store_job_supplied(struct store *store, int64_t id, int64_t at_ms)
         json_pack("[I, I]", (json_int_t)id, (json_int_t)at_ms), NULL, NULL);
 }
 
-int64_t store_job_queued_at(struct store *store, int64_t id)
+static void adapt_queued_at(json_t *rows, void (*cb)(void), void *data)
 {
-    json_t *rows = store_query(store, "SELECT queued_at FROM jobs WHERE id = ?1",
-                               json_pack("[I]", (json_int_t)id));
     json_t *q = json_object_get(json_array_get(rows, 0), "queued_at");
-    int64_t at = json_is_integer(q) ? json_integer_value(q) : -1;
-    json_decref(rows);
-    return at;
+    ((void (*)(void *, int64_t))cb)(data, json_is_integer(q) ? json_integer_value(q) : -1);
+}
+
+int store_job_queued_at(struct store *store, const void *owner, int64_t id,
+                        void (*cb)(void *data, int64_t queued_ms), void *data)
+{
+    return store_read_as(store, owner, "SELECT queued_at FROM jobs WHERE id = ?1",
+                         json_pack("[I]", (json_int_t)id), adapt_queued_at, (void (*)(void))cb,
+                         data);
 }
 
 int store_job_verified(struct store *store, int64_t id, store_write_cb cb, void *data)
@@ -95,34 +102,34 @@ int store_job_retire(struct store *store, int64_t id, enum job_status status,
                             cb, data);
 }
 
-int store_jobs_unverified(struct store *store, int limit, struct store_job_ref **ret_jobs,
-                          size_t *ret_n)
+int store_jobs_unverified(struct store *store, const void *owner, int limit, store_job_refs_cb cb,
+                          void *data)
 {
-    return job_refs(store,
+    return job_refs(store, owner,
                     "SELECT id, repository FROM jobs WHERE unverified = 1 AND "
                     "status = 'queued' ORDER BY id LIMIT ?1",
-                    json_pack("[i]", limit), ret_jobs, ret_n);
+                    json_pack("[i]", limit), cb, data);
 }
 
-int store_jobs_queued_unlisted(struct store *store, const char *repo, int64_t before_ms,
-                               const char *listed, int limit, struct store_job_ref **ret_jobs,
-                               size_t *ret_n)
+int store_jobs_queued_unlisted(struct store *store, const void *owner, const char *repo,
+                               int64_t before_ms, const char *listed, int limit,
+                               store_job_refs_cb cb, void *data)
 {
-    return job_refs(store,
+    return job_refs(store, owner,
                     "SELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 "
                     "AND queued_at < ?2 AND updated_at < ?2 AND id NOT IN "
                     "(SELECT value FROM json_each(?3)) ORDER BY queued_at LIMIT ?4",
-                    json_pack("[s, I, s, i]", repo, (json_int_t)before_ms, listed, limit), ret_jobs,
-                    ret_n);
+                    json_pack("[s, I, s, i]", repo, (json_int_t)before_ms, listed, limit), cb,
+                    data);
 }
 
-int store_job_ids_unknown(struct store *store, const char *ids, struct store_job_ref **ret_jobs,
-                          size_t *ret_n)
+int store_job_ids_unknown(struct store *store, const void *owner, const char *ids,
+                          store_job_refs_cb cb, void *data)
 {
-    return job_refs(store,
+    return job_refs(store, owner,
                     "SELECT value AS id FROM json_each(?1) WHERE value NOT IN "
                     "(SELECT id FROM jobs)",
-                    json_pack("[s]", ids), ret_jobs, ret_n);
+                    json_pack("[s]", ids), cb, data);
 }
 
 int store_jobs_prune(struct store *store, int64_t before_ms)

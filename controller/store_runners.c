@@ -64,20 +64,14 @@ static void row_text(json_t *row, const char *key, char *out, size_t size)
     snprintf(out, size, "%s", v ? v : "");
 }
 
-int store_runners_live_before(struct store *store, int64_t first_id,
-                              struct store_runner_row **ret_rows, size_t *ret_n)
+static void adapt_runner_rows(json_t *rows, void (*cb)(void), void *data)
 {
     int err;
-    json_t *rows = store_query(store,
-                               "SELECT id, name, pool, host, state, github_runner_id, job_id, "
-                               "exit_code, reason, created_at, online_at, busy_at, finished_at, "
-                               "image FROM runners WHERE id < ?1 AND state NOT IN ('deleted')",
-                               json_pack("[I]", (json_int_t)first_id));
     struct store_runner_row *out = store_rows_array(rows, sizeof(*out), &err);
-    *ret_rows = out;
-    *ret_n = 0;
-    if (!out)
-        return err;
+    if (!out) {
+        ((store_runner_rows_cb)cb)(data, err, NULL, 0);
+        return;
+    }
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -98,15 +92,26 @@ int store_runners_live_before(struct store *store, int64_t first_id,
         r->finished_ms = row_integer(row, "finished_at", 0);
         row_text(row, "image", r->image, sizeof(r->image));
     }
-    *ret_n = json_array_size(rows);
-    json_decref(rows);
-    return 0;
+    ((store_runner_rows_cb)cb)(data, 0, out, json_array_size(rows));
+    free(out);
 }
 
-json_t *store_runners_list(struct store *store, bool include_ended)
+int store_runners_live_before(struct store *store, const void *owner, int64_t first_id,
+                              store_runner_rows_cb cb, void *data)
 {
-    return store_query(
-        store,
+    return store_read_as(store, owner,
+                         "SELECT id, name, pool, host, state, github_runner_id, job_id, "
+                         "exit_code, reason, created_at, online_at, busy_at, finished_at, "
+                         "image FROM runners WHERE id < ?1 AND state NOT IN ('deleted')",
+                         json_pack("[I]", (json_int_t)first_id), adapt_runner_rows,
+                         (void (*)(void))cb, data);
+}
+
+int store_runners_list(struct store *store, const void *owner, bool include_ended, store_rows_cb cb,
+                       void *data)
+{
+    return store_read(
+        store, owner,
         include_ended
             ? "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
               "created_at, online_at, busy_at, finished_at, image FROM runners ORDER BY id DESC "
@@ -114,16 +119,16 @@ json_t *store_runners_list(struct store *store, bool include_ended)
             : "SELECT name, pool, host, state, job_id, github_runner_id, exit_code, reason, "
               "created_at, online_at, busy_at, finished_at, image FROM runners WHERE state NOT IN "
               "('deleted') ORDER BY id DESC LIMIT 1000",
-        json_array());
+        json_array(), cb, data);
 }
 
-int64_t store_runner_next_id(struct store *store)
+int64_t store_runner_next_id_sync(struct store *store)
 {
-    json_t *rows = store_query(store,
-                               "SELECT max(COALESCE((SELECT max(id) FROM runners), 0), "
-                               "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'runners'), "
-                               "0)) + 1 AS next",
-                               json_array());
+    json_t *rows = store_query_sync(store,
+                                    "SELECT max(COALESCE((SELECT max(id) FROM runners), 0), "
+                                    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = "
+                                    "'runners'), 0)) + 1 AS next",
+                                    json_array());
     int64_t next = json_integer_value(json_object_get(json_array_get(rows, 0), "next"));
     json_decref(rows);
     return next > 0 ? next : 1;
@@ -136,10 +141,10 @@ int store_runners_prune(struct store *store, int64_t before_ms)
                             json_pack("[I]", (json_int_t)before_ms), NULL, NULL);
 }
 
-bool store_host_drained(struct store *store, const char *host)
+bool store_host_drained_sync(struct store *store, const char *host)
 {
-    json_t *rows = store_query(store, "SELECT 1 FROM hosts WHERE name = ?1 AND drained = 1",
-                               json_pack("[s]", host));
+    json_t *rows = store_query_sync(store, "SELECT 1 FROM hosts WHERE name = ?1 AND drained = 1",
+                                    json_pack("[s]", host));
     bool drained = json_array_size(rows) > 0;
     json_decref(rows);
     return drained;

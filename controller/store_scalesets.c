@@ -45,26 +45,36 @@ int store_scaleset_message_commit(struct store *store, const char *name, int64_t
         cb, data);
 }
 
-int store_scaleset_cursor(struct store *store, const char *name, int64_t *ret_scale_set_id,
-                          int64_t *ret_last_message_id)
+static const char cursor_sql[] =
+    "SELECT scale_set_id, last_message_id FROM scale_sets WHERE name = ?1";
+
+static int cursor_of(json_t *rows, int64_t *ret_scale_set_id, int64_t *ret_last_message_id)
 {
-    json_t *rows = store_query(store,
-                               "SELECT scale_set_id, last_message_id FROM scale_sets "
-                               "WHERE name = ?1",
-                               json_pack("[s]", name));
-    if (!rows)
-        return -EIO;
     json_t *row = json_array_get(rows, 0);
     *ret_scale_set_id = json_integer_value(json_object_get(row, "scale_set_id"));
     *ret_last_message_id = json_integer_value(json_object_get(row, "last_message_id"));
-    json_decref(rows);
-    return 0;
+    return rows ? 0 : -EIO;
 }
 
-json_t *store_scaleset_jobs(struct store *store, const char *name, int limit)
+static void adapt_cursor(json_t *rows, void (*cb)(void), void *data)
 {
-    return store_query(store,
-                       "SELECT job_id, state, runner_name, result, updated_at FROM scale_set_jobs "
-                       "WHERE scale_set = ?1 ORDER BY updated_at DESC LIMIT ?2",
-                       json_pack("[s, i]", name, limit));
+    int64_t id, last;
+    int err = cursor_of(rows, &id, &last);
+    ((store_scaleset_cursor_cb)cb)(data, err, id, last);
+}
+
+int store_scaleset_cursor(struct store *store, const void *owner, const char *name,
+                          store_scaleset_cursor_cb cb, void *data)
+{
+    return store_read_as(store, owner, cursor_sql, json_pack("[s]", name), adapt_cursor,
+                         (void (*)(void))cb, data);
+}
+
+int store_scaleset_cursor_sync(struct store *store, const char *name, int64_t *ret_scale_set_id,
+                               int64_t *ret_last_message_id)
+{
+    json_t *rows = store_query_sync(store, cursor_sql, json_pack("[s]", name));
+    int err = cursor_of(rows, ret_scale_set_id, ret_last_message_id);
+    json_decref(rows);
+    return err;
 }

@@ -218,25 +218,61 @@ static bool labels_equal(json_t *have, json_t *want)
     return true;
 }
 
-static void scale_set_known(struct ss_listener *l, int64_t id)
+static void scale_set_ready(struct ss_listener *l, int64_t id)
 {
-    if (id != l->scale_set_id) {
-        /* Another scale set than the cursor's (GitHub deleted ours and it was made again):
-         * its queue starts anew. */
-        int64_t stored_id = 0, stored_last = 0;
-        if (store_scaleset_cursor(l->sets->deps.store, l->name, &stored_id, &stored_last) == 0 &&
-            stored_id == id)
-            l->last_message_id = stored_last;
-        else
-            l->last_message_id = 0;
+    log_info("scaleset.ready", "pool=%s scale_set=%s id=%lld last_message_id=%lld", l->pool,
+             l->name, (long long)id, (long long)l->last_message_id);
+    session_create(l);
+}
+
+/* The cursor of a scale set other than the one it had (read like a request: the stop
+ * waits for it). */
+struct cursor_read {
+    struct ss_listener *l;
+    int64_t id;
+};
+
+static void on_cursor(void *data, int err, int64_t stored_id, int64_t stored_last)
+{
+    struct cursor_read *c = data;
+    struct ss_listener *l = c->l;
+    struct scalesets *sets = l->sets;
+    int64_t id = c->id;
+    free(c);
+    if (answer_wanted(l)) {
+        l->last_message_id = err == 0 && stored_id == id ? stored_last : 0;
         l->scale_set_id = id;
         l->n_undeleted = 0; /* the old scale set's queue went with it */
         if (l->last_message_id > 0)
             undeleted_add(l, l->last_message_id);
+        scale_set_ready(l, id);
     }
-    log_info("scaleset.ready", "pool=%s scale_set=%s id=%lld last_message_id=%lld", l->pool,
-             l->name, (long long)id, (long long)l->last_message_id);
-    session_create(l);
+    sets->pending--;
+    scalesets_release(sets);
+}
+
+static void scale_set_known(struct ss_listener *l, int64_t id)
+{
+    if (id == l->scale_set_id) {
+        scale_set_ready(l, id);
+        return;
+    }
+    /* Another scale set than the cursor's (GitHub deleted ours and it was made again): its
+     * queue starts anew, unless the store kept one for this id. */
+    struct cursor_read *c = malloc(sizeof(*c));
+    if (!c) {
+        back_off(l, SS_ENSURING);
+        return;
+    }
+    *c = (struct cursor_read){l, id};
+    l->request_out = true;
+    l->sets->pending++;
+    if (store_scaleset_cursor(l->sets->deps.store, l, l->name, on_cursor, c) < 0) {
+        l->sets->pending--;
+        l->request_out = false;
+        free(c);
+        back_off(l, SS_ENSURING);
+    }
 }
 
 static void on_scale_set_saved(void *data, const struct github_response *res)
@@ -958,7 +994,7 @@ static struct ss_listener *listener_new(struct scalesets *sets, const struct con
         return NULL;
     }
     int64_t id = 0, last = 0;
-    if (store_scaleset_cursor(sets->deps.store, l->name, &id, &last) == 0) {
+    if (store_scaleset_cursor_sync(sets->deps.store, l->name, &id, &last) == 0) {
         l->scale_set_id = id;
         l->last_message_id = last;
         /* The process that committed it may have died before deleting it. */

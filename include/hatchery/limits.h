@@ -36,6 +36,8 @@
 #define STORE_DELIVERY_RETENTION_S_DEFAULT (7 * 24 * 3600)
 /* Requests waiting for the next group commit before new ones get 503. */
 #define STORE_MAX_PENDING_WRITES 65536
+/* Reads waiting for the store's reader before new ones are refused (-EAGAIN). */
+#define STORE_MAX_PENDING_READS 4096
 
 /* Admin socket. */
 #define ADMIN_MAX_REQUEST_BYTES (64 * 1024)

@@ -632,11 +632,48 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A read's answer, once the loop has brought it. */
+struct answer {
+    bool done;
+    json_t *rows;
+};
+
+static void keep_answer(void *data, json_t *rows)
+{
+    struct answer *a = data;
+    a->rows = json_incref(rows);
+    a->done = true;
+}
+
+static bool answered(void *arg)
+{
+    return ((struct answer *)arg)->done;
+}
+
+/* The store's runner records (every one, or the live ones). */
+static json_t *stored_runners(bool all)
+{
+    struct answer a = {0};
+    assert_int_equal(store_runners_list(store, NULL, all, keep_answer, &a), 0);
+    assert_true(spin_until(answered, &a, 5000));
+    assert_non_null(a.rows);
+    return a.rows;
+}
+
+/* The runners as the admin API shows them: read now (running the loop for an answer would
+ * let the runners move on before the test looks). */
+static json_t *admin_runners(struct scheduler *s)
+{
+    json_t *rows = store_query_sync(store, "SELECT * FROM runners ORDER BY id DESC", json_array());
+    assert_non_null(rows);
+    return scheduler_runners_json(s, rows);
+}
+
 /* The runner's state as the admin API shows it, or "" when there is none. */
 static const char *state_of(struct scheduler *s, const char *name)
 {
     static char out[32];
-    json_t *rows = scheduler_runners_json(s, true);
+    json_t *rows = admin_runners(s);
     size_t i;
     json_t *row;
     out[0] = 0;
@@ -651,7 +688,7 @@ static const char *state_of(struct scheduler *s, const char *name)
 
 static json_t *runner_row(struct scheduler *s, const char *name)
 {
-    json_t *rows = scheduler_runners_json(s, true);
+    json_t *rows = admin_runners(s);
     size_t i;
     json_t *row, *found = NULL;
     json_array_foreach(rows, i, row)
@@ -1102,8 +1139,9 @@ static void idle_runners_of_a_replaced_image_are_rotated(void **state)
 static bool a_job_stored(void *arg)
 {
     (void)arg;
-    json_t *jobs = NULL;
-    bool stored = store_jobs_list(store, "queued", 0, &jobs) == 0 && json_array_size(jobs) == 1;
+    json_t *jobs =
+        store_query_sync(store, "SELECT id FROM jobs WHERE status = 'queued'", json_array());
+    bool stored = json_array_size(jobs) == 1;
     json_decref(jobs);
     return stored;
 }
@@ -1141,7 +1179,7 @@ static void a_stop_while_a_runner_is_recorded(void **state)
     spin(50);
     free(s);
     /* The record is there for the next start to repair. */
-    json_t *rows = store_runners_list(store, false);
+    json_t *rows = stored_runners(false);
     assert_int_equal(json_array_size(rows), 1);
     assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 0), "name")),
                         "hatchery-t-1");
@@ -1252,7 +1290,7 @@ static void the_libvirt_provider_on_the_test_driver(void **state)
     struct scheduler *s = start();
     queue_job(2001);
     spin(3500);
-    json_t *rows = scheduler_runners_json(s, true);
+    json_t *rows = admin_runners(s);
     assert_int_equal(json_array_size(rows), 1);
     char name[160];
     snprintf(name, sizeof(name), "%s",
