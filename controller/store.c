@@ -1,9 +1,9 @@
-/* SQLite store with group commit on a libuv worker; see store.h. */
+/* The store: group commit and reads on libuv's workers, over a backend's connections
+ * (store_backend.h); see store.h. */
 #include "store.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <sqlite3.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,12 +13,14 @@
 #include "config.h"
 #include "hatchery/limits.h"
 #include "log.h"
+#include "store_backend.h"
 #include "wall_clock.h"
 
 enum write_kind {
     WRITE_JOB_EVENT,
     WRITE_PRUNE_DELIVERIES,
     WRITE_SQL,
+    WRITE_GROUP,
     WRITE_KIND_MAX,
 };
 
@@ -27,7 +29,7 @@ struct pending_write {
     struct job_event *event;
     int64_t prune_max_age_s;
     char *sql;      /* WRITE_SQL */
-    json_t *params; /* WRITE_SQL: positional parameters */
+    json_t *params; /* WRITE_SQL: positional parameters; WRITE_GROUP: [[sql, params], …] */
     store_write_cb cb;
     void *data;
     int result;
@@ -48,11 +50,10 @@ struct pending_read {
 
 struct store {
     uv_loop_t *loop;
-    sqlite3 *writer; /* used by one thread at a time: a worker during a batch, else none */
-    sqlite3 *reader; /* likewise: a worker during a batch of reads, or a start-up read */
-    sqlite3_stmt *insert_delivery;
-    sqlite3_stmt *upsert_job;
-    sqlite3_stmt *prune_deliveries;
+    /* Each used by one thread at a time: the writer by a worker during a batch, the reader
+     * by a worker during a batch of reads, either at start-up on the calling thread. */
+    struct store_conn *writer;
+    struct store_conn *reader;
 
     struct pending_write *queue_head, *queue_tail;
     size_t queue_len;
@@ -72,205 +73,30 @@ struct store {
     uint64_t read_batch_ns;
 };
 
-/* Schema migrations, applied in order; user_version records how many ran. */
-static const char *const migrations[] = {
-    /* 1 */
-    "CREATE TABLE deliveries ("
-    "  id TEXT PRIMARY KEY,"
-    "  event TEXT NOT NULL,"
-    "  received_at INTEGER NOT NULL"
-    ");"
-    "CREATE INDEX deliveries_received_at ON deliveries(received_at);"
-    "CREATE TABLE jobs ("
-    "  id INTEGER PRIMARY KEY,"
-    "  run_id INTEGER NOT NULL,"
-    "  installation_id INTEGER,"
-    "  repository TEXT NOT NULL,"
-    "  workflow TEXT,"
-    "  name TEXT,"
-    "  labels TEXT NOT NULL,"
-    "  pool TEXT,"
-    "  status TEXT NOT NULL,"
-    "  status_rank INTEGER NOT NULL,"
-    "  conclusion TEXT,"
-    "  runner_name TEXT,"
-    "  queued_at INTEGER,"
-    "  started_at INTEGER,"
-    "  completed_at INTEGER,"
-    "  updated_at INTEGER NOT NULL"
-    ");"
-    "CREATE INDEX jobs_pool_status ON jobs(pool, status);"
-    "CREATE INDEX jobs_updated_at ON jobs(updated_at);",
-    /* 2: runners and hosts */
-    "CREATE TABLE runners ("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  name TEXT UNIQUE NOT NULL,"
-    "  pool TEXT NOT NULL,"
-    "  host TEXT,"
-    "  state TEXT NOT NULL,"
-    "  vcpus INTEGER NOT NULL,"
-    "  memory_mib INTEGER NOT NULL,"
-    "  github_runner_id INTEGER,"
-    "  job_id INTEGER,"
-    "  exit_code INTEGER,"
-    "  reason TEXT,"
-    "  created_at INTEGER NOT NULL,"
-    "  online_at INTEGER,"
-    "  busy_at INTEGER,"
-    "  finished_at INTEGER,"
-    "  updated_at INTEGER NOT NULL"
-    ");"
-    "CREATE INDEX runners_state ON runners(state);"
-    "CREATE TABLE hosts ("
-    "  name TEXT PRIMARY KEY,"
-    "  drained INTEGER NOT NULL DEFAULT 0"
-    ");",
-    /* 3: when a runner came online for a queued job (demand-based: the pool's oldest) */
-    "ALTER TABLE jobs ADD COLUMN supplied_at INTEGER;",
-    /* 4: jobs counted by pool and status as they change, so /metrics and `hatchery
-     * capacity` read a few rows instead of grouping every job on each call. An unmatched
-     * job's pool is '' here (NULL would not be one key). */
-    "CREATE TABLE job_counts ("
-    "  pool TEXT NOT NULL,"
-    "  status TEXT NOT NULL,"
-    "  n INTEGER NOT NULL,"
-    "  PRIMARY KEY (pool, status)"
-    ") WITHOUT ROWID;"
-    "INSERT INTO job_counts SELECT coalesce(pool, ''), status, count(*) FROM jobs GROUP BY 1, 2;"
-    "CREATE TRIGGER job_counts_insert AFTER INSERT ON jobs BEGIN"
-    "  INSERT INTO job_counts VALUES (coalesce(NEW.pool, ''), NEW.status, 1)"
-    "    ON CONFLICT (pool, status) DO UPDATE SET n = n + 1;"
-    "END;"
-    "CREATE TRIGGER job_counts_delete AFTER DELETE ON jobs BEGIN"
-    "  UPDATE job_counts SET n = n - 1 WHERE pool = coalesce(OLD.pool, '') AND status = OLD.status;"
-    "END;"
-    "CREATE TRIGGER job_counts_update AFTER UPDATE OF pool, status ON jobs"
-    "  WHEN coalesce(OLD.pool, '') != coalesce(NEW.pool, '') OR OLD.status != NEW.status BEGIN"
-    "  UPDATE job_counts SET n = n - 1 WHERE pool = coalesce(OLD.pool, '') AND status = OLD.status;"
-    "  INSERT INTO job_counts VALUES (coalesce(NEW.pool, ''), NEW.status, 1)"
-    "    ON CONFLICT (pool, status) DO UPDATE SET n = n + 1;"
-    "END;",
-    /* 5: replays. A delivery is known by its body's hash too, so a captured delivery sent
-     * again under a new id is a duplicate; a late queued job waits for GitHub's word. */
-    "ALTER TABLE deliveries ADD COLUMN body_sha256 TEXT;"
-    "CREATE UNIQUE INDEX deliveries_body_sha256 ON deliveries(body_sha256);"
-    "ALTER TABLE jobs ADD COLUMN unverified INTEGER NOT NULL DEFAULT 0;"
-    "CREATE INDEX jobs_unverified ON jobs(id) WHERE unverified = 1;"
-    /* The oldest queued job of each pool (/metrics), read without the finished ones. */
-    "CREATE INDEX jobs_queued ON jobs(pool, queued_at) WHERE status = 'queued';",
-    /* 6: jobs in progress past their pool's time limit (the reconciler asks about them),
-     * read without the finished ones. */
-    "CREATE INDEX jobs_in_progress ON jobs(pool, updated_at) WHERE status = 'in_progress';",
-    /* 7: the build of the image each runner booted, so that idle runners of a replaced
-     * image are rotated out, after a restart too. */
-    "ALTER TABLE runners ADD COLUMN image TEXT;",
-    /* 8: runner scale sets: where each one's message queue was read up to (a message is
-     * deleted from the queue only once what it says is here), and its jobs as the service
-     * last told them. */
-    "CREATE TABLE scale_sets ("
-    "  name TEXT PRIMARY KEY,"
-    "  scale_set_id INTEGER NOT NULL,"
-    "  last_message_id INTEGER NOT NULL DEFAULT 0,"
-    "  updated_at INTEGER NOT NULL"
-    ");"
-    "CREATE TABLE scale_set_jobs ("
-    "  scale_set TEXT NOT NULL,"
-    "  job_id TEXT NOT NULL,"
-    "  state TEXT NOT NULL,"
-    "  runner_name TEXT,"
-    "  result TEXT,"
-    "  labels TEXT,"
-    "  updated_at INTEGER NOT NULL,"
-    "  PRIMARY KEY (scale_set, job_id)"
-    ") WITHOUT ROWID;",
+const char *const store_dialect_names[STORE_DIALECT_MAX] = {
+    [STORE_SQLITE] = "sqlite",
+    [STORE_POSTGRESQL] = "postgresql",
 };
-
-static int exec_sql(sqlite3 *db, const char *sql, char *err, size_t err_size)
-{
-    char *msg = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        snprintf(err, err_size, "%s", msg ? msg : sqlite3_errmsg(db));
-        sqlite3_free(msg);
-        return -EIO;
-    }
-    return 0;
-}
-
-static int open_db(const char *path, sqlite3 **ret_db, char *err, size_t err_size)
-{
-    sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(
-        path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        snprintf(err, err_size, "cannot open %s: %s", path,
-                 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-        sqlite3_close(db);
-        return -EIO;
-    }
-    sqlite3_busy_timeout(db, 5000);
-    sqlite3_extended_result_codes(db, 1);
-    *ret_db = db;
-    return 0;
-}
-
-static int migrate(sqlite3 *db, const char *path, char *err, size_t err_size)
-{
-    char msg[512];
-    if (exec_sql(db, "PRAGMA journal_mode=WAL;", msg, sizeof(msg)) < 0) {
-        snprintf(err, err_size, "%s: cannot enable WAL: %s", path, msg);
-        return -EIO;
-    }
-    sqlite3_stmt *st = NULL;
-    int version = -1;
-    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        version = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    const int latest = (int)(sizeof(migrations) / sizeof(migrations[0]));
-    if (version < 0) {
-        snprintf(err, err_size, "%s: cannot read schema version: %s", path, sqlite3_errmsg(db));
-        return -EIO;
-    }
-    if (version > latest) {
-        snprintf(err, err_size,
-                 "%s: schema version %d is newer than this hatcheryd knows (%d): refusing to "
-                 "touch it",
-                 path, version, latest);
-        return -EPROTO;
-    }
-    for (int v = version; v < latest; v++) {
-        char sql[64];
-        snprintf(sql, sizeof(sql), "PRAGMA user_version=%d;", v + 1);
-        if (exec_sql(db, "BEGIN IMMEDIATE;", msg, sizeof(msg)) < 0 ||
-            exec_sql(db, migrations[v], msg, sizeof(msg)) < 0 ||
-            exec_sql(db, sql, msg, sizeof(msg)) < 0 ||
-            exec_sql(db, "COMMIT;", msg, sizeof(msg)) < 0) {
-            exec_sql(db, "ROLLBACK;", sql, sizeof(sql));
-            snprintf(err, err_size, "%s: migration to schema version %d failed: %s", path, v + 1,
-                     msg);
-            return -EIO;
-        }
-        log_info("store.migrated", "path=%s version=%d", path, v + 1);
-    }
-    return 0;
-}
-
-static int prepare(sqlite3 *db, const char *sql, sqlite3_stmt **ret, char *err, size_t err_size)
-{
-    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, ret, NULL) != SQLITE_OK) {
-        snprintf(err, err_size, "cannot prepare statement: %s", sqlite3_errmsg(db));
-        return -EIO;
-    }
-    return 0;
-}
 
 static void flush_idle_cb(uv_idle_t *idle);
 
-int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char *err,
-               size_t err_size)
+static int exec_on(struct store_conn *c, const char *sql, json_t *params, int64_t *ret_changes)
+{
+    return c->backend->exec(c, sql, params, ret_changes);
+}
+
+static void conn_close(struct store_conn *c)
+{
+    if (c)
+        c->backend->close(c);
+}
+
+int store_open_at(uv_loop_t *loop, const struct store_location *where, struct store **ret_store,
+                  char *err, size_t err_size)
 {
     char path[PATH_MAX];
-    if ((size_t)snprintf(path, sizeof(path), "%s/hatchery.db", dir) >= sizeof(path)) {
+    if (!where->postgresql &&
+        (size_t)snprintf(path, sizeof(path), "%s/hatchery.db", where->dir) >= sizeof(path)) {
         snprintf(err, err_size, "state directory path too long");
         return -ENAMETOOLONG;
     }
@@ -280,141 +106,94 @@ int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char 
         return -ENOMEM;
     }
     s->loop = loop;
-    int r = open_db(path, &s->writer, err, err_size);
-    if (r < 0)
-        goto fail;
-    r = migrate(s->writer, path, err, err_size);
-    if (r < 0)
-        goto fail;
-    char msg[256];
-    /* FULL: with WAL this fsyncs the log at every commit, so an acknowledged write survives
-     * power loss, not only a crash. Group commit pays for it once per batch. temp_store:
-     * each write's savepoint journal stays in memory (in a temporary file, its pages were a
-     * third of a commit's writes). */
-    if (exec_sql(s->writer,
-                 "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;", msg,
-                 sizeof(msg)) < 0) {
-        snprintf(err, err_size, "%s: %s", path, msg);
-        r = -EIO;
-        goto fail;
+    /* Two connections: the writer migrates first, so the reader finds the schema made. */
+    int r = 0;
+    for (int i = 0; i < 2 && r == 0; i++) {
+        struct store_conn **c = i == 0 ? &s->writer : &s->reader;
+        r = where->postgresql
+                ? store_postgresql_open(where->postgresql, where->password, c, err, err_size)
+                : store_sqlite_open(path, c, err, err_size);
+        if (r == 0 && i == 0)
+            r = s->writer->backend->migrate(s->writer, err, err_size);
     }
-    r = open_db(path, &s->reader, err, err_size);
-    if (r < 0)
-        goto fail;
-    r = prepare(s->writer,
-                "INSERT OR IGNORE INTO deliveries(id, event, received_at, body_sha256) "
-                "VALUES(?1, ?2, ?3, ?4)",
-                &s->insert_delivery, err, err_size);
-    if (r < 0)
-        goto fail;
-    r = prepare(s->writer,
-                "INSERT INTO jobs(id, run_id, installation_id, repository, workflow, name, "
-                "labels, pool, status, status_rank, conclusion, runner_name, queued_at, "
-                "started_at, completed_at, updated_at, unverified) "
-                "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
-                "CASE WHEN ?10 = 1 THEN ?13 END, CASE WHEN ?10 = 2 THEN ?13 END, "
-                "CASE WHEN ?10 = 3 THEN ?13 END, ?13, ?14) "
-                "ON CONFLICT(id) DO UPDATE SET "
-                "status = excluded.status, status_rank = excluded.status_rank, "
-                "installation_id = COALESCE(jobs.installation_id, excluded.installation_id), "
-                "workflow = COALESCE(jobs.workflow, excluded.workflow), "
-                "name = COALESCE(jobs.name, excluded.name), "
-                "runner_name = COALESCE(excluded.runner_name, jobs.runner_name), "
-                "conclusion = COALESCE(excluded.conclusion, jobs.conclusion), "
-                "queued_at = COALESCE(jobs.queued_at, excluded.queued_at), "
-                "started_at = COALESCE(jobs.started_at, excluded.started_at), "
-                "completed_at = COALESCE(jobs.completed_at, excluded.completed_at), "
-                "updated_at = excluded.updated_at "
-                "WHERE excluded.status_rank > jobs.status_rank",
-                &s->upsert_job, err, err_size);
-    if (r < 0)
-        goto fail;
-    r = prepare(s->writer, "DELETE FROM deliveries WHERE received_at < ?1", &s->prune_deliveries,
-                err, err_size);
-    if (r < 0)
-        goto fail;
+    if (r < 0) {
+        conn_close(s->reader);
+        conn_close(s->writer);
+        free(s);
+        return r;
+    }
     if (loop) {
-        /* Started only while writes wait, so it keeps the loop alive exactly then. */
+        /* Started only while work waits, so it keeps the loop alive exactly then. */
         uv_idle_init(loop, &s->flush_idle);
     }
     *ret_store = s;
     return 0;
-fail:
-    sqlite3_finalize(s->insert_delivery);
-    sqlite3_finalize(s->upsert_job);
-    sqlite3_finalize(s->prune_deliveries);
-    sqlite3_close(s->reader);
-    sqlite3_close(s->writer);
-    free(s);
-    return r;
 }
 
-static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s)
+int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char *err,
+               size_t err_size)
 {
-    if (s)
-        sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(st, i);
+    const struct store_location where = {.dir = dir};
+    return store_open_at(loop, &where, ret_store, err, err_size);
 }
 
-static json_t *column_json(sqlite3_stmt *st, int i);
-
-static void bind_json_params(sqlite3_stmt *st, json_t *params)
+enum store_dialect store_dialect(const struct store *s)
 {
-    size_t i;
-    json_t *v;
-    json_array_foreach(params, i, v)
-    {
-        int at = (int)i + 1;
-        if (json_is_integer(v))
-            sqlite3_bind_int64(st, at, json_integer_value(v));
-        else if (json_is_string(v))
-            sqlite3_bind_text(st, at, json_string_value(v), -1, SQLITE_TRANSIENT);
-        else if (json_is_real(v))
-            sqlite3_bind_double(st, at, json_real_value(v));
-        else
-            sqlite3_bind_null(st, at);
-    }
+    return s->writer->backend->dialect;
 }
+
+/* A delivery is recorded once: any conflict (its id, or its body's hash) is a duplicate. */
+static const char insert_delivery_sql[] =
+    "INSERT INTO deliveries(id, event, received_at, body_sha256) VALUES(?1, ?2, ?3, ?4) "
+    "ON CONFLICT DO NOTHING";
+/* A job's status only moves forward; what an earlier event said is kept. */
+static const char upsert_job_sql[] =
+    "INSERT INTO jobs(id, run_id, installation_id, repository, workflow, name, "
+    "labels, pool, status, status_rank, conclusion, runner_name, queued_at, "
+    "started_at, completed_at, updated_at, unverified) "
+    "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+    "CASE WHEN ?10 = 1 THEN ?13 END, CASE WHEN ?10 = 2 THEN ?13 END, "
+    "CASE WHEN ?10 = 3 THEN ?13 END, ?13, ?14) "
+    "ON CONFLICT(id) DO UPDATE SET "
+    "status = excluded.status, status_rank = excluded.status_rank, "
+    "installation_id = COALESCE(jobs.installation_id, excluded.installation_id), "
+    "workflow = COALESCE(jobs.workflow, excluded.workflow), "
+    "name = COALESCE(jobs.name, excluded.name), "
+    "runner_name = COALESCE(excluded.runner_name, jobs.runner_name), "
+    "conclusion = COALESCE(excluded.conclusion, jobs.conclusion), "
+    "queued_at = COALESCE(jobs.queued_at, excluded.queued_at), "
+    "started_at = COALESCE(jobs.started_at, excluded.started_at), "
+    "completed_at = COALESCE(jobs.completed_at, excluded.completed_at), "
+    "updated_at = excluded.updated_at "
+    "WHERE excluded.status_rank > jobs.status_rank";
 
 /* Inside a transaction. Returns enum store_result or -EIO. */
 static int apply_job_event(struct store *s, const struct job_event *ev)
 {
-    sqlite3_stmt *st = s->insert_delivery;
-    sqlite3_reset(st);
-    sqlite3_bind_text(st, 1, ev->delivery_id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, "workflow_job", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, ev->received_at_ms / 1000);
-    bind_text_or_null(st, 4, ev->body_sha256[0] ? ev->body_sha256 : NULL);
-    if (sqlite3_step(st) != SQLITE_DONE) {
-        log_error("store.write_failed", "what=delivery error=\"%s\"", sqlite3_errmsg(s->writer));
+    json_t *params = json_pack("[s, s, I, s?]", ev->delivery_id, "workflow_job",
+                               (json_int_t)(ev->received_at_ms / 1000),
+                               ev->body_sha256[0] ? ev->body_sha256 : NULL);
+    int64_t changes = 0;
+    int r = params ? exec_on(s->writer, insert_delivery_sql, params, &changes) : -ENOMEM;
+    json_decref(params);
+    if (r < 0) {
+        log_error("store.write_failed", "what=delivery error=\"%s\"",
+                  s->writer->backend->errmsg(s->writer));
         return -EIO;
     }
-    if (sqlite3_changes(s->writer) == 0)
+    if (changes == 0)
         return STORE_DUPLICATE;
-
-    st = s->upsert_job;
-    sqlite3_reset(st);
-    sqlite3_bind_int64(st, 1, ev->job_id);
-    sqlite3_bind_int64(st, 2, ev->run_id);
-    if (ev->installation_id)
-        sqlite3_bind_int64(st, 3, ev->installation_id);
-    else
-        sqlite3_bind_null(st, 3);
-    sqlite3_bind_text(st, 4, ev->repository, -1, SQLITE_STATIC);
-    bind_text_or_null(st, 5, ev->workflow);
-    bind_text_or_null(st, 6, ev->job_name);
-    sqlite3_bind_text(st, 7, ev->labels_json, -1, SQLITE_STATIC);
-    bind_text_or_null(st, 8, ev->pool);
-    sqlite3_bind_text(st, 9, job_status_names[ev->status], -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 10, (int)ev->status);
-    bind_text_or_null(st, 11, ev->conclusion);
-    bind_text_or_null(st, 12, ev->runner_name);
-    sqlite3_bind_int64(st, 13, ev->received_at_ms);
-    sqlite3_bind_int(st, 14, ev->unverified);
-    if (sqlite3_step(st) != SQLITE_DONE) {
+    params = json_pack("[I, I, o, s, s?, s?, s, s?, s, i, s?, s?, I, i]", (json_int_t)ev->job_id,
+                       (json_int_t)ev->run_id,
+                       ev->installation_id ? json_integer(ev->installation_id) : json_null(),
+                       ev->repository, ev->workflow, ev->job_name, ev->labels_json, ev->pool,
+                       job_status_names[ev->status], (int)ev->status, ev->conclusion,
+                       ev->runner_name, (json_int_t)ev->received_at_ms, ev->unverified ? 1 : 0);
+    r = params ? exec_on(s->writer, upsert_job_sql, params, NULL) : -ENOMEM;
+    json_decref(params);
+    if (r < 0) {
         log_error("store.write_failed", "what=job job=%lld error=\"%s\"", (long long)ev->job_id,
-                  sqlite3_errmsg(s->writer));
+                  s->writer->backend->errmsg(s->writer));
         return -EIO;
     }
     return STORE_APPLIED;
@@ -426,28 +205,39 @@ static int apply_write(struct store *s, struct pending_write *w)
     case WRITE_JOB_EVENT:
         return apply_job_event(s, w->event);
     case WRITE_PRUNE_DELIVERIES: {
-        sqlite3_stmt *st = s->prune_deliveries;
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, wall_clock_ms() / 1000 - w->prune_max_age_s);
-        if (sqlite3_step(st) != SQLITE_DONE)
+        json_t *params =
+            json_pack("[I]", (json_int_t)(wall_clock_ms() / 1000 - w->prune_max_age_s));
+        int64_t n = 0;
+        int r = exec_on(s->writer, "DELETE FROM deliveries WHERE received_at < ?1", params, &n);
+        json_decref(params);
+        if (r < 0)
             return -EIO;
-        int n = sqlite3_changes(s->writer);
         if (n > 0)
-            log_info("store.deliveries_pruned", "count=%d", n);
+            log_info("store.deliveries_pruned", "count=%lld", (long long)n);
         return STORE_APPLIED;
     }
-    case WRITE_SQL: {
-        sqlite3_stmt *st = NULL;
-        if (sqlite3_prepare_v2(s->writer, w->sql, -1, &st, NULL) != SQLITE_OK) {
-            log_error("store.write_failed", "what=sql error=\"%s\"", sqlite3_errmsg(s->writer));
+    case WRITE_SQL:
+        if (!w->params)
+            return -ENOMEM; /* its parameters could not be made */
+        if (exec_on(s->writer, w->sql, w->params, NULL) < 0) {
+            log_error("store.write_failed", "what=sql error=\"%s\"",
+                      s->writer->backend->errmsg(s->writer));
             return -EIO;
         }
-        bind_json_params(st, w->params);
-        int rc = sqlite3_step(st);
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
-            log_error("store.write_failed", "what=sql error=\"%s\"", sqlite3_errmsg(s->writer));
-            return -EIO;
+        return STORE_APPLIED;
+    case WRITE_GROUP: {
+        /* All of them or none: the batch's savepoint for this write undoes the rest. */
+        size_t i;
+        json_t *one;
+        json_array_foreach(w->params, i, one)
+        {
+            const char *sql = json_string_value(json_array_get(one, 0));
+            json_t *params = json_array_get(one, 1);
+            if (!sql || !json_is_array(params) || exec_on(s->writer, sql, params, NULL) < 0) {
+                log_error("store.write_failed", "what=group statement=%zu error=\"%s\"", i,
+                          sql ? s->writer->backend->errmsg(s->writer) : "malformed");
+                return -EIO;
+            }
         }
         return STORE_APPLIED;
     }
@@ -461,23 +251,23 @@ static int apply_write(struct store *s, struct pending_write *w)
  * sinking the others. */
 static void apply_batch(struct store *s, struct pending_write *batch)
 {
-    char msg[256];
-    if (exec_sql(s->writer, "BEGIN IMMEDIATE;", msg, sizeof(msg)) < 0) {
-        log_error("store.begin_failed", "error=\"%s\"", msg);
+    struct store_conn *c = s->writer;
+    if (exec_on(c, c->backend->begin_sql, NULL, NULL) < 0) {
+        log_error("store.begin_failed", "error=\"%s\"", c->backend->errmsg(c));
         for (struct pending_write *w = batch; w; w = w->next)
             w->result = -EIO;
         return;
     }
     for (struct pending_write *w = batch; w; w = w->next) {
-        exec_sql(s->writer, "SAVEPOINT w;", msg, sizeof(msg));
+        exec_on(c, "SAVEPOINT w", NULL, NULL);
         w->result = apply_write(s, w);
         if (w->result < 0)
-            exec_sql(s->writer, "ROLLBACK TO w;", msg, sizeof(msg));
-        exec_sql(s->writer, "RELEASE w;", msg, sizeof(msg));
+            exec_on(c, "ROLLBACK TO w", NULL, NULL);
+        exec_on(c, "RELEASE w", NULL, NULL);
     }
-    if (exec_sql(s->writer, "COMMIT;", msg, sizeof(msg)) < 0) {
-        log_error("store.commit_failed", "error=\"%s\"", msg);
-        exec_sql(s->writer, "ROLLBACK;", msg, sizeof(msg));
+    if (exec_on(c, "COMMIT", NULL, NULL) < 0) {
+        log_error("store.commit_failed", "error=\"%s\"", c->backend->errmsg(c));
+        exec_on(c, "ROLLBACK", NULL, NULL);
         for (struct pending_write *w = batch; w; w = w->next)
             w->result = -EIO;
     }
@@ -610,6 +400,26 @@ int store_sql_submit(struct store *s, const char *sql, json_t *params, store_wri
     return r;
 }
 
+int store_sql_group_submit(struct store *s, json_t *statements, store_write_cb cb, void *data)
+{
+    struct pending_write *w = calloc(1, sizeof(*w));
+    if (!w || !statements) {
+        free(w);
+        json_decref(statements);
+        return -ENOMEM;
+    }
+    w->kind = WRITE_GROUP;
+    w->params = statements;
+    w->cb = cb;
+    w->data = data;
+    int r = submit(s, w);
+    if (r < 0) {
+        json_decref(w->params);
+        free(w);
+    }
+    return r;
+}
+
 int store_sql_apply_sync(struct store *s, const char *sql, json_t *params)
 {
     struct pending_write w = {.kind = WRITE_SQL, .sql = (char *)sql, .params = params};
@@ -618,29 +428,12 @@ int store_sql_apply_sync(struct store *s, const char *sql, json_t *params)
     return w.result;
 }
 
-/* A read on `db`, on the calling thread: rows as objects keyed by column name, or NULL. */
-static json_t *run_query(sqlite3 *db, const char *sql, json_t *params)
+/* A read on `c`, on the calling thread: rows as objects keyed by column name, or NULL. */
+static json_t *run_query(struct store_conn *c, const char *sql, json_t *params)
 {
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        log_error("store.query_failed", "error=\"%s\"", sqlite3_errmsg(db));
-        return NULL;
-    }
-    bind_json_params(st, params);
-    json_t *rows = json_array();
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        json_t *row = json_object();
-        for (int i = 0; i < sqlite3_column_count(st); i++)
-            json_object_set_new(row, sqlite3_column_name(st, i), column_json(st, i));
-        json_array_append_new(rows, row);
-    }
-    if (rc != SQLITE_DONE) {
-        log_error("store.query_failed", "error=\"%s\"", sqlite3_errmsg(db));
-        json_decref(rows);
-        rows = NULL;
-    }
-    sqlite3_finalize(st);
+    json_t *rows = c->backend->query(c, sql, params);
+    if (!rows)
+        log_error("store.query_failed", "error=\"%s\"", c->backend->errmsg(c));
     return rows;
 }
 
@@ -828,27 +621,12 @@ void store_close(struct store *s)
     }
     if (s->loop)
         uv_close((uv_handle_t *)&s->flush_idle, NULL);
-    sqlite3_finalize(s->insert_delivery);
-    sqlite3_finalize(s->upsert_job);
-    sqlite3_finalize(s->prune_deliveries);
-    sqlite3_close(s->reader);
-    sqlite3_close(s->writer);
+    conn_close(s->reader);
+    conn_close(s->writer);
     /* The idle handle's memory must outlive its close: the loop runs once more. */
     if (s->loop)
         uv_run(s->loop, UV_RUN_NOWAIT);
     free(s);
-}
-
-static json_t *column_json(sqlite3_stmt *st, int i)
-{
-    switch (sqlite3_column_type(st, i)) {
-    case SQLITE_INTEGER:
-        return json_integer(sqlite3_column_int64(st, i));
-    case SQLITE_TEXT:
-        return json_string((const char *)sqlite3_column_text(st, i));
-    default:
-        return json_null();
-    }
 }
 
 /* The CLI's shape of a job: labels as an array, unverified as a boolean. */
@@ -874,7 +652,7 @@ int store_jobs_list(struct store *s, const void *owner, const char *status_filte
         s, owner,
         "SELECT id, run_id, repository, workflow, name, labels, pool, status, conclusion, "
         "runner_name, queued_at, started_at, completed_at, updated_at, unverified FROM jobs "
-        "WHERE ?1 IS NULL OR status = ?1 ORDER BY updated_at DESC, id DESC LIMIT ?2",
+        "WHERE status = coalesce(?1, status) ORDER BY updated_at DESC, id DESC LIMIT ?2",
         json_pack("[s?, i]", status_filter,
                   limit > 0 && limit <= ADMIN_MAX_LIST_ROWS ? limit : ADMIN_MAX_LIST_ROWS),
         adapt_jobs_list, (void (*)(void))cb, data);
@@ -884,14 +662,14 @@ int store_job_counts(struct store *s, const void *owner, store_rows_cb cb, void 
 {
     return store_read(s, owner,
                       "SELECT nullif(pool, '') AS pool, status, n FROM job_counts WHERE n > 0 "
-                      "ORDER BY pool, status",
+                      "ORDER BY job_counts.pool, status",
                       json_array(), cb, data);
 }
 
 int store_jobs_queue_read(struct store *s, const void *owner, store_rows_cb cb, void *data)
 {
     return store_read(s, owner,
-                      "SELECT pool, sum(unverified = 0) AS verified, "
+                      "SELECT pool, sum(CASE WHEN unverified = 0 THEN 1 ELSE 0 END) AS verified, "
                       "coalesce(min(queued_at), 0) AS oldest_ms FROM jobs WHERE "
                       "status = 'queued' AND pool IS NOT NULL GROUP BY pool",
                       json_array(), cb, data);

@@ -33,8 +33,20 @@ enum store_result {
 /* `result` is enum store_result or a negative errno. */
 typedef void (*store_write_cb)(void *data, int result);
 
-/* Opens (creating and migrating as needed) `dir`/hatchery.db. `loop` may be NULL for
- * synchronous use (tests, fuzzing): then only the *_sync calls may be used. */
+/* Where the store is: SQLite's `dir`/hatchery.db, or, when `postgresql` is set (a
+ * postgresql:// URI or libpq's keywords), a PostgreSQL database, connected to with
+ * `password` (NULL: libpq's own sources, PGPASSFILE or ~/.pgpass). */
+struct store_location {
+    const char *dir;
+    const char *postgresql;
+    const char *password;
+};
+/* Opens the store (creating and migrating its schema as needed). `loop` may be NULL for
+ * synchronous use (tests, fuzzing): then writes apply with the *_sync calls, and reads
+ * are answered before they return. */
+int store_open_at(uv_loop_t *loop, const struct store_location *where, struct store **ret_store,
+                  char *err, size_t err_size);
+/* The same for SQLite in `dir`. */
 int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char *err,
                size_t err_size);
 /* Waits for a commit in flight, then closes. */
@@ -50,6 +62,9 @@ int store_job_event_apply_sync(struct store *store, const struct job_event *even
 /* Any write, in the next group commit: `params` (a JSON array, taken over) bind to ?1…. */
 int store_sql_submit(struct store *store, const char *sql, json_t *params, store_write_cb cb,
                      void *data);
+/* Several writes as one, in the next group commit: `statements` (taken) is an array of
+ * [sql, params] pairs, applied in order, all of them or (when one fails) none. */
+int store_sql_group_submit(struct store *store, json_t *statements, store_write_cb cb, void *data);
 /* The same, now, on the calling thread (start-up, tests). */
 int store_sql_apply_sync(struct store *store, const char *sql, json_t *params);
 

@@ -1,12 +1,15 @@
 /* The store's jobs table, by name (store.h): every statement on it that the scheduler,
  * hatcheryd and /metrics make, beside the webhook's own writes in store.c. */
+#define _GNU_SOURCE /* asprintf */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "store.h"
+#include "textbuf.h"
 
 /* A list's rows as job refs, for its callback. */
 static void adapt_job_refs(json_t *rows, void (*cb)(void), void *data)
@@ -111,25 +114,80 @@ int store_jobs_unverified(struct store *store, const void *owner, int limit, sto
                     json_pack("[i]", limit), cb, data);
 }
 
+/* At most this many ids go into one statement (a longer GitHub list is cut: the jobs it
+ * would have named are asked about, one by one, as if unlisted). */
+#define IDS_PER_STATEMENT 5000
+
+/* "WITH listed(id) AS (VALUES (?k), (?k+1), …) " for the integers of `ids_text` (a JSON
+ * array), their values appended to `params`; "" for none. NULL when out of memory. */
+static char *listed_ids(const char *ids_text, json_t *params)
+{
+    json_t *ids = json_loads(ids_text, 0, NULL);
+    struct textbuf sql;
+    textbuf_init(&sql, 16 * IDS_PER_STATEMENT + 64);
+    size_t i, n = 0;
+    json_t *id;
+    json_array_foreach(ids, i, id)
+    {
+        if (!json_is_integer(id) || n == IDS_PER_STATEMENT)
+            continue;
+        json_array_append(params, id);
+        textbuf_printf(&sql, "%s(?%zu)", n++ ? ", " : "WITH listed(id) AS (VALUES ",
+                       json_array_size(params));
+    }
+    json_decref(ids);
+    textbuf_printf(&sql, "%s", n ? ") " : "");
+    if (sql.error) {
+        textbuf_free(&sql);
+        return NULL;
+    }
+    size_t len;
+    return sql.data ? textbuf_steal(&sql, &len) : strdup("");
+}
+
 int store_jobs_queued_unlisted(struct store *store, const void *owner, const char *repo,
                                int64_t before_ms, const char *listed, int limit,
                                store_job_refs_cb cb, void *data)
 {
-    return job_refs(store, owner,
-                    "SELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 "
-                    "AND queued_at < ?2 AND updated_at < ?2 AND id NOT IN "
-                    "(SELECT value FROM json_each(?3)) ORDER BY queued_at LIMIT ?4",
-                    json_pack("[s, I, s, i]", repo, (json_int_t)before_ms, listed, limit), cb,
-                    data);
+    json_t *params = json_pack("[s, I, i]", repo, (json_int_t)before_ms, limit);
+    char *with = params ? listed_ids(listed, params) : NULL;
+    char *sql = NULL;
+    if (with && asprintf(&sql,
+                         "%sSELECT id FROM jobs WHERE status = 'queued' AND repository = ?1 AND "
+                         "queued_at < ?2 AND updated_at < ?2 %s ORDER BY queued_at LIMIT ?3",
+                         with, with[0] ? "AND id NOT IN (SELECT id FROM listed)" : "") < 0)
+        sql = NULL;
+    free(with);
+    if (!sql) {
+        json_decref(params);
+        return -ENOMEM;
+    }
+    int r = job_refs(store, owner, sql, params, cb, data);
+    free(sql);
+    return r;
 }
 
 int store_job_ids_unknown(struct store *store, const void *owner, const char *ids,
                           store_job_refs_cb cb, void *data)
 {
-    return job_refs(store, owner,
-                    "SELECT value AS id FROM json_each(?1) WHERE value NOT IN "
-                    "(SELECT id FROM jobs)",
-                    json_pack("[s]", ids), cb, data);
+    json_t *params = json_array();
+    char *with = params ? listed_ids(ids, params) : NULL;
+    char *sql = NULL;
+    if (with && with[0]) {
+        if (asprintf(&sql, "%sSELECT id FROM listed WHERE id NOT IN (SELECT id FROM jobs)", with) <
+            0)
+            sql = NULL;
+    } else if (with) {
+        sql = strdup("SELECT id FROM jobs WHERE 1 = 0"); /* none listed: none unknown */
+    }
+    free(with);
+    if (!sql) {
+        json_decref(params);
+        return -ENOMEM;
+    }
+    int r = job_refs(store, owner, sql, params, cb, data);
+    free(sql);
+    return r;
 }
 
 int store_jobs_prune(struct store *store, int64_t before_ms)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "store.h"
+#include "store_backend.h"
 
 static json_t *ms_or_null(int64_t ms)
 {
@@ -124,11 +125,15 @@ int store_runners_list(struct store *store, const void *owner, bool include_ende
 
 int64_t store_runner_next_id_sync(struct store *store)
 {
-    json_t *rows = store_query_sync(store,
-                                    "SELECT max(COALESCE((SELECT max(id) FROM runners), 0), "
-                                    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = "
-                                    "'runners'), 0)) + 1 AS next",
-                                    json_array());
+    /* The newest record is never pruned (store_runners_prune), so the highest id is one
+     * ever given; SQLite's sequence also remembers those pruned before that rule. */
+    json_t *rows = store_query_sync(
+        store,
+        store_dialect(store) == STORE_SQLITE
+            ? "SELECT max(COALESCE((SELECT max(id) FROM runners), 0), "
+              "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'runners'), 0)) + 1 AS next"
+            : "SELECT COALESCE(max(id), 0) + 1 AS next FROM runners",
+        json_array());
     int64_t next = json_integer_value(json_object_get(json_array_get(rows, 0), "next"));
     json_decref(rows);
     return next > 0 ? next : 1;
@@ -137,7 +142,8 @@ int64_t store_runner_next_id_sync(struct store *store)
 int store_runners_prune(struct store *store, int64_t before_ms)
 {
     return store_sql_submit(store,
-                            "DELETE FROM runners WHERE state = 'deleted' AND updated_at < ?1",
+                            "DELETE FROM runners WHERE state = 'deleted' AND updated_at < ?1 "
+                            "AND id < (SELECT max(id) FROM runners)",
                             json_pack("[I]", (json_int_t)before_ms), NULL, NULL);
 }
 

@@ -9,40 +9,49 @@ int store_scaleset_message_commit(struct store *store, const char *name, int64_t
                                   int64_t message_id, json_t *jobs, int64_t now_ms,
                                   store_write_cb cb, void *data)
 {
-    char *text = json_dumps(jobs, JSON_COMPACT);
+    /* One write of several statements, all or none: each job's news in order (a later one
+     * for the same job overrides what it says, keeps what it does not), then the cursor.
+     * `cb` runs once all of it is on disk; the cursor never moves past news not kept. */
+    json_t *statements = json_array();
+    size_t i, expected = json_array_size(jobs) + 1;
+    json_t *job;
+    json_array_foreach(jobs, i, job)
+    {
+        json_t *params =
+            json_pack("[s, s, s, s?, s?, s?, I]", name,
+                      json_string_value(json_object_get(job, "job_id")) ?: "",
+                      json_string_value(json_object_get(job, "state")) ?: "",
+                      json_string_value(json_object_get(job, "runner_name")),
+                      json_string_value(json_object_get(job, "result")),
+                      json_string_value(json_object_get(job, "labels")), (json_int_t)now_ms);
+        json_array_append_new(
+            statements,
+            json_pack("[s, o]",
+                      "INSERT INTO scale_set_jobs(scale_set, job_id, state, runner_name, result, "
+                      "labels, updated_at) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7) "
+                      "ON CONFLICT (scale_set, job_id) DO UPDATE SET state = excluded.state, "
+                      "runner_name = COALESCE(excluded.runner_name, scale_set_jobs.runner_name), "
+                      "result = COALESCE(excluded.result, scale_set_jobs.result), "
+                      "labels = COALESCE(excluded.labels, scale_set_jobs.labels), "
+                      "updated_at = excluded.updated_at",
+                      params));
+    }
     json_decref(jobs);
-    if (!text)
+    json_array_append_new(
+        statements,
+        json_pack("[s, [s, I, I, I]]",
+                  "INSERT INTO scale_sets(name, scale_set_id, last_message_id, updated_at) "
+                  "VALUES(?1, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE SET "
+                  "last_message_id = CASE WHEN scale_sets.scale_set_id <> excluded.scale_set_id "
+                  "OR excluded.last_message_id > scale_sets.last_message_id "
+                  "THEN excluded.last_message_id ELSE scale_sets.last_message_id END, "
+                  "scale_set_id = excluded.scale_set_id, updated_at = excluded.updated_at",
+                  name, (json_int_t)scale_set_id, (json_int_t)message_id, (json_int_t)now_ms));
+    if (json_array_size(statements) != expected) {
+        json_decref(statements);
         return -ENOMEM;
-    /* Both writes join the same group commit, in order: the callback of the second runs
-     * only once the first is on disk too (a failed first one fails the transaction's
-     * savepoint alone, so the cursor would move past news not kept: it is checked). */
-    int r = store_sql_submit(
-        store,
-        "INSERT INTO scale_set_jobs(scale_set, job_id, state, runner_name, result, labels, "
-        "updated_at) "
-        "SELECT ?1, json_extract(value, '$.job_id'), json_extract(value, '$.state'), "
-        "json_extract(value, '$.runner_name'), json_extract(value, '$.result'), "
-        "json_extract(value, '$.labels'), ?3 FROM json_each(?2) WHERE true "
-        "ON CONFLICT (scale_set, job_id) DO UPDATE SET state = excluded.state, "
-        "runner_name = COALESCE(excluded.runner_name, runner_name), "
-        "result = COALESCE(excluded.result, result), "
-        "labels = COALESCE(excluded.labels, labels), updated_at = excluded.updated_at",
-        json_pack("[s, s, I]", name, text, (json_int_t)now_ms), NULL, NULL);
-    free(text);
-    if (r < 0)
-        return r;
-    return store_sql_submit(
-        store,
-        "INSERT INTO scale_sets(name, scale_set_id, last_message_id, updated_at) "
-        "VALUES(?1, ?2, ?3, ?4) ON CONFLICT (name) DO UPDATE SET "
-        "last_message_id = CASE WHEN scale_set_id = excluded.scale_set_id "
-        "THEN MAX(last_message_id, excluded.last_message_id) "
-        "ELSE excluded.last_message_id END, "
-        "scale_set_id = excluded.scale_set_id, "
-        "updated_at = excluded.updated_at",
-        json_pack("[s, I, I, I]", name, (json_int_t)scale_set_id, (json_int_t)message_id,
-                  (json_int_t)now_ms),
-        cb, data);
+    }
+    return store_sql_group_submit(store, statements, cb, data);
 }
 
 static const char cursor_sql[] =
