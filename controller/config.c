@@ -17,6 +17,7 @@
 
 #include "hatchery/limits.h"
 #include "image_manifest.h"
+#include "store_backend.h"
 
 const char *const pool_arch_names[ARCH_MAX] = {
     [ARCH_PPC64LE] = "ppc64le",
@@ -276,6 +277,12 @@ static const struct key github_keys[] = {
     {.name = NULL},
 };
 
+static const struct key database_keys[] = {
+    STRING_KEY(struct config_database, postgresql, false, NULL),
+    PATH_KEY(struct config_database, password_file, false, NULL),
+    {.name = NULL},
+};
+
 static const struct key top_keys[] = {
     STRING_KEY(struct config, controller_id, true, NULL),
     STRING_KEY(struct config, listen, false, "127.0.0.1:8080"),
@@ -306,6 +313,10 @@ static const struct key top_keys[] = {
      .type = KEY_MAPPING,
      .offset = offsetof(struct config, github),
      .sub = github_keys},
+    {.name = "database",
+     .type = KEY_MAPPING,
+     .offset = offsetof(struct config, database),
+     .sub = database_keys},
     {.name = "hosts",
      .type = KEY_SEQUENCE,
      .offset = offsetof(struct config, hosts),
@@ -1129,10 +1140,23 @@ static void check_pool(struct loader *l, struct config *c, size_t i)
     pool_image_manifest(l, c, &at, p);
 }
 
+static void check_database(struct loader *l, struct config *c)
+{
+    yaml_node_t at;
+    char err[256];
+    const struct config_database *db = &c->database;
+    if (db->password_file && !db->postgresql)
+        fail(l, key_at(l, "database.password_file", &at), "database.password_file",
+             "is the password of database.postgresql, which is not set");
+    if (db->postgresql && store_postgresql_conninfo_check(db->postgresql, err, sizeof(err)) < 0)
+        fail(l, key_at(l, "database.postgresql", &at), "database.postgresql", "%s", err);
+}
+
 static void check_semantics(struct loader *l, struct config *c, yaml_node_t *root)
 {
     check_top_level(l, c);
     check_github(l, c, root);
+    check_database(l, c);
     for (size_t i = 0; i < c->n_hosts; i++)
         check_host(l, c, i);
     for (size_t i = 0; i < c->n_pools; i++)
@@ -1411,7 +1435,7 @@ static void keys_diff(const struct key *keys, const void *a, const void *b, json
 /* Top-level keys a reload cannot apply: the running value stays until a restart. */
 static const char *const restart_keys[] = {
     "controller_id",       "listen", "metrics_listen", "state_dir",     "admin_socket",
-    "webhook_secret_file", "http",   "github",         "adopt_grace_s",
+    "webhook_secret_file", "http",   "github",         "adopt_grace_s", "database",
 };
 /* Host keys a reload cannot apply to a host that exists: its connection and volumes. */
 static const char *const host_restart_keys[] = {"uri", "storage_pool", "storage_dir",

@@ -167,6 +167,12 @@ struct config_lines {
     size_t n;
 };
 
+/* Where the store is: PostgreSQL when `postgresql` is set, else SQLite in state_dir. */
+struct config_database {
+    char *postgresql;    /* a postgresql:// URI or libpq's keywords, without a password */
+    char *password_file; /* NULL: libpq's own sources (PGPASSFILE, ~/.pgpass) */
+};
+
 struct config {
     char *path;
     struct config_lines lines;
@@ -187,6 +193,7 @@ struct config {
     int64_t history_retention_s; /* ended runner and job records */
     struct config_http http;
     struct config_github github;
+    struct config_database database;
     struct config_host *hosts;
     size_t n_hosts;
     struct config_pool *pools;

@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "image_manifest.h"
 #include "pool_image.h"
+#include "store_backend.h"
 #include "textbuf.h"
 
 /* What the operator should know about each VM pool's image at start and reload: no
@@ -107,6 +108,39 @@ int daemon_github_open(uv_loop_t *loop, const struct config *c, const struct git
 /* Loads and checks the config and its secret files. On failure every problem is in
  * `*ret_errors` (FILE:LINE: KEY: message lines; the caller frees). `check_github` opens
  * the App key or token too (at start; a reload keeps the running GitHub client). */
+int daemon_store_open(uv_loop_t *loop, const struct config *c, bool reach_only,
+                      struct store **ret_store, char *err, size_t err_size)
+{
+    const struct config_database *db = &c->database;
+    if (!db->postgresql)
+        return reach_only ? 0 : store_open(loop, c->state_dir, ret_store, err, err_size);
+    struct secret *secret = NULL;
+    char *password = NULL;
+    if (db->password_file) {
+        char why[256];
+        if (secret_load_file(db->password_file, &secret, why, sizeof(why)) < 0 ||
+            secret_reveal(secret, "", &password) < 0) {
+            snprintf(err, err_size, "database.password_file: %s", secret ? "out of memory" : why);
+            secret_free(secret);
+            return -EINVAL;
+        }
+        secret_free(secret);
+    }
+    int r;
+    if (reach_only) {
+        struct store_conn *conn = NULL;
+        r = store_postgresql_open(db->postgresql, password, &conn, err, err_size);
+        if (r == 0)
+            conn->backend->close(conn);
+    } else {
+        const struct store_location where = {.postgresql = db->postgresql, .password = password};
+        r = store_open_at(loop, &where, ret_store, err, err_size);
+    }
+    if (password)
+        secret_reveal_free(password);
+    return r;
+}
+
 int daemon_config_load(const char *path, bool check_github, struct config **ret_config,
                        struct secret **ret_secret, char **ret_errors)
 {
@@ -163,6 +197,11 @@ int daemon_config_load(const char *path, bool check_github, struct config **ret_
             textbuf_printf(&errors, "%s:%d: %s: %s\n", path, config_line_of(c, key), key, err);
         }
     }
+    /* The database, reached (not changed) as the start will reach it. */
+    if (check_github && c->database.postgresql &&
+        !strstr(errors.data ? errors.data : "", ": database") &&
+        daemon_store_open(NULL, c, true, NULL, err, sizeof(err)) < 0)
+        textbuf_printf(&errors, "%s:%d: database: %s\n", path, config_line_of(c, "database"), err);
     if (r == 0 && !errors.len) {
         textbuf_free(&errors);
         *ret_config = c;

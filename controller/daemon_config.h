@@ -14,10 +14,18 @@
 #include "secret.h"
 
 struct daemon;
+struct store;
+
+/* Opens the store the config names: PostgreSQL (database.postgresql, its password read
+ * from database.password_file for the connections and wiped), or SQLite in state_dir.
+ * `reach_only`: connect to PostgreSQL and close again, changing nothing (SQLite: 0). */
+int daemon_store_open(uv_loop_t *loop, const struct config *c, bool reach_only,
+                      struct store **ret_store, char *err, size_t err_size);
 
 /* Loads and checks the config and its secret files. On failure every problem is in
- * `*ret_errors` (FILE:LINE: KEY: message lines; the caller frees). `check_github` opens
- * the App key or token too (at start; a reload keeps the running GitHub client). */
+ * `*ret_errors` (FILE:LINE: KEY: message lines; the caller frees). `check_github`
+ * (--check-config) opens the App key or token too, and connects to a PostgreSQL store
+ * (the start opens both later, after the HTTP front is forked; a reload keeps them). */
 int daemon_config_load(const char *path, bool check_github, struct config **ret_config,
                        struct secret **ret_secret, char **ret_errors);
 

@@ -395,11 +395,14 @@ static int start(struct daemon *d)
     d->loop = uv_default_loop();
     /* libvirt's events run on our loop; this must precede every libvirt connection. */
     libvirt_loop_register(d->loop);
-    r = store_open(d->loop, d->config->state_dir, &d->store, err, sizeof(err));
+    r = daemon_store_open(d->loop, d->config, false, &d->store, err, sizeof(err));
     if (r < 0) {
-        log_error("daemon.store_failed", "error=\"%s\"", err);
+        log_error("daemon.store_failed", "backend=%s error=\"%s\"",
+                  d->config->database.postgresql ? "postgresql" : "sqlite", err);
         return 1;
     }
+    log_info("daemon.store_opened", "backend=%s",
+             d->config->database.postgresql ? "postgresql" : "sqlite");
     r = image_cache_new(d->loop, on_images_changed, d, &d->images);
     if (r == 0)
         r = image_cache_follow(d->images, d->config);

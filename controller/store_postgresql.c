@@ -364,6 +364,9 @@ int store_postgresql_conninfo_check(const char *conninfo, char *err, size_t err_
         snprintf(err, err_size, "not a postgresql:// URI or libpq keywords: %s",
                  msg ? msg : "out of memory");
         PQfreemem(msg);
+        size_t n = strlen(err);
+        while (n > 0 && err[n - 1] == '\n')
+            err[--n] = 0;
         return -EINVAL;
     }
     int r = 0;

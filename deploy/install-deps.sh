@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   # build
   build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
-  libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev
+  libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libpq-dev
   libyaml-dev libcurl4-openssl-dev libvirt-dev libcmocka-dev libxml2-dev libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev
   # man pages (docs/man: pandoc makes them from the docs) and the Debian packages
   pandoc debhelper lintian
@@ -30,6 +30,8 @@ packages=(
   procps
   # tests (zsh and fish: the CLI's completion in each shell; valgrind: memcheck.paths)
   zsh fish sqlite3 curl openssl ca-certificates nodejs npm prometheus python3 systemd valgrind
+  # the store's second backend: a PostgreSQL server the tests start (tests/postgresql)
+  postgresql
   # benchmarks (nginx also the TLS and HTTP/2 front of GitHub's double in e2e.release_memory)
   wrk nginx-light
 )

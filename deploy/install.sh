@@ -11,7 +11,7 @@ export DEBIAN_FRONTEND=noninteractive
 if command -v apt-get >/dev/null; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends build-essential cmake pkg-config \
-    libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libyaml-dev \
+    libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libpq-dev libyaml-dev \
     libcurl4-openssl-dev libvirt-dev libxml2-dev libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev libvirt-daemon-system qemu-utils >/dev/null
   case "$(uname -m)" in
     ppc64le) apt-get install -y -qq --no-install-recommends qemu-system-ppc >/dev/null ;;
@@ -19,7 +19,7 @@ if command -v apt-get >/dev/null; then
   esac
 elif command -v dnf >/dev/null; then
   dnf install -y gcc make cmake pkgconf-pkg-config libuv-devel http-parser-devel openssl-devel \
-    jansson-devel sqlite-devel libyaml-devel libcurl-devel libvirt-devel libxml2-devel systemd-devel \
+    jansson-devel sqlite-devel libpq-devel libyaml-devel libcurl-devel libvirt-devel libxml2-devel systemd-devel \
     libvirt-daemon-kvm qemu-img
 fi
 

@@ -52,7 +52,7 @@ trap cleanup EXIT
 
 # The build dependencies, from debian/control, for the target.
 deps=(build-essential debhelper cmake pandoc file "crossbuild-essential-$arch" "pkg-config:$arch")
-for d in libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libyaml-dev \
+for d in libuv1-dev libhttp-parser-dev libssl-dev libjansson-dev libsqlite3-dev libpq-dev libyaml-dev \
          libcurl4-openssl-dev libvirt-dev libxml2-dev libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev libcmocka-dev; do
   deps+=("$d:$arch")
 done
@@ -96,9 +96,10 @@ log "$(basename "$agent_deb"): $(stat -c %s "$agent_deb") bytes, the agent $agen
 lintian --fail-on error,warning "$deb" "$agent_deb" | tee "$out/lintian-$arch.txt" >&2 ||
   { log "lintian: errors or warnings (above)"; exit 1; }
 
-# The unit tests, as built for ARCH, under qemu-user.
+# The unit tests, as built for ARCH, under qemu-user (the store's on SQLite: a PostgreSQL
+# server is not in the build root).
 t0=$SECONDS
-if ! as_builder "$chroot_dir" "cd $src/obj-$triplet && ctest --output-on-failure -R '^unit\\.'" \
+if ! as_builder "$chroot_dir" "cd $src/obj-$triplet && ctest --output-on-failure -R '^unit\\.' -E '^unit\\.store_postgresql\$'" \
      >"$out/unit-tests-$arch.txt" 2>&1; then
   grep -E "Failed|FAILED|ERROR|error" "$out/unit-tests-$arch.txt" | head -n 40 >&2
   log "unit tests FAILED under qemu-$qemu (all of it: $out/unit-tests-$arch.txt)"

@@ -5,7 +5,8 @@
 #
 #   cluster.sh start DIR [PORT]   makes DIR/data and starts it; prints the conninfo
 #   cluster.sh stop DIR           stops it (immediately) and removes DIR
-#   cluster.sh restart DIR        stops it (fast) and starts it again, same data
+#   cluster.sh stop-server DIR    stops the server at once (as a crash would), keeping DIR:
+#                                 `start DIR` starts it again on the same data
 #   cluster.sh run DIR COMMAND…   start, run COMMAND with HATCHERY_TEST_POSTGRESQL set to
 #                                 the conninfo, stop; exits with COMMAND's status
 set -euo pipefail
@@ -47,11 +48,11 @@ stop() {
 case "${1:-}" in
   start) start "$2" "${3:-}" ;;
   stop) stop "$2" ;;
-  restart)
-    as_user "$bin/pg_ctl" -D "$2/data" -m fast -w restart >/dev/null ;;
+  stop-server)
+    as_user "$bin/pg_ctl" -D "$2/data" -m immediate -w stop >/dev/null ;;
   run)
     dir=$2; shift 2
     trap 'stop "$dir"' EXIT
     HATCHERY_TEST_POSTGRESQL=$(start "$dir") "$@" ;;
-  *) echo "usage: cluster.sh start DIR [PORT] | stop DIR | restart DIR | run DIR COMMAND..." >&2; exit 2 ;;
+  *) echo "usage: cluster.sh start DIR [PORT] | stop DIR | stop-server DIR | run DIR COMMAND..." >&2; exit 2 ;;
 esac

@@ -62,7 +62,7 @@ host_packages=(
 build_deps=(
   passwd
   build-essential debhelper cmake pkg-config pandoc file libuv1-dev libhttp-parser-dev libssl-dev
-  libjansson-dev libsqlite3-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
+  libjansson-dev libsqlite3-dev libpq-dev libyaml-dev libcurl4-openssl-dev libvirt-dev libxml2-dev
   libsystemd-dev libseccomp-dev libacl1-dev libyajl-dev libcmocka-dev
 )
 

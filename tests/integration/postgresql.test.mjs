@@ -1,0 +1,125 @@
+// hatcheryd with its store in PostgreSQL (database.postgresql): a server of the test's own
+// (tests/postgresql/cluster.sh, Debian's package), the config's checks, webhooks stored
+// and kept across a restart, and a server that goes away and comes back: the webhooks
+// meanwhile are answered 500 (GitHub sends them again), none is stored half, and the
+// redeliveries are stored once the server is back.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Daemon, HATCHERYD, ROOT_ARGS, tempDir, workflowJob, writeConfig } from './lib/daemon.mjs';
+
+const CLUSTER = new URL('../postgresql/cluster.sh', import.meta.url).pathname;
+
+function cluster(...args) {
+  const r = spawnSync(CLUSTER, args, { encoding: 'utf8' });
+  assert.equal(r.status, 0, `cluster.sh ${args.join(' ')}: ${r.stderr}`);
+  return r.stdout.trim();
+}
+
+function psql(conninfo, sql) {
+  const r = spawnSync('psql', [conninfo, '-qAt', '-c', sql], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.trim();
+}
+
+function checkConfig(dir, extra) {
+  const file = writeConfig(dir, { port: 1, extra });
+  return spawnSync(HATCHERYD, ['--check-config', file, ...ROOT_ARGS], { encoding: 'utf8' });
+}
+
+describe('the store in PostgreSQL', () => {
+  const pgDir = tempDir('hatchery-it-pg-');
+  let conninfo;
+  let d;
+  before(() => {
+    conninfo = cluster('start', pgDir);
+    d = new Daemon({ extra: `database:\n  postgresql: "${conninfo}"\n` });
+  });
+  after(async () => {
+    if (d) {
+      await d.stop();
+      d.cleanup();
+    }
+    cluster('stop', pgDir);
+  });
+
+  test('--check-config reaches the database, and says why when it cannot', () => {
+    const dir = tempDir();
+    let r = checkConfig(dir, `database:\n  postgresql: "${conninfo}"\n`);
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(psql(conninfo, "SELECT count(*) FROM pg_tables WHERE tablename = 'jobs'"), '0', 'a check changes nothing');
+
+    r = checkConfig(dir, `database:\n  postgresql: "host=${dir} user=hatchery dbname=hatchery connect_timeout=2"\n`);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /hatchery\.yaml:\d+: database: cannot connect to PostgreSQL: .*No such file or directory/);
+
+    r = checkConfig(dir, 'database:\n  postgresql: "postgresql://hatchery:hunter2@db.example/hatchery"\n');
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /database\.postgresql: holds a password: keep it out of the config/);
+    assert.doesNotMatch(r.stderr, /hunter2/);
+
+    r = checkConfig(dir, 'database:\n  postgresql: "host=x nosuchoption=1"\n');
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /database\.postgresql: not a postgresql:\/\/ URI or libpq keywords: invalid connection option "nosuchoption"/);
+
+    const passwordFile = join(dir, 'db-password');
+    writeFileSync(passwordFile, 'sesame\n');
+    chmodSync(passwordFile, 0o644);
+    r = checkConfig(dir, `database:\n  postgresql: "${conninfo}"\n  password_file: ${passwordFile}\n`);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /database: database\.password_file: .*(group|others)/);
+
+    r = checkConfig(dir, `database:\n  password_file: ${passwordFile}\n`);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /database\.password_file: is the password of database\.postgresql, which is not set/);
+  });
+
+  test('webhooks are stored in PostgreSQL, once each, and kept across a restart', async () => {
+    await d.start();
+    assert.match(d.logs, /event=daemon\.store_opened backend=postgresql/);
+    const payload = workflowJob('queued', 5000000001, ['linux.ppc64le']);
+    const first = await d.post('workflow_job', payload, { delivery: 'pg-1' });
+    assert.equal(first.status, 202, first.body);
+    const again = await d.post('workflow_job', payload, { delivery: 'pg-1' });
+    assert.equal(again.status, 200);
+    assert.match(again.body, /"duplicate":true/);
+    assert.equal(psql(conninfo, 'SELECT status FROM jobs WHERE id = 5000000001'), 'queued');
+    assert.equal(psql(conninfo, "SELECT n FROM job_counts WHERE pool = 'linux.ppc64le' AND status = 'queued'"), '1');
+    const capacity = d.cliJson('capacity');
+    assert.equal(capacity.pools.find((p) => p.pool === 'linux.ppc64le').jobs.queued, 1);
+    const { code } = await d.stop();
+    assert.equal(code, 0);
+    await d.start();
+    assert.deepEqual(d.jobs().map((j) => [j.id, j.status]), [[5000000001, 'queued']]);
+    assert.match((await d.post('workflow_job', workflowJob('in_progress', 5000000001, ['linux.ppc64le'], 'r1'))).status.toString(), /^202$/);
+    assert.equal(d.jobs()[0].status, 'in_progress');
+  });
+
+  test('a database that goes away: 500s, nothing half-stored, and the redeliveries stored once it is back', async () => {
+    cluster('stop-server', pgDir);
+    const lost = workflowJob('queued', 5000000002, ['linux.ppc64le']);
+    const res = await d.post('workflow_job', lost, { delivery: 'pg-2' });
+    assert.equal(res.status, 500, res.body);
+    assert.match(res.body, /store failed/);
+    assert.match(d.logs, /event=store\.(begin_failed|write_failed|reconnecting)/);
+    // The CLI says the store could not be read, and hatcheryd goes on.
+    const jobs = d.cli('--json', 'jobs');
+    assert.notEqual(jobs.code, 0);
+    assert.match(jobs.stderr + jobs.stdout, /store read failed/);
+    assert.equal((await d.post('workflow_job', lost, { delivery: 'pg-2' })).status, 500);
+
+    cluster('start', pgDir);
+    const back = await d.until('the redelivery stored', async () => {
+      const r = await d.post('workflow_job', lost, { delivery: 'pg-2' });
+      return r.status === 202 ? r : null;
+    }, { ms: 60000, everyMs: 500 });
+    assert.equal(back.status, 202);
+    assert.equal(psql(conninfo, 'SELECT count(*) FROM jobs WHERE id = 5000000002'), '1');
+    assert.equal(psql(conninfo, "SELECT count(*) FROM deliveries WHERE id = 'pg-2'"), '1');
+    assert.deepEqual(d.jobs().map((j) => j.id).sort(), [5000000001, 5000000002]);
+    const { code } = await d.stop();
+    assert.equal(code, 0);
+  });
+});
