@@ -256,6 +256,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: hatcheryd --config FILE [--allow-root REASON]\n"
                  "       hatcheryd --check-config FILE\n"
+                 "       hatcheryd --config FILE --import-sqlite DIR\n"
                  "       hatcheryd --version\n"
                  "\n"
                  "  -c, --config FILE        run with this configuration\n"
@@ -263,6 +264,9 @@ static void usage(FILE *out)
                  "at every start); the HTTP front drops to nobody\n"
                  "  -n, --check-config FILE  check the configuration and its secret files, "
                  "then exit 0 (valid) or 1\n"
+                 "      --import-sqlite DIR  copy the SQLite store in DIR (a state_dir; no "
+                 "hatcheryd may run on it) into the empty PostgreSQL database the config "
+                 "names, then exit\n"
                  "  -V, --version            print the version\n");
 }
 
@@ -276,7 +280,8 @@ static void on_sighup(uv_signal_t *sig, int signum)
 
 struct daemon_args {
     const char *config_path;
-    const char *root_reason; /* --allow-root's */
+    const char *root_reason;   /* --allow-root's */
+    const char *import_sqlite; /* --import-sqlite's state directory */
     bool check_only;
 };
 
@@ -288,6 +293,7 @@ static int parse_args(int argc, char **argv, struct daemon_args *a)
         {"config", required_argument, NULL, 'c'},
         {"check-config", required_argument, NULL, 'n'},
         {"allow-root", required_argument, NULL, 'R'},
+        {"import-sqlite", required_argument, NULL, 'I'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -305,6 +311,9 @@ static int parse_args(int argc, char **argv, struct daemon_args *a)
         case 'R':
             a->root_reason = optarg;
             break;
+        case 'I':
+            a->import_sqlite = optarg;
+            break;
         case 'V':
             printf("hatcheryd %s\n", HATCHERY_VERSION);
             return 0;
@@ -316,7 +325,7 @@ static int parse_args(int argc, char **argv, struct daemon_args *a)
             return 2;
         }
     }
-    if (!a->config_path || optind != argc) {
+    if (!a->config_path || optind != argc || (a->import_sqlite && a->check_only)) {
         usage(stderr);
         return 2;
     }
@@ -326,13 +335,54 @@ static int parse_args(int argc, char **argv, struct daemon_args *a)
         fprintf(stderr, "hatcheryd: --allow-root needs a reason, in words\n");
         return 2;
     }
-    if (!a->check_only && geteuid() == 0 && !a->root_reason) {
+    if (!a->check_only && !a->import_sqlite && geteuid() == 0 && !a->root_reason) {
         fprintf(stderr, "hatcheryd: refusing to run as root: run it as a user of its own (the "
                         "package's unit runs it as hatchery, in the libvirt group), or say why "
                         "it must be root with --allow-root REASON\n");
         return 1;
     }
     return -1;
+}
+
+/* --import-sqlite: the SQLite store in `dir` copied into the config's PostgreSQL one. */
+static int import_sqlite(const struct config *c, const char *dir)
+{
+    if (!c->database.postgresql) {
+        fprintf(stderr, "hatcheryd: --import-sqlite: the config names no database.postgresql "
+                        "to import into\n");
+        return 1;
+    }
+    int lock_fd = -1, r = lock_state_dir(dir, &lock_fd);
+    if (r < 0) {
+        fprintf(stderr, "hatcheryd: --import-sqlite: %s: %s\n", dir,
+                r == -EBUSY ? "a hatcheryd is running on it: stop it first" : strerror(-r));
+        return 1;
+    }
+    char path[PATH_MAX], err[PATH_MAX + 512];
+    snprintf(path, sizeof(path), "%s/hatchery.db", dir);
+    struct store *source = NULL, *target = NULL;
+    json_t *counts = NULL;
+    if (access(path, R_OK) < 0) {
+        snprintf(err, sizeof(err), "%s: %s", path, strerror(errno));
+        r = -ENOENT;
+    } else if ((r = store_open(NULL, dir, &source, err, sizeof(err))) == 0 &&
+               (r = daemon_store_open(NULL, c, false, &target, err, sizeof(err))) == 0) {
+        r = store_import(target, source, &counts, err, sizeof(err));
+    }
+    store_close(target);
+    store_close(source);
+    close(lock_fd);
+    if (r < 0) {
+        fprintf(stderr, "hatcheryd: --import-sqlite: %s\n", err);
+        json_decref(counts);
+        return 1;
+    }
+    char *text = json_dumps(counts, JSON_COMPACT | JSON_SORT_KEYS);
+    printf("imported %s into PostgreSQL: %s\n", path, text ? text : "?");
+    log_info("store.imported", "from=%s counts=%s", path, text ? text : "?");
+    free(text);
+    json_decref(counts);
+    return 0;
 }
 
 /* What start() got done before it failed, undone as far as a process about to exit needs:
@@ -523,6 +573,12 @@ int main(int argc, char **argv)
                            &load_errors) < 0) {
         fputs(load_errors ? load_errors : "cannot load the config\n", stderr);
         return 1;
+    }
+    if (args.import_sqlite) {
+        int code = import_sqlite(d.config, args.import_sqlite);
+        secret_free(d.webhook_secret);
+        config_free(d.config);
+        return code;
     }
     if (args.check_only) {
         printf("%s: OK (%zu hosts, %zu pools)\n", args.config_path, d.config->n_hosts,

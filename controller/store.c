@@ -420,6 +420,14 @@ int store_sql_group_submit(struct store *s, json_t *statements, store_write_cb c
     return r;
 }
 
+int store_sql_group_apply_sync(struct store *s, json_t *statements)
+{
+    struct pending_write w = {.kind = WRITE_GROUP, .params = statements};
+    apply_batch(s, &w);
+    json_decref(statements);
+    return w.result;
+}
+
 int store_sql_apply_sync(struct store *s, const char *sql, json_t *params)
 {
     struct pending_write w = {.kind = WRITE_SQL, .sql = (char *)sql, .params = params};

@@ -67,6 +67,16 @@ int store_sql_submit(struct store *store, const char *sql, json_t *params, store
 int store_sql_group_submit(struct store *store, json_t *statements, store_write_cb cb, void *data);
 /* The same, now, on the calling thread (start-up, tests). */
 int store_sql_apply_sync(struct store *store, const char *sql, json_t *params);
+/* store_sql_group_submit's, now, in a transaction of its own. */
+int store_sql_group_apply_sync(struct store *store, json_t *statements);
+
+/* Copies every record of `source` (a SQLite site's store) into `target` (an empty
+ * PostgreSQL one), both opened without a loop: deliveries, jobs, runners, hosts and scale
+ * sets, a page of rows per transaction, each table's count checked on both sides after,
+ * and the runners' next id kept. `*ret_counts`: rows copied by table, and the next runner
+ * id. Refuses (-EEXIST) a target that holds any record. */
+int store_import(struct store *target, struct store *source, json_t **ret_counts, char *err,
+                 size_t err_size);
 
 /* ---- reads --------------------------------------------------------------------------------
  * A read runs off the loop, on a worker with the store's reader; `cb` gets its answer on

@@ -2,13 +2,20 @@
 // (tests/postgresql/cluster.sh, Debian's package), the config's checks, webhooks stored
 // and kept across a restart, and a server that goes away and comes back: the webhooks
 // meanwhile are answered 500 (GitHub sends them again), none is stored half, and the
-// redeliveries are stored once the server is back.
+// redeliveries are stored once the server is back. And a SQLite site moved into it with
+// one command, every record kept.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Daemon, HATCHERYD, ROOT_ARGS, tempDir, workflowJob, writeConfig } from './lib/daemon.mjs';
+
+function sqlite(db, sql) {
+  const r = spawnSync('sqlite3', [db, sql], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.trim();
+}
 
 const CLUSTER = new URL('../postgresql/cluster.sh', import.meta.url).pathname;
 
@@ -121,5 +128,53 @@ describe('the store in PostgreSQL', () => {
     assert.deepEqual(d.jobs().map((j) => j.id).sort(), [5000000001, 5000000002]);
     const { code } = await d.stop();
     assert.equal(code, 0);
+  });
+
+  test('a SQLite site moves into PostgreSQL with one command, every job and runner kept', async () => {
+    const site = new Daemon();
+    await site.start();
+    for (const [i, action] of [[1, 'queued'], [2, 'queued'], [3, 'completed']])
+      assert.equal((await site.post('workflow_job', workflowJob(action, 6000000000 + i, ['linux.ppc64le']))).status, 202);
+    const siteJobs = site.jobs().map((j) => [j.id, j.status]).sort();
+    const state = join(site.dir, 'state');
+    const moved = `${conninfo.replace(/dbname=\S+/, '')} dbname=moved`;
+    psql(conninfo, 'CREATE DATABASE moved');
+    const config = writeConfig(tempDir(), { port: 1, extra: `database:\n  postgresql: "${moved}"\n` });
+    const importSqlite = () => spawnSync(HATCHERYD, ['--config', config, '--import-sqlite', state], { encoding: 'utf8' });
+
+    let r = importSqlite();
+    assert.equal(r.status, 1, 'an import beside a running hatcheryd');
+    assert.match(r.stderr, /a hatcheryd is running on it: stop it first/);
+    assert.equal((await site.stop()).code, 0);
+    // Runner records as an earlier run left them: two ended, and the sequence at 5 (the
+    // records of ids 3 to 5 pruned since).
+    const now = Date.now();
+    sqlite(site.db, `INSERT INTO runners(id, name, pool, host, state, vcpus, memory_mib, created_at, updated_at, reason)
+      VALUES (1, 'hatchery-it-1', 'linux.ppc64le', 'host-a', 'deleted', 2, 4096, ${now}, ${now}, 'idle too long'),
+             (2, 'hatchery-it-2', 'linux.ppc64le', 'host-a', 'failed', 2, 4096, ${now}, ${now}, 'boot timeout');
+      UPDATE sqlite_sequence SET seq = 5 WHERE name = 'runners';`);
+
+    r = importSqlite();
+    assert.equal(r.status, 0, r.stderr);
+    const counts = JSON.parse(/: (\{.*\})$/m.exec(r.stdout)[1]);
+    assert.deepEqual(counts, { deliveries: 3, hosts: 0, jobs: 3, next_runner_id: 6, runners: 2, scale_set_jobs: 0, scale_sets: 0 });
+    r = importSqlite();
+    assert.equal(r.status, 1, 'a second import into the same database');
+    assert.match(r.stderr, /the target already holds deliveries: refusing to mix two sites' records/);
+
+    // hatcheryd on the moved store: the same jobs, counted, and the runner records.
+    const pgSite = new Daemon({ dir: site.dir, extra: `database:\n  postgresql: "${moved}"\n` });
+    await pgSite.start();
+    try {
+      assert.deepEqual(pgSite.jobs().map((j) => [j.id, j.status]).sort(), siteJobs);
+      assert.equal(pgSite.cliJson('capacity').pools.find((p) => p.pool === 'linux.ppc64le').jobs.queued, 2);
+      const runners = pgSite.cliJson('runners', '--all').runners.map((x) => [x.name, x.state]).sort();
+      assert.deepEqual(runners, [['hatchery-import-5', 'deleted'], ['hatchery-it-1', 'deleted'], ['hatchery-it-2', 'failed']]);
+      // The same delivery again is still a duplicate: the deliveries came too.
+      assert.equal(psql(moved, 'SELECT count(*) FROM deliveries'), '3');
+    } finally {
+      assert.equal((await pgSite.stop()).code, 0);
+      pgSite.cleanup();
+    }
   });
 });
