@@ -145,6 +145,19 @@ static char *listed_ids(const char *ids_text, json_t *params)
     return sql.data ? textbuf_steal(&sql, &len) : strdup("");
 }
 
+/* job_refs() with a statement made for the call (taken; NULL: out of memory). */
+static int job_refs_of(struct store *store, const void *owner, char *sql, json_t *params,
+                       store_job_refs_cb cb, void *data)
+{
+    if (!sql) {
+        json_decref(params);
+        return -ENOMEM;
+    }
+    int r = job_refs(store, owner, sql, params, cb, data);
+    free(sql);
+    return r;
+}
+
 int store_jobs_queued_unlisted(struct store *store, const void *owner, const char *repo,
                                int64_t before_ms, const char *listed, int limit,
                                store_job_refs_cb cb, void *data)
@@ -158,13 +171,7 @@ int store_jobs_queued_unlisted(struct store *store, const void *owner, const cha
                          with, with[0] ? "AND id NOT IN (SELECT id FROM listed)" : "") < 0)
         sql = NULL;
     free(with);
-    if (!sql) {
-        json_decref(params);
-        return -ENOMEM;
-    }
-    int r = job_refs(store, owner, sql, params, cb, data);
-    free(sql);
-    return r;
+    return job_refs_of(store, owner, sql, params, cb, data);
 }
 
 int store_job_ids_unknown(struct store *store, const void *owner, const char *ids,
@@ -181,13 +188,7 @@ int store_job_ids_unknown(struct store *store, const void *owner, const char *id
         sql = strdup("SELECT id FROM jobs WHERE 1 = 0"); /* none listed: none unknown */
     }
     free(with);
-    if (!sql) {
-        json_decref(params);
-        return -ENOMEM;
-    }
-    int r = job_refs(store, owner, sql, params, cb, data);
-    free(sql);
-    return r;
+    return job_refs_of(store, owner, sql, params, cb, data);
 }
 
 int store_jobs_prune(struct store *store, int64_t before_ms)

@@ -7,6 +7,8 @@
 # With `scaleset`, the jobs come through one runner scale set instead of webhooks: queued
 # at once on the double's Actions-service stand-in, long-polled by hatcheryd in messages of
 # at most 50, each committed and acknowledged, and every JIT config asked of the service.
+# With HATCHERY_BENCH_STORE=postgresql the store is a PostgreSQL server of the benchmark's
+# own (tests/postgresql/cluster.sh, fsync on), not SQLite in state_dir.
 # usage: tests/bench/scale_bench.sh [JOBS] [HOSTS] [webhook|scaleset]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +28,7 @@ cleanup() {
   set +e # every step runs, whatever the one before it (hatcheryd may be dead already)
   [ -z "${pid:-}" ] || kill "$pid" 2>/dev/null
   wait 2>/dev/null
+  [ "${HATCHERY_BENCH_STORE:-sqlite}" != postgresql ] || tests/postgresql/cluster.sh stop "$work/pg"
   [ -n "${SCALE_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -57,6 +60,11 @@ port=$(node -e 's=require("net").createServer().listen(0,"127.0.0.1",()=>{consol
   [ "$via" = webhook ] || scale_set="scale_set: scale, "
   echo "  - {name: scale, labels: [scale], ${scale_set}arch: s390x, image: /default-pool/base.qcow2, vcpus: 1, memory_mib: 64, disk_mib: 64, network: none, max_runners: $jobs, boot_timeout_s: 3600}"
 } > "$work/hatchery.yaml"
+if [ "${HATCHERY_BENCH_STORE:-sqlite}" = postgresql ]; then
+  chmod 711 "$work"
+  printf 'database:\n  postgresql: "%s"\n' "$(tests/postgresql/cluster.sh start "$work/pg")" >>"$work/hatchery.yaml"
+fi
+echo "store: ${HATCHERY_BENCH_STORE:-sqlite}"
 # test:///default is one instance per process, shared by every connection to it; a
 # test driver given a file is private to its connection: 20 files are 20 hosts.
 for i in $(seq "$hosts"); do

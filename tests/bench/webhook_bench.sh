@@ -6,10 +6,16 @@
 # the same rows committed durably by SQLite alone (durable_commit.py). Finally checks that every
 # delivery answered 2xx is in the store. It prints figures; it asserts nothing about time.
 #
-# usage: tests/bench/webhook_bench.sh [SECONDS]   (default 10 per run)
+# With --postgresql the store is a PostgreSQL server of the benchmark's own (Debian's, a
+# cluster in the work directory, fsync on), and the floor is pgbench committing the same
+# rows alone.
+#
+# usage: tests/bench/webhook_bench.sh [--postgresql] [SECONDS]   (default 10 per run)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
+backend=sqlite
+[ "${1:-}" != --postgresql ] || { backend=postgresql; shift; }
 secs=${1:-10}
 ./deploy/install-deps.sh >/dev/null
 [ -d tests/node_modules/@octokit ] || (cd tests && npm ci --no-audit --no-fund --loglevel=error)
@@ -22,6 +28,7 @@ cleanup() {
   [ -n "${daemon_pid:-}" ] && kill "$daemon_pid" 2>/dev/null || true
   [ -f "$work/nginx.pid" ] && kill "$(cat "$work/nginx.pid")" 2>/dev/null || true
   wait 2>/dev/null || true
+  [ "$backend" != postgresql ] || tests/postgresql/cluster.sh stop "$work/pg"
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -52,6 +59,12 @@ hosts:
 pools:
   - {name: linux.ppc64le, labels: [linux.ppc64le], arch: ppc64le, image: /x.qcow2, max_runners: 8}
 YAML
+if [ "$backend" = postgresql ]; then
+  chmod 711 "$work"
+  conninfo=$(tests/postgresql/cluster.sh start "$work/pg")
+  printf 'database:\n  postgresql: "%s"\n' "$conninfo" >>"$work/hatchery.yaml"
+fi
+echo "store: $backend"
 # One nginx worker: the same single event loop hatcheryd has.
 cat > "$work/nginx.conf" <<NGINX
 worker_processes 1;
@@ -107,8 +120,25 @@ total_2xx=$(( total_2xx + $(field "$h" requests) - $(field "$h" non2xx) ))
 # The floor under those figures: a delivery's rows committed to SQLite as the store commits
 # them (hatcheryd's own schema, WAL, synchronous=FULL), one at a time, with nothing else:
 # what this disk allows a durable answer.
-f=$(python3 tests/bench/durable_commit.py "$work/state/hatchery.db" "$work" "$secs")
-printf '%-26s %10s %9s %9s %8s\n' "durable commit alone" "$(field "$f" commits_per_s)" "$(field "$f" p50_ms)" "$(field "$f" p99_ms)" "-"
+if [ "$backend" = postgresql ]; then
+  # The same two statements a delivery makes, one transaction at a time, by pgbench.
+  cat >"$work/commit.sql" <<'SQL'
+\set id random(1, 9000000000000)
+BEGIN;
+INSERT INTO deliveries(id, event, received_at, body_sha256) VALUES ('pgbench-' || :id, 'workflow_job', 1, NULL) ON CONFLICT DO NOTHING;
+INSERT INTO jobs(id, run_id, repository, labels, pool, status, status_rank, queued_at, updated_at) VALUES (:id + 1000000000000, 1, 'pytorch/pytorch', '["linux.ppc64le"]', 'linux.ppc64le', 'queued', 1, 1, 1) ON CONFLICT (id) DO NOTHING;
+COMMIT;
+SQL
+  pgbench=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)/pgbench
+  out=$(runuser -u postgres -- "$pgbench" -n -c 1 -T "$secs" -r -f "$work/commit.sql" "$conninfo" 2>&1)
+  tps=$(awk '/^tps = / {print $3}' <<<"$out")
+  lat=$(awk '/^latency average = / {print $4}' <<<"$out")
+  f=$(node -e "console.log(JSON.stringify({commits_per_s: (+process.argv[1]).toFixed(0), p50_ms: process.argv[2], p99_ms: process.argv[2]}))" "$tps" "$lat")
+  printf '%-26s %10s %9s %9s %8s\n' "pgbench commit alone" "$(field "$f" commits_per_s)" "$(field "$f" p50_ms)" "(avg)" "-"
+else
+  f=$(python3 tests/bench/durable_commit.py "$work/state/hatchery.db" "$work" "$secs")
+  printf '%-26s %10s %9s %9s %8s\n' "durable commit alone" "$(field "$f" commits_per_s)" "$(field "$f" p50_ms)" "$(field "$f" p99_ms)" "-"
+fi
 echo "hatcheryd c=1 / durable commits alone: $(node -e "console.log((process.argv[1] / process.argv[2]).toFixed(3))" "$c1_ok_rps" "$(field "$f" commits_per_s)"); paced p99 / a durable commit's p99: $(node -e "console.log((process.argv[1] / process.argv[2]).toFixed(2))" "$(field "$h" p99_ms)" "$(field "$f" p99_ms)")"
 
 # A flood of bad signatures (1 MiB bodies over 4 connections, from one address: what anyone
@@ -142,7 +172,11 @@ echo "flood deliveries hashed (401): $(awk -F' ' '/result="unauthorized"/ {print
 # Durability: every 2xx answer was a commit of a new delivery (no id is sent twice), so
 # the store must hold at least as many deliveries as 2xx answers wrk counted.
 metrics=$(curl -s "http://127.0.0.1:$port_h/metrics")
-stored=$(sqlite3 "$work/state/hatchery.db" "select count(*) from deliveries")
+if [ "$backend" = postgresql ]; then
+  stored=$(psql "$conninfo" -qAt -c "select count(*) from deliveries where id not like 'pgbench-%'")
+else
+  stored=$(sqlite3 "$work/state/hatchery.db" "select count(*) from deliveries")
+fi
 commits=$(awk '/^hatchery_store_commits_total/ {print $2}' <<<"$metrics")
 writes=$(awk '/^hatchery_store_writes_total/ {print $2}' <<<"$metrics")
 echo "2xx answers: $total_2xx; deliveries in the store: $stored; $writes writes in $commits commits ($(node -e "console.log(($writes/$commits).toFixed(1))") per fsync)"
