@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,9 @@ struct store {
      * by a worker during a batch of reads, either at start-up on the calling thread. */
     struct store_conn *writer;
     struct store_conn *reader;
+    /* Each held while its connection runs statements: a start-up or test read on the
+     * calling thread never meets a worker's batch on the same connection. */
+    pthread_mutex_t writer_lock, reader_lock;
 
     struct pending_write *queue_head, *queue_tail;
     size_t queue_len;
@@ -106,6 +110,8 @@ int store_open_at(uv_loop_t *loop, const struct store_location *where, struct st
         return -ENOMEM;
     }
     s->loop = loop;
+    pthread_mutex_init(&s->writer_lock, NULL);
+    pthread_mutex_init(&s->reader_lock, NULL);
     /* Two connections: the writer migrates first, so the reader finds the schema made. */
     int r = 0;
     for (int i = 0; i < 2 && r == 0; i++) {
@@ -119,6 +125,8 @@ int store_open_at(uv_loop_t *loop, const struct store_location *where, struct st
     if (r < 0) {
         conn_close(s->reader);
         conn_close(s->writer);
+        pthread_mutex_destroy(&s->writer_lock);
+        pthread_mutex_destroy(&s->reader_lock);
         free(s);
         return r;
     }
@@ -249,7 +257,7 @@ static int apply_write(struct store *s, struct pending_write *w)
 
 /* One transaction for the whole batch; a savepoint per write keeps one bad write from
  * sinking the others. */
-static void apply_batch(struct store *s, struct pending_write *batch)
+static void apply_batch_locked(struct store *s, struct pending_write *batch)
 {
     struct store_conn *c = s->writer;
     if (exec_on(c, c->backend->begin_sql, NULL, NULL) < 0) {
@@ -271,6 +279,13 @@ static void apply_batch(struct store *s, struct pending_write *batch)
         for (struct pending_write *w = batch; w; w = w->next)
             w->result = -EIO;
     }
+}
+
+static void apply_batch(struct store *s, struct pending_write *batch)
+{
+    pthread_mutex_lock(&s->writer_lock);
+    apply_batch_locked(s, batch);
+    pthread_mutex_unlock(&s->writer_lock);
 }
 
 static void batch_work_cb(uv_work_t *work)
@@ -437,17 +452,20 @@ int store_sql_apply_sync(struct store *s, const char *sql, json_t *params)
 }
 
 /* A read on `c`, on the calling thread: rows as objects keyed by column name, or NULL. */
-static json_t *run_query(struct store_conn *c, const char *sql, json_t *params)
+static json_t *run_query(struct store *s, const char *sql, json_t *params)
 {
+    struct store_conn *c = s->reader;
+    pthread_mutex_lock(&s->reader_lock);
     json_t *rows = c->backend->query(c, sql, params);
     if (!rows)
         log_error("store.query_failed", "error=\"%s\"", c->backend->errmsg(c));
+    pthread_mutex_unlock(&s->reader_lock);
     return rows;
 }
 
 json_t *store_query_sync(struct store *s, const char *sql, json_t *params)
 {
-    json_t *rows = run_query(s->reader, sql, params);
+    json_t *rows = run_query(s, sql, params);
     json_decref(params);
     return rows;
 }
@@ -471,7 +489,7 @@ static void reads_work_cb(uv_work_t *work)
     struct store *s = work->data;
     uint64_t started = uv_hrtime();
     for (struct pending_read *r = s->read_batch; r; r = r->next)
-        r->rows = run_query(s->reader, r->sql, r->params);
+        r->rows = run_query(s, r->sql, r->params);
     s->read_batch_ns = uv_hrtime() - started;
 }
 
@@ -534,7 +552,7 @@ int store_read_as(struct store *s, const void *owner, const char *sql, json_t *p
     r->data = data;
     if (!s->loop) {
         /* No loop (tests, tools): answered now. */
-        r->rows = run_query(s->reader, sql, params);
+        r->rows = run_query(s, sql, params);
         s->stats.reads++;
         pending_read_answer(r);
         return 0;
@@ -631,6 +649,8 @@ void store_close(struct store *s)
         uv_close((uv_handle_t *)&s->flush_idle, NULL);
     conn_close(s->reader);
     conn_close(s->writer);
+    pthread_mutex_destroy(&s->writer_lock);
+    pthread_mutex_destroy(&s->reader_lock);
     /* The idle handle's memory must outlive its close: the loop runs once more. */
     if (s->loop)
         uv_run(s->loop, UV_RUN_NOWAIT);
