@@ -10,6 +10,7 @@
 
 #include "daemon.h"
 #include "guest_isolation.h"
+#include "store_backend.h"
 #include "job.h"
 #include "image_cache.h"
 #include "pool_image.h"
@@ -333,6 +334,10 @@ static void store_metrics(struct textbuf *b, struct daemon *d)
 {
     struct store_stats ss;
     store_stats_get(d->store, &ss);
+    header(b, "hatchery_store_backend_info", "gauge",
+           "The store's database: sqlite (in state_dir) or postgresql (database:).");
+    textbuf_printf(b, "hatchery_store_backend_info{backend=\"%s\"} 1\n",
+                   store_dialect_names[store_dialect(d->store)]);
     counter(b, "hatchery_store_commits_total", "Group commits to the store.", ss.commits);
     header(b, "hatchery_store_commit_seconds_total", "counter",
            "Time spent applying and committing batches (fsync included).");

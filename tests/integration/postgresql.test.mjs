@@ -9,7 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { Daemon, HATCHERYD, ROOT_ARGS, tempDir, workflowJob, writeConfig } from './lib/daemon.mjs';
+import { Daemon, HATCHERYD, ROOT_ARGS, request, tempDir, workflowJob, writeConfig } from './lib/daemon.mjs';
 
 function sqlite(db, sql) {
   const r = spawnSync('sqlite3', [db, sql], { encoding: 'utf8' });
@@ -86,6 +86,7 @@ describe('the store in PostgreSQL', () => {
   test('webhooks are stored in PostgreSQL, once each, and kept across a restart', async () => {
     await d.start();
     assert.match(d.logs, /event=daemon\.store_opened backend=postgresql/);
+    assert.match((await request(d.port, { path: '/metrics' })).body, /^hatchery_store_backend_info\{backend="postgresql"\} 1$/m);
     const payload = workflowJob('queued', 5000000001, ['linux.ppc64le']);
     const first = await d.post('workflow_job', payload, { delivery: 'pg-1' });
     assert.equal(first.status, 202, first.body);
