@@ -351,9 +351,9 @@ static void note_isolation(struct scheduler *s, const struct host_view *views)
     }
 }
 
-/* `queue_rows`: the store's count of queued jobs (store_jobs_queue_read), NULL when it
- * could not be read. */
-static void tick(struct scheduler *s, json_t *queue_rows)
+/* The part of a tick that needs no count of the queue: true when demand is to be counted
+ * (GitHub is configured and an earlier process's runners are recovered). */
+static bool tick_begin(struct scheduler *s)
 {
     const struct config *c = cfg(s);
     check_heartbeats(s);
@@ -362,10 +362,9 @@ static void tick(struct scheduler *s, json_t *queue_rows)
         s->rotated_ms = wall_clock_ms();
         scheduler_rotate(s, NULL, NULL); /* their replacements are made below, this tick */
     }
-    /* The provider is asked once per host for the whole tick. */
     struct host_view *views = host_views(s);
     if (!views)
-        return; /* out of memory: the next tick tries again */
+        return false; /* out of memory: the next tick tries again */
     note_isolation(s, views);
     if (!reconcile_recovered(s->rec) && hosts_settled(s, views))
         reconcile_recover(s->rec); /* as soon as every host's first connection has been tried;
@@ -374,15 +373,30 @@ static void tick(struct scheduler *s, json_t *queue_rows)
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "GitHub is not configured");
         free(views);
-        return;
+        return false;
     }
     if (!reconcile_recovered(s->rec)) {
         /* An earlier hatcheryd's runners are not counted yet: wait for reconcile_recover(). */
         for (size_t p = 0; p < c->n_pools; p++)
             snprintf(s->why[p], sizeof(s->why[p]), "recovering the runners of before the restart");
         free(views);
-        return;
+        return false;
     }
+    free(views);
+    return true;
+}
+
+/* The rest of a tick, with the store's count of queued jobs (store_jobs_queue_read's rows;
+ * NULL when it could not be read). */
+static void tick_demand(struct scheduler *s, json_t *queue_rows)
+{
+    const struct config *c = cfg(s);
+    if (!gh(s) || !reconcile_recovered(s->rec))
+        return; /* a stop or a reload since the tick began */
+    /* The provider is asked once per host for the rest of the tick. */
+    struct host_view *views = host_views(s);
+    if (!views)
+        return; /* out of memory: the next tick tries again */
     struct store_pool_queue *queue = calloc(c->n_pools + 1, sizeof(*queue));
     if (!queue || store_jobs_queue_by_pool(queue_rows, c, queue) < 0) {
         free(queue);
@@ -503,15 +517,16 @@ static void on_queue_counted(void *data, json_t *rows)
 {
     struct scheduler *s = data;
     s->counting = false;
-    tick(s, rows);
+    tick_demand(s, rows);
     if (s->tick_again) {
         s->tick_again = false;
         scheduler_recount(s);
     }
 }
 
-/* Each tick starts with the store's count of queued jobs (read off the loop), and runs
- * when it comes. */
+/* A tick: what needs no count now, then, when demand is to be counted, the store's count
+ * of queued jobs (read off the loop) and the rest once it comes. A tick asked for while the
+ * count is on its way runs after it. */
 static void on_tick(uv_timer_t *t)
 {
     struct scheduler *s = t->data;
@@ -520,9 +535,8 @@ static void on_tick(uv_timer_t *t)
         s->tick_again = true;
         return;
     }
-    s->counting = store_jobs_queue_read(s->deps.store, s, on_queue_counted, s) == 0;
-    if (!s->counting)
-        tick(s, NULL); /* the store is closing or full: all but the count */
+    if (tick_begin(s))
+        s->counting = store_jobs_queue_read(s->deps.store, s, on_queue_counted, s) == 0;
 }
 
 void scheduler_kick(struct scheduler *s)
