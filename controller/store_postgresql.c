@@ -137,6 +137,7 @@ static const char *const later[] = {NULL};
 struct pg_conn {
     struct store_conn conn;
     PGconn *pg;
+    bool broken; /* a statement found the connection lost: reset before the next */
     char error[512];
 };
 
@@ -156,14 +157,25 @@ static void set_error(struct pg_conn *c, const char *msg)
 /* A connection found broken gets one reset before the next statement. */
 static bool usable(struct pg_conn *c)
 {
-    if (PQstatus(c->pg) == CONNECTION_OK)
+    if (PQstatus(c->pg) == CONNECTION_OK && !c->broken)
         return true;
+    c->broken = false;
     log_warn("store.reconnecting", "backend=postgresql error=\"%s\"", PQerrorMessage(c->pg));
     PQreset(c->pg);
     if (PQstatus(c->pg) == CONNECTION_OK)
         return true;
     set_error(c, PQerrorMessage(c->pg));
     return false;
+}
+
+/* Whether a statement failed because the connection is gone: an error libpq made itself
+ * (no SQLSTATE), a connection exception (class 08), or the server shutting down (57P). */
+static bool connection_lost(PGconn *pg, const PGresult *res)
+{
+    if (PQstatus(pg) != CONNECTION_OK)
+        return true;
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    return !state || strncmp(state, "08", 2) == 0 || strncmp(state, "57P", 3) == 0;
 }
 
 /* `sql` with ?N written as $N (outside quoted text): the one placeholder spelling both
@@ -211,12 +223,20 @@ static PGresult *run(struct pg_conn *c, const char *sql, json_t *params, ExecSta
             values[i] = json_string_value(v); /* its type from where it is used */
         }
     }
-    res = params ? PQexecParams(c->pg, text, (int)n, types, values, NULL, NULL, 0)
-                 : PQexec(c->pg, text);
-    if (PQresultStatus(res) != want) {
+    /* A statement outside a transaction that finds the connection lost (the server
+     * restarted since the last one) runs again, once, on a new connection. */
+    for (int attempt = 0;; attempt++) {
+        bool alone = PQtransactionStatus(c->pg) == PQTRANS_IDLE;
+        res = params ? PQexecParams(c->pg, text, (int)n, types, values, NULL, NULL, 0)
+                     : PQexec(c->pg, text);
+        if (PQresultStatus(res) == want)
+            break;
         set_error(c, res ? PQresultErrorMessage(res) : PQerrorMessage(c->pg));
+        c->broken = connection_lost(c->pg, res);
         PQclear(res);
         res = NULL;
+        if (!c->broken || !alone || attempt > 0 || !usable(c))
+            break;
     }
 out:
     free(text);
@@ -381,6 +401,18 @@ int store_postgresql_conninfo_check(const char *conninfo, char *err, size_t err_
     return r;
 }
 
+/* The server's notices (a shutdown's warning, say) as log lines, not bare stderr. */
+static void on_notice(void *data, const char *message)
+{
+    (void)data;
+    char text[512];
+    snprintf(text, sizeof(text), "%s", message);
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n')
+        text[--n] = 0;
+    log_warn("store.notice", "backend=postgresql text=\"%s\"", text);
+}
+
 int store_postgresql_open(const char *conninfo, const char *password, struct store_conn **ret,
                           char *err, size_t err_size)
 {
@@ -404,6 +436,8 @@ int store_postgresql_open(const char *conninfo, const char *password, struct sto
                           NULL};
     const char *values[] = {"10", "hatcheryd", "10", "5", "3", "20000", conninfo, password, NULL};
     c->pg = PQconnectdbParams(keys, values, 1);
+    if (c->pg)
+        PQsetNoticeProcessor(c->pg, on_notice, c);
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
         snprintf(err, err_size, "cannot connect to PostgreSQL: %s",
                  c->pg ? PQerrorMessage(c->pg) : "out of memory");
