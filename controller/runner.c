@@ -1076,6 +1076,16 @@ const char *runner_host(const struct runner *r)
     return r->host;
 }
 
+int runner_exit_code(const struct runner *r)
+{
+    return r->exit_code;
+}
+
+const char *runner_reason(const struct runner *r)
+{
+    return r->reason;
+}
+
 const struct config_pool *runner_pool(const struct runner *r)
 {
     return r->pool;

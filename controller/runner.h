@@ -85,6 +85,10 @@ enum runner_state runner_state_get(const struct runner *r);
 bool runner_live(const struct runner *r);
 const char *runner_name(const struct runner *r);
 const char *runner_host(const struct runner *r);
+/* How it ended, as its record will say: the runner's exit code (-1: none yet) and the
+ * reason ("": none). */
+int runner_exit_code(const struct runner *r);
+const char *runner_reason(const struct runner *r);
 /* The pool settings it was made with (a reload does not change them). */
 const struct config_pool *runner_pool(const struct runner *r);
 /* The build of its pool's image it booted (image_manifest_id), or "". */

@@ -666,9 +666,14 @@ json_t *scheduler_runners_json(struct scheduler *s, json_t *rows)
         struct runner *r =
             runners_find(s->runners, json_string_value(json_object_get(row, "name")));
         const char *stored = json_string_value(json_object_get(row, "state"));
-        if (r)
+        if (r) {
+            /* What memory knows of its end too: the read may have run before its commit. */
             json_object_set_new(row, "state", json_string(runner_state_names[runner_state_get(r)]));
-        else if (stored && strcmp(stored, "deleted") != 0 && strcmp(stored, "failed") != 0)
+            if (runner_exit_code(r) >= 0)
+                json_object_set_new(row, "exit_code", json_integer(runner_exit_code(r)));
+            if (runner_reason(r)[0])
+                json_object_set_new(row, "reason", json_string(runner_reason(r)));
+        } else if (stored && strcmp(stored, "deleted") != 0 && strcmp(stored, "failed") != 0)
             /* A record from before a restart that the reconciler has not repaired yet. */
             json_object_set_new(row, "state", json_string("recovering"));
     }

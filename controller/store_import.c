@@ -66,6 +66,7 @@ int store_import(struct store *target, struct store *source, json_t **ret_counts
                  size_t err_size)
 {
     *ret_counts = NULL;
+    err[0] = 0;
     for (size_t t = 0; t < N_TABLES; t++) {
         int64_t n = count_of(target, tables[t].table);
         if (n != 0) {
@@ -107,9 +108,11 @@ int store_import(struct store *target, struct store *source, json_t **ret_counts
                 json_array_append_new(group, insert_of(table, row));
             }
             /* One transaction per page: all of it or none. */
-            int r = json_array_size(group) == json_array_size(rows)
-                        ? store_sql_group_apply_sync(target, group)
-                        : -ENOMEM;
+            int r = -ENOMEM;
+            if (json_array_size(group) == json_array_size(rows))
+                r = store_sql_group_apply_sync(target, group); /* takes the group */
+            else
+                json_decref(group);
             if (r < 0) {
                 json_decref(rows);
                 snprintf(err, err_size, "cannot write %s into the target (%lld copied)", table,

@@ -25,7 +25,7 @@ static int handled;
 
 /* What hatcheryd checks of a request before any handler (admin_protocol.h's table): the
  * command, and that each key is one a form of it sends. The answer echoes the command. */
-static json_t *on_request(struct admin_server *s, json_t *request)
+static void on_request(struct admin_server *s, struct admin_conn *conn, json_t *request)
 {
     (void)s;
     handled++;
@@ -40,8 +40,9 @@ static json_t *on_request(struct admin_server *s, json_t *request)
             !admin_key_allowed(command, key))
             refused++;
     }
-    return json_pack("{s:b, s:O?, s:i}", "ok", command < ADMIN_COMMAND_MAX && !refused, "cmd", cmd,
-                     "refused_keys", refused);
+    admin_conn_answer(conn,
+                      json_pack("{s:b, s:O?, s:i}", "ok", command < ADMIN_COMMAND_MAX && !refused,
+                                "cmd", cmd, "refused_keys", refused));
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -1,6 +1,6 @@
 // Test harness: runs the real hatcheryd binary on loopback with a temporary config, state
 // directory and secret, and talks to it with node's own HTTP client and the real CLI.
-import { spawn, spawnSync } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
 import { chmodSync, closeSync, mkdtempSync, openSync, readFileSync, readSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
@@ -137,6 +137,18 @@ export class Daemon {
     const r = this.cli('--json', ...args);
     if (r.code !== 0) throw new Error(`hatchery ${args.join(' ')} exited ${r.code}: ${r.stderr}`);
     return JSON.parse(r.stdout);
+  }
+
+  // The same without blocking node's loop meanwhile: for a watcher polling while the test
+  // sends requests (a blocking call holds them back, and a slow answer then makes them
+  // late).
+  cliJsonAsync(...args) {
+    return new Promise((resolve, reject) => {
+      execFile(HATCHERY_CLI, ['--socket', this.socket, '--json', ...args], { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 }, (err, stdout, stderr) => {
+        if (err) reject(new Error(`hatchery ${args.join(' ')} exited ${err.code}: ${stderr}`));
+        else resolve(JSON.parse(stdout));
+      });
+    });
   }
 
   jobs() { return this.cliJson('jobs', '--limit', '10000').jobs; }
