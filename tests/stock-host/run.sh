@@ -168,6 +168,11 @@ ip link set "$veth" up
 "$here/machine.sh" run "$r" sh -c "ip addr add $remote_net.2/24 dev host0 && ip link set host0 up &&
   ip route add default via $remote_net.1"
 iptables -t nat -I "${masquerade[@]}"
+# A router forwards: this machine may not yet (a new machine does not; libvirt turns it on
+# when a NAT network starts, the host's later in the test, and leaves it on, as this does:
+# turning it off again could cut a NAT network another test has started meanwhile). Without
+# it the remote's packets to the archive are dropped here ("Temporary failure resolving").
+sysctl -q -w net.ipv4.ip_forward=1
 
 export STOCK_HOST_MACHINE=$m STOCK_HOST_RELEASE=$release
 export STOCK_HOST_REMOTE=$r STOCK_HOST_REMOTE_ADDRESS=$remote_net.2

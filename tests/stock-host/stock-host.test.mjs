@@ -219,6 +219,9 @@ describe(`day one on a stock Debian ${release} host`, () => {
     // The remote host, as "Add a remote host" says: our package installed there too (its
     // guest firewall; its own hatcheryd turned off by remote-login), the controller's key
     // copied to it and its login made, its host key trusted here.
+    // Its network is this machine's NAT (run.sh): the archive is reached through it.
+    const resolved = remote('getent hosts deb.debian.org', { ok: false });
+    assert.equal(resolved.status, 0, 'the remote machine resolves the archive through this machine\'s NAT (run.sh: forwarding, masquerade)');
     remote('apt-get update -qq 2>&1', { ok: false });
     runRunbook('install', '/root/rollout', { answers: 'y\n', on: remote });
     runRunbook('remote-key', '/root/rollout');
