@@ -217,8 +217,10 @@ describe('an address that keeps sending bad signatures', () => {
     const payload = examples('workflow_job')[5];
     const bad = async () => (await d.post('workflow_job', payload, { secret: 'not the secret' })).status;
     const t0 = Date.now();
-    const statuses = [];
-    for (let i = 0; i < 7; i++) statuses.push(await bad());
+    const statuses = [await bad()];
+    // The window began when hatcheryd took the first one: before its answer came back.
+    const windowBegunBy = Date.now();
+    for (let i = 1; i < 7; i++) statuses.push(await bad());
     assert.deepEqual(statuses, [401, 401, 401, 401, 401, 429, 429]);
     const good = await d.post('workflow_job', payload);
     assert.equal(good.status, 429, 'the address is held for the rest of its window');
@@ -229,7 +231,7 @@ describe('an address that keeps sending bad signatures', () => {
     assert.ok(Date.now() - t0 < 9000, 'within one window');
     // /healthz and the metrics are not deliveries: not held.
     assert.equal((await fetch(`http://127.0.0.1:${d.port}/healthz`)).status, 200);
-    await new Promise((r) => setTimeout(r, 10000 - (Date.now() - t0) + 300));
+    await new Promise((r) => setTimeout(r, 10000 - (Date.now() - windowBegunBy) + 300));
     assert.equal((await d.post('workflow_job', payload)).status, 202, 'a new window: the good delivery is taken');
   });
 });
