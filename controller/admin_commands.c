@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "lease.h"
 #include "daemon_config.h"
 #include "guest_isolation.h"
 #include "hatchery/admin_protocol.h"
@@ -242,11 +243,10 @@ static json_t *admin_runners(struct daemon *d, enum admin_command command, json_
                              json_t *rows)
 {
     (void)command;
-    if (!d->scheduler)
-        return json_pack("{s:b, s:s}", "ok", 0, "error", "the scheduler is not running");
     if (!rows)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
-    json_t *all = scheduler_runners_json(d->scheduler, rows);
+    /* A follower (or a leader not started) shows the records as the store holds them. */
+    json_t *all = d->scheduler ? scheduler_runners_json(d->scheduler, rows) : rows;
     /* Filters: one runner by name, or a pool's or a host's; each key names the runner's
      * field of the same name. */
     static const char *const filters[] = {ADMIN_KEY_NAME, ADMIN_KEY_POOL, ADMIN_KEY_HOST};
@@ -421,6 +421,51 @@ static json_t *admin_health(struct daemon *d, enum admin_command command, json_t
                      (json_int_t)((wall_clock_ms() - d->started_at_ms) / 1000));
 }
 
+/* leader: the lease as the store holds it (`rows`: lease_read's), and this instance's own
+ * view of it. With SQLite there is one controller, this one, and no lease. */
+static json_t *admin_leader(struct daemon *d, enum admin_command command, json_t *request,
+                            json_t *rows)
+{
+    (void)command;
+    (void)request;
+    if (!d->lease)
+        return json_pack("{s:b, s:s, s:s, s:n, s:[]}", "ok", 1, "backend", "sqlite", "this",
+                         "this hatcheryd (a SQLite store has one controller)", "leader",
+                         "instances");
+    if (!rows)
+        return json_pack("{s:b, s:s}", "ok", 0, "error", "store read failed");
+    json_t *leader = json_null();
+    json_t *instances = json_array();
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        int64_t now = json_integer_value(json_object_get(row, "now_ms"));
+        const char *name = json_string_value(json_object_get(row, "instance"));
+        const char *holder = json_string_value(json_object_get(row, "holder"));
+        int64_t expires = json_integer_value(json_object_get(row, "expires_ms"));
+        bool leads = name && holder && strcmp(name, holder) == 0 && expires >= now;
+        if (leads && json_is_null(leader))
+            leader = json_pack("{s:s, s:I, s:I, s:I}", "instance", holder, "epoch",
+                               json_integer_value(json_object_get(row, "lease_epoch")), "since_ms",
+                               json_integer_value(json_object_get(row, "acquired_ms")),
+                               "expires_in_ms", (json_int_t)(expires - now));
+        json_array_append_new(
+            instances,
+            json_pack("{s:s?, s:b, s:b, s:I, s:I}", "instance", name, "leading", leads, "this",
+                      name && strcmp(name, d->instance) == 0, "started_ms",
+                      json_integer_value(json_object_get(row, "started_ms")), "renewed_ago_ms",
+                      (json_int_t)(now - json_integer_value(json_object_get(row, "renewed_ms")))));
+    }
+    struct lease_stats st;
+    lease_stats_get(d->lease, &st);
+    return json_pack("{s:b, s:s, s:s, s:o, s:o, s:{s:b, s:I, s:I, s:I, s:I}}", "ok", 1, "backend",
+                     "postgresql", "this", d->instance, "leader", leader, "instances", instances,
+                     "lease", "leading", st.leading, "epoch", (json_int_t)st.epoch, "renewals",
+                     (json_int_t)st.renewals, "renewal_failures", (json_int_t)st.renewal_failures,
+                     "takeovers", (json_int_t)st.takeovers);
+}
+
 /* Every admin command's handler, by the command (admin_protocol.h names them). */
 static json_t *(*const admin_handlers[ADMIN_COMMAND_MAX])(struct daemon *, enum admin_command,
                                                           json_t *) = {
@@ -479,6 +524,10 @@ static json_t *read_for(struct daemon *d, struct admin_conn *conn, enum admin_co
         a->answer = admin_capacity;
         r = store_job_counts(d->store, conn, on_store_answer, a);
         break;
+    case ADMIN_LEADER:
+        a->answer = admin_leader;
+        r = lease_read(d->store, conn, d->config->controller_id, on_store_answer, a);
+        break;
     case ADMIN_RUNNERS:
         a->answer = admin_runners;
         r = store_runners_list(d->store, conn,
@@ -502,8 +551,8 @@ static json_t *answer_now(struct daemon *d, struct admin_conn *conn, json_t *req
     if (!cmd)
         return json_pack("{s:b, s:s}", "ok", 0, "error", "missing \"cmd\"");
     enum admin_command command = admin_command_parse(cmd);
-    bool from_store =
-        command == ADMIN_JOBS || command == ADMIN_CAPACITY || command == ADMIN_RUNNERS;
+    bool from_store = command == ADMIN_JOBS || command == ADMIN_CAPACITY ||
+                      command == ADMIN_RUNNERS || command == ADMIN_LEADER;
     if (command == ADMIN_COMMAND_MAX || (!admin_handlers[command] && !from_store))
         return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", "unknown command", ADMIN_KEY_CMD,
                          cmd);
@@ -519,6 +568,8 @@ static json_t *answer_now(struct daemon *d, struct admin_conn *conn, json_t *req
             return json_pack("{s:b, s:s}", "ok", 0, "error", error);
         }
     }
+    if (command == ADMIN_LEADER && !d->lease)
+        return admin_leader(d, command, request, NULL); /* nothing to read */
     if (from_store)
         return read_for(d, conn, command, request);
     json_t *answer = admin_handlers[command](d, command, request);

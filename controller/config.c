@@ -280,6 +280,7 @@ static const struct key github_keys[] = {
 static const struct key database_keys[] = {
     STRING_KEY(struct config_database, postgresql, false, NULL),
     PATH_KEY(struct config_database, password_file, false, NULL),
+    INT_KEY(struct config_database, lease_s, 3, 300, 10),
     {.name = NULL},
 };
 

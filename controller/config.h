@@ -171,6 +171,9 @@ struct config_lines {
 struct config_database {
     char *postgresql;    /* a postgresql:// URI or libpq's keywords, without a password */
     char *password_file; /* NULL: libpq's own sources (PGPASSFILE, ~/.pgpass) */
+    /* The leader's lease (lease.h): a leader that cannot renew for 4/5 of it stops; a
+     * follower takes over once it has expired by the database's clock. */
+    int64_t lease_s;
 };
 
 struct config {

@@ -55,6 +55,8 @@ struct daemon {
     struct scalesets *scalesets;        /* the scale-set pools' listeners; NULL without any */
     struct github_scope *scopes;        /* from config.github.runner_scopes */
     size_t n_scopes;
+    struct lease *lease; /* with a PostgreSQL store: who leads (lease.h); NULL with SQLite */
+    char instance[128];  /* this process among those sharing the store: host/pid */
     struct front *front; /* the HTTP front's process: the listeners */
     bool front_attached; /* its socketpair is on the loop */
     struct admin_server admin;

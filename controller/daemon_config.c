@@ -105,34 +105,54 @@ int daemon_github_open(uv_loop_t *loop, const struct config *c, const struct git
     return github_client_new(loop, &o, ret, err, err_size);
 }
 
-/* Loads and checks the config and its secret files. On failure every problem is in
- * `*ret_errors` (FILE:LINE: KEY: message lines; the caller frees). `check_github` opens
- * the App key or token too (at start; a reload keeps the running GitHub client). */
+/* The password of database.postgresql, read from its file now (NULL without one: libpq's
+ * own sources); 0, or -EINVAL with the reason in `err`. Freed with secret_reveal_free. */
+static int database_password(const struct config_database *db, char **ret, char *err,
+                             size_t err_size)
+{
+    *ret = NULL;
+    if (!db->password_file)
+        return 0;
+    struct secret *secret = NULL;
+    char why[256];
+    if (secret_load_file(db->password_file, &secret, why, sizeof(why)) < 0 ||
+        secret_reveal(secret, "", ret) < 0) {
+        snprintf(err, err_size, "database.password_file: %s", secret ? "out of memory" : why);
+        secret_free(secret);
+        return -EINVAL;
+    }
+    secret_free(secret);
+    return 0;
+}
+
+int daemon_database_connect(const struct config *c, struct store_conn **ret, char *err,
+                            size_t err_size)
+{
+    char *password = NULL;
+    int r = database_password(&c->database, &password, err, err_size);
+    if (r == 0)
+        r = store_postgresql_open(c->database.postgresql, password, ret, err, err_size);
+    if (password)
+        secret_reveal_free(password);
+    return r;
+}
+
 int daemon_store_open(uv_loop_t *loop, const struct config *c, bool reach_only,
                       struct store **ret_store, char *err, size_t err_size)
 {
     const struct config_database *db = &c->database;
     if (!db->postgresql)
         return reach_only ? 0 : store_open(loop, c->state_dir, ret_store, err, err_size);
-    struct secret *secret = NULL;
-    char *password = NULL;
-    if (db->password_file) {
-        char why[256];
-        if (secret_load_file(db->password_file, &secret, why, sizeof(why)) < 0 ||
-            secret_reveal(secret, "", &password) < 0) {
-            snprintf(err, err_size, "database.password_file: %s", secret ? "out of memory" : why);
-            secret_free(secret);
-            return -EINVAL;
-        }
-        secret_free(secret);
-    }
-    int r;
     if (reach_only) {
         struct store_conn *conn = NULL;
-        r = store_postgresql_open(db->postgresql, password, &conn, err, err_size);
+        int r = daemon_database_connect(c, &conn, err, err_size);
         if (r == 0)
             conn->backend->close(conn);
-    } else {
+        return r;
+    }
+    char *password = NULL;
+    int r = database_password(db, &password, err, err_size);
+    if (r == 0) {
         const struct store_location where = {.postgresql = db->postgresql, .password = password};
         r = store_open_at(loop, &where, ret_store, err, err_size);
     }
@@ -141,6 +161,9 @@ int daemon_store_open(uv_loop_t *loop, const struct config *c, bool reach_only,
     return r;
 }
 
+/* Loads and checks the config and its secret files. On failure every problem is in
+ * `*ret_errors` (FILE:LINE: KEY: message lines; the caller frees). `check_github` opens
+ * the App key or token too (at start; a reload keeps the running GitHub client). */
 int daemon_config_load(const char *path, bool check_github, struct config **ret_config,
                        struct secret **ret_secret, char **ret_errors)
 {

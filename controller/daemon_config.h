@@ -19,6 +19,11 @@ struct store;
 /* Opens the store the config names: PostgreSQL (database.postgresql, its password read
  * from database.password_file for the connections and wiped), or SQLite in state_dir.
  * `reach_only`: connect to PostgreSQL and close again, changing nothing (SQLite: 0). */
+/* One connection of its own to database.postgresql (the lease's: lease.h), with the
+ * password from its file. 0, or a negative errno with the reason in `err`. */
+struct store_conn;
+int daemon_database_connect(const struct config *c, struct store_conn **ret, char *err,
+                            size_t err_size);
 int daemon_store_open(uv_loop_t *loop, const struct config *c, bool reach_only,
                       struct store **ret_store, char *err, size_t err_size);
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "hatchery/limits.h"
+#include "lease.h"
 #include "log.h"
 #include "textbuf.h"
 #include "wall_clock.h"
@@ -577,6 +578,11 @@ static void call_send(struct call *call)
             c->queue_head = call;
         c->queue_tail = call;
         c->queued++;
+        return;
+    }
+    /* Only the leader talks to GitHub, and not once its lease is up (lease.h). */
+    if (lease_fence_check("github") < 0) {
+        call_finish(call, -EPERM, 0, NULL, "this instance does not lead");
         return;
     }
     textbuf_free(&call->response);

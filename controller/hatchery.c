@@ -824,6 +824,37 @@ static void print_health(json_t *answer)
            (long long)json_integer_value(json_object_get(answer, "uptime_s")));
 }
 
+static void print_leader(json_t *answer)
+{
+    json_t *leader = json_object_get(answer, "leader");
+    if (!json_object_get(answer, "lease")) {
+        printf("no lease: %s\n", json_string_value(json_object_get(answer, "this")));
+        return;
+    }
+    if (json_is_object(leader)) {
+        time_t since = (time_t)(json_integer_value(json_object_get(leader, "since_ms")) / 1000);
+        char when[32] = "?";
+        strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime(&since));
+        printf("leader: %s, epoch %lld, since %s (its lease ends in %.1f s unless renewed)\n",
+               json_string_value(json_object_get(leader, "instance")),
+               (long long)json_integer_value(json_object_get(leader, "epoch")), when,
+               (double)json_integer_value(json_object_get(leader, "expires_in_ms")) / 1000.0);
+    } else
+        printf("leader: none (no instance holds an unexpired lease)\n");
+    printf("%-40s %-9s %s\n", "INSTANCE", "ROLE", "LAST RENEWAL");
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(answer, "instances"), i, m)
+    {
+        char name[64];
+        snprintf(name, sizeof(name), "%s%s", json_string_value(json_object_get(m, "instance")),
+                 json_is_true(json_object_get(m, "this")) ? " (this)" : "");
+        printf("%-40s %-9s %.1f s ago\n", name,
+               json_is_true(json_object_get(m, "leading")) ? "leader" : "follower",
+               (double)json_integer_value(json_object_get(m, "renewed_ago_ms")) / 1000.0);
+    }
+}
+
 /* A usage error: one line, and where the whole help is. */
 __attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
 {
@@ -1127,7 +1158,7 @@ static void (*const printers[ADMIN_COMMAND_MAX])(json_t *) = {
     [ADMIN_UNDRAIN] = print_done,      [ADMIN_DELETE] = print_done,
     [ADMIN_LOGS] = print_logs,         [ADMIN_GITHUB] = print_github,
     [ADMIN_RELOAD] = print_reload,     [ADMIN_HEALTH] = print_health,
-    [ADMIN_ROTATE] = print_rotate,
+    [ADMIN_ROTATE] = print_rotate,     [ADMIN_LEADER] = print_leader,
 };
 
 static void (*printer_of(const struct admin_form *form))(json_t *)

@@ -24,6 +24,8 @@
 #include "libvirt/libvirt_loop.h"
 #include "libvirt/provisioner.h"
 #include "image_cache.h"
+#include "lease.h"
+#include "store_backend.h"
 #include "log.h"
 #include "scaleset/scaleset.h"
 #include "sd_notify.h"
@@ -466,8 +468,6 @@ static int start(struct daemon *d)
     struct provisioner *libvirt = NULL;
     r = provisioner_new(d->loop, &popts, &libvirt);
     d->provider = provisioner_provider(libvirt);
-    for (size_t i = 0; r == 0 && i < d->config->n_hosts; i++)
-        r = provider_host_add(d->provider, &d->config->hosts[i]);
     if (r < 0) {
         log_error("daemon.provisioner_failed", "error=\"%s\"", strerror(-r));
         return 1;
@@ -479,11 +479,6 @@ static int start(struct daemon *d)
                 : -ENOMEM;
         if (r < 0) {
             log_error("daemon.github_failed", "error=\"%s\"", err);
-            return 1;
-        }
-        r = runner_releases_new(d->loop, d->github, on_runner_releases, d, &d->runner_releases);
-        if (r < 0) {
-            log_error("daemon.github_failed", "error=\"%s\"", strerror(-r));
             return 1;
         }
     }
@@ -530,8 +525,7 @@ static void start_timers(struct daemon *d)
     uv_timer_init(d->loop, &d->stop_timer);
     d->stop_timer.data = d;
     uv_unref((uv_handle_t *)&d->stop_timer); /* it never keeps a finished stop waiting */
-    d->prune_timer.data = d;
-    uv_timer_start(&d->prune_timer, on_prune, 0, PRUNE_INTERVAL_MS);
+    d->prune_timer.data = d;                 /* started by lead() */
     uint64_t watchdog_usec = sd_watchdog_usec();
     if (watchdog_usec) {
         uint64_t every_ms = watchdog_usec / 2000 ? watchdog_usec / 2000 : 1;
@@ -554,6 +548,108 @@ static void log_ready(const struct daemon *d, const char *root_reason)
              d->github ? github_auth_mode_names[d->config->github.app_id > 0 ? GITHUB_AUTH_APP
                                                                              : GITHUB_AUTH_TOKEN]
                        : "off");
+}
+
+/* What the leader alone runs, once it leads (at once without a lease): the hosts, the
+ * scheduler and its reconciler, GitHub's runner releases and the scale sets' listeners,
+ * the prunes. 0, or -1 after logging why. */
+static int lead(struct daemon *d)
+{
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < d->config->n_hosts; i++)
+        r = provider_host_add(d->provider, &d->config->hosts[i]);
+    if (r < 0) {
+        log_error("daemon.provisioner_failed", "error=\"%s\"", strerror(-r));
+        return -1;
+    }
+    uv_timer_start(&d->prune_timer, on_prune, 0, PRUNE_INTERVAL_MS);
+    daemon_check_pool_images(d, d->config);
+    if (d->github) {
+        r = runner_releases_new(d->loop, d->github, on_runner_releases, d, &d->runner_releases);
+        if (r < 0) {
+            log_error("daemon.github_failed", "error=\"%s\"", strerror(-r));
+            return -1;
+        }
+    }
+    daemon_check_pool_runners(d, d->config);
+    if (d->github)
+        github_probe(d);
+    struct runner_deps deps = {
+        .loop = d->loop,
+        .store = d->store,
+        .config = &d->config,
+        .github = &d->github,
+        .provider = &d->provider,
+        .images = d->images,
+        .scopes = d->scopes,
+        .n_scopes = d->n_scopes,
+        .scalesets = &d->scalesets,
+    };
+    r = scheduler_new(&deps, &d->scheduler);
+    if (r < 0)
+        log_error("daemon.scheduler_failed", "error=\"%s\"", strerror(-r));
+    if (d->github) {
+        struct scalesets_deps sdeps = {
+            .loop = d->loop,
+            .github = d->github,
+            .store = d->store,
+            .config = d->config,
+            .scopes = d->scopes,
+            .n_scopes = d->n_scopes,
+            .owner = d->config->controller_id,
+            .events = {on_scaleset_job, on_scaleset_demand, d},
+        };
+        r = scalesets_new(&sdeps, &d->scalesets);
+        if (r < 0)
+            log_error("daemon.scalesets_failed", "error=\"%s\"", strerror(-r));
+    }
+    return 0;
+}
+
+/* The lease is ours: the store takes the leader's writes at its epoch, then the rest. */
+static void on_leading(void *data, int64_t epoch)
+{
+    struct daemon *d = data;
+    if (d->stopping)
+        return;
+    if (store_fence_set(d->store, d->config->controller_id, epoch) < 0 || lead(d) < 0) {
+        log_error("daemon.lead_failed", "epoch=%lld action=\"stopping\"", (long long)epoch);
+        d->exit_code = 1;
+        daemon_stop(d);
+    }
+}
+
+/* With a PostgreSQL store, other instances may share it: this one takes webhooks and
+ * answers the CLI from the store at once, and leads only once the lease is its own. */
+static int follow(struct daemon *d)
+{
+    char err[512], host[64] = "";
+    struct store_conn *conn = NULL;
+    int r = store_fence_set(d->store, d->config->controller_id, 0);
+    if (r == 0)
+        r = daemon_database_connect(d->config, &conn, err, sizeof(err));
+    else
+        snprintf(err, sizeof(err), "out of memory");
+    if (r < 0) {
+        log_error("daemon.lease_failed", "error=\"%s\"", err);
+        return -1;
+    }
+    gethostname(host, sizeof(host) - 1);
+    snprintf(d->instance, sizeof(d->instance), "%s/%d", host, (int)getpid());
+    const struct lease_options o = {
+        .controller_id = d->config->controller_id,
+        .instance = d->instance,
+        .lease_ms = (d->config->database.lease_s > 0 ? d->config->database.lease_s : 10) * 1000,
+    };
+    const struct lease_events events = {on_leading, d};
+    r = lease_start(d->loop, conn, &o, &events, &d->lease);
+    if (r < 0) {
+        conn->backend->close(conn);
+        log_error("daemon.lease_failed", "error=\"%s\"", strerror(-r));
+        return -1;
+    }
+    log_info("daemon.following", "instance=%s lease_ms=%lld", d->instance, (long long)o.lease_ms);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -605,41 +701,13 @@ int main(int argc, char **argv)
         return start_failed(&d);
     start_timers(&d);
 
-    daemon_check_pool_images(&d, d.config);
-    daemon_check_pool_runners(&d, d.config);
+    /* Without a lease this process leads from the start, and is ready once it does. */
+    if (!d.config->database.postgresql && lead(&d) < 0)
+        return start_failed(&d);
     log_ready(&d, args.root_reason);
     sd_notify_send("READY=1");
-    if (d.github)
-        github_probe(&d);
-    struct runner_deps deps = {
-        .loop = d.loop,
-        .store = d.store,
-        .config = &d.config,
-        .github = &d.github,
-        .provider = &d.provider,
-        .images = d.images,
-        .scopes = d.scopes,
-        .n_scopes = d.n_scopes,
-        .scalesets = &d.scalesets,
-    };
-    int r = scheduler_new(&deps, &d.scheduler);
-    if (r < 0)
-        log_error("daemon.scheduler_failed", "error=\"%s\"", strerror(-r));
-    if (d.github) {
-        struct scalesets_deps sdeps = {
-            .loop = d.loop,
-            .github = d.github,
-            .store = d.store,
-            .config = d.config,
-            .scopes = d.scopes,
-            .n_scopes = d.n_scopes,
-            .owner = d.config->controller_id,
-            .events = {on_scaleset_job, on_scaleset_demand, &d},
-        };
-        r = scalesets_new(&sdeps, &d.scalesets);
-        if (r < 0)
-            log_error("daemon.scalesets_failed", "error=\"%s\"", strerror(-r));
-    }
+    if (d.config->database.postgresql && follow(&d) < 0)
+        return start_failed(&d);
 
     if (!front_sandboxed(d.front))
         log_warn("daemon.front_unconfined",
@@ -653,6 +721,8 @@ int main(int argc, char **argv)
         log_info("daemon.stopped", "controller=%s", d.config->controller_id);
         _exit(d.exit_code);
     }
+    /* Nothing acts any more: the lease is given up for a follower to take at once. */
+    lease_release(d.lease);
     uv_close((uv_handle_t *)&d.stop_timer, NULL);
     uv_run(d.loop, UV_RUN_NOWAIT);
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "lease.h"
 #include "guest_isolation.h"
 #include "store_backend.h"
 #include "job.h"
@@ -357,6 +358,34 @@ static void store_metrics(struct textbuf *b, struct daemon *d)
             ss.read_errors);
     counter(b, "hatchery_store_reads_rejected_total",
             "Reads refused because too many were waiting.", ss.reads_rejected);
+    counter(b, "hatchery_store_writes_fenced_total",
+            "The leader's writes refused: this instance did not lead, or a newer leader "
+            "existed (PostgreSQL).",
+            ss.writes_fenced);
+}
+
+/* The leader's lease (a PostgreSQL store shared by several instances). */
+static void lease_metrics(struct textbuf *b, struct daemon *d)
+{
+    if (!d->lease)
+        return;
+    struct lease_stats st;
+    lease_stats_get(d->lease, &st);
+    gauge(b, "hatchery_lease_leader", "1 when this instance holds the leader's lease.",
+          st.leading ? 1 : 0);
+    gauge(b, "hatchery_lease_epoch", "The epoch this instance leads at (0: it follows).",
+          (double)st.epoch);
+    counter(b, "hatchery_lease_renewals_total",
+            "Lease attempts the database answered (renewals, and a follower's tries).",
+            st.renewals);
+    counter(b, "hatchery_lease_renewal_failures_total",
+            "Lease attempts that failed (the database unreachable or erring).",
+            st.renewal_failures);
+    counter(b, "hatchery_lease_takeovers_total", "Times this instance took the lease.",
+            st.takeovers);
+    gauge(b, "hatchery_lease_last_renewal_timestamp_seconds",
+          "When the database last answered this instance's lease attempt (0: never).",
+          (double)st.last_renewal_ms / 1000.0);
 }
 
 /* The GitHub client: requests, retries, errors and the rate limit. */
@@ -723,6 +752,7 @@ char *metrics_render(struct daemon *d, json_t *job_counts, json_t *queue, size_t
     http_metrics(&b, d);
     webhook_metrics(&b, d);
     store_metrics(&b, d);
+    lease_metrics(&b, d);
     github_metrics(&b, d);
     scaleset_metrics(&b, d);
     host_metrics(&b, d);

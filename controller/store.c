@@ -69,6 +69,11 @@ struct store {
     uint64_t batch_ns; /* written by the worker, read after it in batch_after_cb */
     struct store_stats stats;
 
+    /* The leader's fence (store_fence_set), set under writer_lock, read by the batch. */
+    bool fenced;
+    char *fence_controller;
+    int64_t fence_epoch;
+
     struct pending_read *reads_head, *reads_tail;
     size_t reads_len;
     struct pending_read *read_batch; /* on a worker */
@@ -255,18 +260,81 @@ static int apply_write(struct store *s, struct pending_write *w)
     return -EINVAL;
 }
 
+/* Whether `w` is the leader's alone: everything but a job event, which any instance
+ * records (a delivery's, or the reconciler's word from GitHub: forward-only facts). */
+static bool write_is_leaders(const struct pending_write *w)
+{
+    return w->kind != WRITE_JOB_EVENT;
+}
+
+/* Inside the batch's transaction, before its first write: the epoch lease_fences holds,
+ * its row locked for the transaction (FOR SHARE): a takeover's update of it waits for this
+ * commit, so a write of an older epoch either commits before the takeover or is refused.
+ * 0 when there is no row, -1 when the read failed. (A paused process keeps the lock only
+ * until the server ends its idle transaction: store_postgresql.c.) */
+static int64_t current_epoch_locked(struct store *s)
+{
+    json_t *params = json_pack("[s]", s->fence_controller);
+    json_t *rows =
+        params ? s->writer->backend->query(
+                     s->writer, "SELECT epoch FROM lease_fences WHERE controller_id = ?1 FOR SHARE",
+                     params)
+               : NULL;
+    json_decref(params);
+    if (!rows)
+        return -1;
+    int64_t epoch = json_integer_value(json_object_get(json_array_get(rows, 0), "epoch"));
+    json_decref(rows);
+    return epoch;
+}
+
+/* The leader's writes of the batch refused when this instance does not lead at the epoch
+ * the database holds: -EPERM for a follower's, -ESTALE for a superseded leader's. */
+static void fence_batch_locked(struct store *s, struct pending_write *batch)
+{
+    bool leaders = false;
+    for (struct pending_write *w = batch; w && !leaders; w = w->next)
+        leaders = write_is_leaders(w);
+    if (!leaders)
+        return;
+    int64_t current = s->fence_epoch > 0 ? current_epoch_locked(s) : 0;
+    int refusal = s->fence_epoch <= 0 ? -EPERM : current != s->fence_epoch ? -ESTALE : 0;
+    if (current < 0)
+        refusal = -EIO;
+    if (refusal == 0)
+        return;
+    size_t n = 0;
+    for (struct pending_write *w = batch; w; w = w->next)
+        if (write_is_leaders(w)) {
+            w->result = refusal;
+            n++;
+        }
+    s->stats.writes_fenced += n;
+    log_error("store.writes_fenced", "count=%zu epoch=%lld current_epoch=%lld reason=\"%s\"", n,
+              (long long)s->fence_epoch, (long long)current,
+              refusal == -EPERM ? "this instance does not lead"
+              : refusal == -EIO ? "the lease could not be read"
+                                : "a newer leader exists");
+}
+
 /* One transaction for the whole batch; a savepoint per write keeps one bad write from
  * sinking the others. */
 static void apply_batch_locked(struct store *s, struct pending_write *batch)
 {
     struct store_conn *c = s->writer;
+    for (struct pending_write *w = batch; w; w = w->next)
+        w->result = 0;
     if (exec_on(c, c->backend->begin_sql, NULL, NULL) < 0) {
         log_error("store.begin_failed", "error=\"%s\"", c->backend->errmsg(c));
         for (struct pending_write *w = batch; w; w = w->next)
             w->result = -EIO;
         return;
     }
+    if (s->fenced)
+        fence_batch_locked(s, batch);
     for (struct pending_write *w = batch; w; w = w->next) {
+        if (w->result < 0)
+            continue; /* fenced */
         exec_on(c, "SAVEPOINT w", NULL, NULL);
         w->result = apply_write(s, w);
         if (w->result < 0)
@@ -619,6 +687,20 @@ int store_job_event_apply_sync(struct store *s, const struct job_event *event)
     return w.result;
 }
 
+int store_fence_set(struct store *s, const char *controller_id, int64_t epoch)
+{
+    char *copy = strdup(controller_id);
+    if (!copy)
+        return -ENOMEM;
+    pthread_mutex_lock(&s->writer_lock);
+    free(s->fence_controller);
+    s->fence_controller = copy;
+    s->fence_epoch = epoch;
+    s->fenced = true;
+    pthread_mutex_unlock(&s->writer_lock);
+    return 0;
+}
+
 void store_close(struct store *s)
 {
     if (!s)
@@ -649,6 +731,7 @@ void store_close(struct store *s)
         uv_close((uv_handle_t *)&s->flush_idle, NULL);
     conn_close(s->reader);
     conn_close(s->writer);
+    free(s->fence_controller);
     pthread_mutex_destroy(&s->writer_lock);
     pthread_mutex_destroy(&s->reader_lock);
     /* The idle handle's memory must outlive its close: the loop runs once more. */

@@ -20,7 +20,7 @@
 #include "hatchery/limits.h"
 #include "job.h"
 
-#define STORE_SCHEMA_VERSION 8
+#define STORE_SCHEMA_VERSION 9
 
 struct config;
 struct store;
@@ -49,6 +49,13 @@ int store_open_at(uv_loop_t *loop, const struct store_location *where, struct st
 /* The same for SQLite in `dir`. */
 int store_open(uv_loop_t *loop, const char *dir, struct store **ret_store, char *err,
                size_t err_size);
+/* The leader's fence (lease.h), for controllers sharing a PostgreSQL store: from now on,
+ * each commit that holds a leader's write (anything but a job event, which every instance
+ * records) first reads the epoch of `controller_id`'s lease, locking its row for the
+ * transaction; the leader's writes are refused with -ESTALE when it is not `epoch`, and
+ * with -EPERM when `epoch` is 0 (a follower). Without it (a SQLite store) nothing is
+ * fenced. */
+int store_fence_set(struct store *store, const char *controller_id, int64_t epoch);
 /* Waits for a commit in flight, then closes. */
 void store_close(struct store *store);
 
@@ -121,6 +128,7 @@ struct store_stats {
     uint64_t writes_committed;
     uint64_t commit_errors;
     uint64_t writes_rejected; /* -EAGAIN: queue full */
+    uint64_t writes_fenced;   /* the leader's writes refused: -EPERM or -ESTALE */
     size_t writes_pending;
     uint64_t reads;          /* answered, failed ones included */
     uint64_t read_batches;   /* trips to the worker */

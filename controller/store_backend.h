@@ -19,6 +19,33 @@ enum store_dialect {
 };
 extern const char *const store_dialect_names[STORE_DIALECT_MAX];
 
+/* Schema 9, the same on both backends: the lease of each controller_id's leader (one row,
+ * written by lease.c with the database's clock: times in ms since the epoch); its epoch
+ * again in lease_fences, written only by a takeover, whose row the leader's commits lock
+ * (store.c's fence) without ever holding up a renewal; and each instance's last renewal,
+ * with the epoch it leads at (0: a follower). */
+#define LEASE_TABLES_SQL                                                                           \
+    "CREATE TABLE leases ("                                                                        \
+    "  controller_id TEXT PRIMARY KEY,"                                                            \
+    "  holder TEXT NOT NULL,"                                                                      \
+    "  epoch BIGINT NOT NULL,"                                                                     \
+    "  acquired_ms BIGINT NOT NULL,"                                                               \
+    "  renewed_ms BIGINT NOT NULL,"                                                                \
+    "  expires_ms BIGINT NOT NULL"                                                                 \
+    ");"                                                                                           \
+    "CREATE TABLE lease_fences ("                                                                  \
+    "  controller_id TEXT PRIMARY KEY,"                                                            \
+    "  epoch BIGINT NOT NULL"                                                                      \
+    ");"                                                                                           \
+    "CREATE TABLE lease_members ("                                                                 \
+    "  controller_id TEXT NOT NULL,"                                                               \
+    "  instance TEXT NOT NULL,"                                                                    \
+    "  started_ms BIGINT NOT NULL,"                                                                \
+    "  renewed_ms BIGINT NOT NULL,"                                                                \
+    "  epoch BIGINT NOT NULL DEFAULT 0,"                                                           \
+    "  PRIMARY KEY (controller_id, instance)"                                                      \
+    ");"
+
 struct store;
 /* Which SQL `store`'s backend speaks, for the few statements the two write apart. */
 enum store_dialect store_dialect(const struct store *store);

@@ -128,8 +128,11 @@ static const char schema_v8[] =
     ");";
 
 /* Versions after FIRST_VERSION: later[v - FIRST_VERSION - 1] makes version v. */
-static const char *const later[] = {NULL};
-#define LATER_N 0
+static const char *const later[] = {
+    /* 9: the leader's lease and the instances' renewals (lease.h). */
+    LEASE_TABLES_SQL,
+};
+#define LATER_N ((int)(sizeof(later) / sizeof(later[0])))
 
 /* Migrations of two controllers starting at once take turns (a transaction's lock). */
 #define MIGRATION_LOCK 0x6861746368657279 /* "hatchery" */
@@ -154,6 +157,24 @@ static void set_error(struct pg_conn *c, const char *msg)
         c->error[--n] = 0;
 }
 
+static int pg_exec(struct store_conn *conn, const char *sql, json_t *params, int64_t *ret_changes);
+
+/* Each session's limits, set again on a reset connection:
+ *  - statement_timeout: a statement held up by a lock (or a server that stopped answering
+ *    inside one) gives its worker back; the batch it was in fails, and its writes' callers
+ *    hear it;
+ *  - idle_in_transaction_session_timeout: a process paused inside a transaction (SIGSTOP,
+ *    a machine that froze) keeps its locks only this long: the server ends its session.
+ *    A leader's commit locks the lease's row (store.c's fence), which a takeover must
+ *    update; a paused leader would otherwise hold every follower off for good. Between
+ *    two statements of a batch the worker waits for nothing but the network. */
+static int session_settings(struct pg_conn *c)
+{
+    return pg_exec(&c->conn,
+                   "SET statement_timeout = 60000; SET idle_in_transaction_session_timeout = 5000",
+                   NULL, NULL);
+}
+
 /* A connection found broken gets one reset before the next statement. */
 static bool usable(struct pg_conn *c)
 {
@@ -162,7 +183,7 @@ static bool usable(struct pg_conn *c)
     c->broken = false;
     log_warn("store.reconnecting", "backend=postgresql error=\"%s\"", PQerrorMessage(c->pg));
     PQreset(c->pg);
-    if (PQstatus(c->pg) == CONNECTION_OK)
+    if (PQstatus(c->pg) == CONNECTION_OK && session_settings(c) == 0)
         return true;
     set_error(c, PQerrorMessage(c->pg));
     return false;
@@ -447,10 +468,8 @@ int store_postgresql_open(const char *conninfo, const char *password, struct sto
         pg_close(&c->conn);
         return -EIO;
     }
-    /* A statement held up by a lock (or a server that stopped answering inside one) gives
-     * its worker back; the batch it was in fails, and its writes' callers hear it. */
-    if (pg_exec(&c->conn, "SET statement_timeout = 60000", NULL, NULL) < 0) {
-        snprintf(err, err_size, "cannot set statement_timeout: %s", c->error);
+    if (session_settings(c) < 0) {
+        snprintf(err, err_size, "cannot set the session's timeouts: %s", c->error);
         pg_close(&c->conn);
         return -EIO;
     }

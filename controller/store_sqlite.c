@@ -121,6 +121,10 @@ static const char *const migrations[] = {
     "  updated_at INTEGER NOT NULL,"
     "  PRIMARY KEY (scale_set, job_id)"
     ") WITHOUT ROWID;",
+    /* 9: the leader's lease (controllers sharing a PostgreSQL store; lease.h), and each
+     * instance's last renewal. A SQLite store has one controller, which never uses them:
+     * the same schema on both backends. */
+    LEASE_TABLES_SQL,
 };
 
 #define STATEMENT_CACHE 16

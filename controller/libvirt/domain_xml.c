@@ -313,6 +313,10 @@ char *domain_xml_build(const struct domain_spec *s, char *err, size_t err_size)
     W(element(w, DOMAIN_METADATA_KEY ":controller", s->controller_id));
     snprintf(num, sizeof(num), "%lld", (long long)s->runner_id);
     W(element(w, DOMAIN_METADATA_KEY ":runner-id", num));
+    if (s->epoch > 0) {
+        snprintf(num, sizeof(num), "%lld", (long long)s->epoch);
+        W(element(w, DOMAIN_METADATA_KEY ":epoch", num));
+    }
     if (s->pool)
         W(element(w, DOMAIN_METADATA_KEY ":pool", s->pool));
     if (s->template_key)

@@ -17,6 +17,7 @@ struct domain_spec {
     const char *name;          /* the runner name: hatchery-<controller>-<pool>-<id> */
     const char *controller_id; /* in <metadata>: nothing without our tag is touched */
     int64_t runner_id;
+    int64_t epoch; /* the leader's epoch that made it (lease.h); 0: no lease, not written */
     const char *template_key; /* a warm template being built: what it is built from */
     const char *pool;
     enum pool_arch arch;

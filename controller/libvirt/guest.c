@@ -22,6 +22,7 @@
 #include "hatchery/agent_protocol.h"
 #include "hatchery/limits.h"
 #include "stream_bridge.h"
+#include "lease.h"
 #include "log.h"
 
 static int domain_remove_found(virDomainPtr dom);
@@ -171,6 +172,7 @@ static void create_on(struct guest *g, virConnectPtr conn, const bool kvm[ARCH_M
         .name = g->name,
         .controller_id = g->prov->controller_id,
         .runner_id = g->runner_id,
+        .epoch = lease_epoch(),
         .template_key = g->template ? g->template_key : NULL,
         .pool = pool->name,
         .arch = (enum pool_arch)pool->arch,

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lease.h"
 #include "log.h"
 
 struct queued_call {
@@ -98,6 +99,8 @@ static void *host_thread(void *arg)
             break;
         q->todo_len--;
         uv_mutex_unlock(&q->lock);
+        /* Only a leader whose lease is good by its own clock acts on a host (lease.h). */
+        lease_fence_or_exit("libvirt");
         c->work(c->w);
         uv_mutex_lock(&q->lock);
         list_push(&q->done, c);

@@ -23,6 +23,7 @@ enum admin_command {
     ADMIN_GITHUB,
     ADMIN_RELOAD,
     ADMIN_HEALTH,
+    ADMIN_LEADER,
     ADMIN_COMMAND_MAX,
 };
 
@@ -31,7 +32,7 @@ static const char *const admin_command_names[ADMIN_COMMAND_MAX] = {
     [ADMIN_HOSTS] = "hosts",     [ADMIN_RUNNERS] = "runners", [ADMIN_DRAIN] = "drain",
     [ADMIN_UNDRAIN] = "undrain", [ADMIN_DELETE] = "delete",   [ADMIN_LOGS] = "logs",
     [ADMIN_GITHUB] = "github",   [ADMIN_RELOAD] = "reload",   [ADMIN_HEALTH] = "health",
-    [ADMIN_ROTATE] = "rotate",
+    [ADMIN_ROTATE] = "rotate",   [ADMIN_LEADER] = "leader",
 };
 
 /* Request keys. */
@@ -163,6 +164,9 @@ static const struct admin_form admin_forms[] = {
      .help = "re-read the config: pools and hosts added, removed and changed; a bad config "
              "is refused and the running one stays"},
     {.command = ADMIN_HEALTH, .help = "version, controller id and uptime"},
+    {.command = ADMIN_LEADER,
+     .help = "with a PostgreSQL store: which instance leads, at which epoch and since when, "
+             "and each instance's last renewal of the lease"},
 };
 
 #define ADMIN_N_FORMS (sizeof(admin_forms) / sizeof(admin_forms[0]))

@@ -344,6 +344,8 @@ static void test_job_counts_follow_jobs(void **state)
                                   "ALTER TABLE deliveries DROP COLUMN body_sha256;"
                                   "ALTER TABLE runners DROP COLUMN image;"
                                   "DROP TABLE scale_sets; DROP TABLE scale_set_jobs;"
+                                  "DROP TABLE leases; DROP TABLE lease_fences;"
+                                  "DROP TABLE lease_members;"
                                   "DROP TRIGGER job_counts_insert; DROP TRIGGER job_counts_delete;"
                                   "DROP TRIGGER job_counts_update; DROP TABLE job_counts;"
                                   "PRAGMA user_version=3;"
@@ -828,6 +830,57 @@ static void test_typed_calls(void **state)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* A statement on a connection of the test's own (another instance, or a takeover). */
+static void pg_run(const char *name, const char *sql)
+{
+    char where[512];
+    snprintf(where, sizeof(where), "%s dbname=hatchery_test_%s", pg, name);
+    PGconn *c = PQconnectdb(where);
+    assert_int_equal(PQstatus(c), CONNECTION_OK);
+    PGresult *res = PQexec(c, sql);
+    assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    PQfinish(c);
+}
+
+/* The leader's fence (store_fence_set): a follower's writes of the leader's kind refused
+ * (-EPERM), a job event taken from anyone; the leader's taken at the epoch lease_fences
+ * holds, refused (-ESTALE) once a takeover has moved it on, and counted. */
+static void test_fence(void **state)
+{
+    (void)state;
+    if (!pg)
+        skip(); /* a SQLite store has one controller: nothing to fence */
+    char err[256];
+    struct store *s = NULL;
+    assert_int_equal(open_store(NULL, "fence", &s, err, sizeof(err)), 0);
+    const char *drain = "INSERT INTO hosts(name, drained) VALUES (?1, 1) "
+                        "ON CONFLICT (name) DO UPDATE SET drained = 1";
+    /* Not fenced yet: one controller, as with SQLite. */
+    assert_int_equal(store_sql_apply_sync(s, drain, json_pack("[s]", "h0")), STORE_APPLIED);
+    assert_int_equal(store_fence_set(s, "it", 0), 0);
+    assert_int_equal(store_sql_apply_sync(s, drain, json_pack("[s]", "h1")), -EPERM);
+    apply(s, event("fence-d1", 7001, JOB_QUEUED, NULL), STORE_APPLIED);
+    /* Epoch 3 leads. */
+    pg_run("fence", "INSERT INTO lease_fences VALUES ('it', 3)");
+    assert_int_equal(store_fence_set(s, "it", 3), 0);
+    assert_int_equal(store_sql_apply_sync(s, drain, json_pack("[s]", "h2")), STORE_APPLIED);
+    /* Another instance took over. */
+    pg_run("fence", "UPDATE lease_fences SET epoch = 4 WHERE controller_id = 'it'");
+    assert_int_equal(store_sql_apply_sync(s, drain, json_pack("[s]", "h3")), -ESTALE);
+    json_t *group = json_pack("[[s, [s]]]", drain, "h4");
+    assert_int_equal(store_sql_group_apply_sync(s, group), -ESTALE);
+    apply(s, event("fence-d2", 7001, JOB_IN_PROGRESS, "r"), STORE_APPLIED);
+    json_t *rows = store_query_sync(s, "SELECT name FROM hosts ORDER BY name", json_array());
+    assert_int_equal(json_array_size(rows), 2); /* h0, h2 */
+    assert_string_equal(json_string_value(json_object_get(json_array_get(rows, 1), "name")), "h2");
+    json_decref(rows);
+    struct store_stats st;
+    store_stats_get(s, &st);
+    assert_int_equal(st.writes_fenced, 3);
+    store_close(s);
+}
+
 int main(void)
 {
     pg = getenv("HATCHERY_TEST_POSTGRESQL");
@@ -840,6 +893,7 @@ int main(void)
         cmocka_unit_test(test_job_counts_follow_jobs),
         cmocka_unit_test(test_reads_off_the_loop),
         cmocka_unit_test(test_typed_calls),
+        cmocka_unit_test(test_fence),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

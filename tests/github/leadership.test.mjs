@@ -1,0 +1,286 @@
+// Two hatcheryd instances of one controller_id sharing a PostgreSQL store (a server of the
+// test's own: tests/postgresql/cluster.sh), as two controller machines: one leads by the
+// lease (lease.h), the other takes webhooks and answers the CLI, and takes over when the
+// leader is killed, paused or cut from the database; the leader that lost its lease makes
+// no GitHub call after it. Each instance reaches GitHub (the stateful double in front of
+// Prism) through a recording proxy of its own, so that every call is known by who made
+// it and when; the first instance reaches PostgreSQL through a TCP proxy that can stop
+// answering without closing anything, as a dead network does.
+//
+// Each instance's guests are libvirt's test driver's, inside its own process: what is
+// measured is the lease, the fence and the store; a shared libvirtd is the e2e tests'.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { rmSync, writeFileSync } from 'node:fs';
+import { createServer, request as httpRequest } from 'node:http';
+import { createServer as createTcpServer, connect } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { HATCHERYD, HATCHERY_CLI, ROOT_ARGS, freePort, postWebhook, tempDir, workflowJob } from '../integration/lib/daemon.mjs';
+
+const CLUSTER = new URL('../postgresql/cluster.sh', import.meta.url).pathname;
+const LEASE_S = 5;
+const JOBS = 200;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function cluster(...args) {
+  const r = spawnSync(CLUSTER, args, { encoding: 'utf8' });
+  assert.equal(r.status, 0, `cluster.sh ${args.join(' ')}: ${r.stderr}`);
+  return r.stdout.trim();
+}
+
+async function until(what, check, ms = 30000) {
+  for (const end = Date.now() + ms; Date.now() < end; await sleep(50)) {
+    const v = await check();
+    if (v) return v;
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+// GitHub through a proxy that records each call: {t, method, url}.
+async function githubProxy() {
+  const target = new URL(process.env.GITHUB_DOUBLE_URL);
+  const calls = [];
+  const server = createServer((req, res) => {
+    calls.push({ t: Date.now(), method: req.method, url: req.url });
+    const up = httpRequest({ host: target.hostname, port: target.port, path: req.url, method: req.method, headers: { ...req.headers, host: target.host } }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => { res.writeHead(502); res.end(); });
+    req.pipe(up);
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${server.address().port}`, calls, close: () => server.close() };
+}
+
+// A TCP proxy to PostgreSQL; cut() stops moving bytes either way and closes nothing.
+async function tcpProxy(port) {
+  const pairs = [];
+  let cut = false;
+  const server = createTcpServer((c) => {
+    if (cut) { c.pause(); pairs.push([c]); return; }
+    const u = connect(port, '127.0.0.1');
+    c.pipe(u);
+    u.pipe(c);
+    c.on('error', () => {});
+    u.on('error', () => {});
+    pairs.push([c, u]);
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    port: server.address().port,
+    cut() {
+      cut = true;
+      for (const [c, u] of pairs) {
+        if (!u) continue;
+        c.unpipe(u); u.unpipe(c); c.pause(); u.pause();
+      }
+    },
+    close() { for (const p of pairs) for (const s of p) s.destroy(); server.close(); },
+  };
+}
+
+class Instance {
+  constructor(name, conninfo, github) {
+    this.name = name;
+    this.conninfo = conninfo;
+    this.github = github;
+    this.dir = tempDir(`hatchery-lead-${name}-`);
+    this.logs = '';
+    this.all = ''; // every start's, for a failure's report
+  }
+
+  get socket() { return join(this.dir, 'admin.sock'); }
+
+  async start() {
+    this.port ??= await freePort();
+    const secretFile = join(this.dir, 'webhook-secret');
+    writeFileSync(secretFile, 'test-webhook-secret\n', { mode: 0o600 });
+    const config = join(this.dir, 'hatchery.yaml');
+    writeFileSync(config, `controller_id: it
+listen: 127.0.0.1:${this.port}
+state_dir: ${join(this.dir, 'state')}
+admin_socket: ${this.socket}
+webhook_secret_file: ${secretFile}
+database:
+  postgresql: "${this.conninfo}"
+  lease_s: ${LEASE_S}
+github:
+  api_url: ${this.github.url}
+  app_id: ${process.env.APP_ID}
+  app_private_key_file: ${process.env.APP_KEY_FILE}
+  runner_scopes:
+    - repo: pytorch/pytorch
+      runner_group_id: 1
+reconcile_interval_s: 5
+hosts:
+  - name: host-a
+    uri: test:///default
+    vcpus: 512
+    memory_mib: 1048576
+    max_guests: ${JOBS}
+pools:
+  - name: sim
+    labels: [sim]
+    arch: s390x
+    image: /default-pool/base.qcow2
+    vcpus: 1
+    memory_mib: 64
+    disk_mib: 64
+    network: none
+    max_runners: ${JOBS}
+    boot_timeout_s: 600
+    hosts: [host-a]
+`);
+    this.logs = '';
+    this.proc = spawn(HATCHERYD, ['--config', config, ...ROOT_ARGS], { stdio: ['ignore', 'ignore', 'pipe'] });
+    this.proc.stderr.on('data', (d) => { this.logs += d.toString(); this.all += d.toString(); });
+    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
+    await until(`${this.name} ready`, () => this.logs.includes('event=daemon.ready') || this.proc.exitCode !== null, 15000);
+    assert.equal(this.proc.exitCode, null, `${this.name} exited:\n${this.logs}`);
+    return this;
+  }
+
+  leads() { return this.logs.includes('event=lease.acquired'); }
+  epoch() { return Number(/event=lease\.acquired epoch=(\d+)/.exec(this.logs)?.[1]); }
+
+  leader() {
+    const r = spawnSync(HATCHERY_CLI, ['--socket', this.socket, '--json', 'leader'], { encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    return JSON.parse(r.stdout);
+  }
+
+  post(payload) { return postWebhook(this.port, 'test-webhook-secret', 'workflow_job', payload); }
+
+  async stop() {
+    if (this.proc && this.proc.exitCode === null && !this.proc.signalCode) this.proc.kill('SIGTERM');
+    return this.exited;
+  }
+}
+
+describe('two controllers sharing PostgreSQL: one leads by the lease, the other takes over', () => {
+  const pgDir = tempDir('hatchery-lead-pg-');
+  let pgPort, direct, proxy, ghA, ghB, a, b;
+  let nextJob = 9100000;
+
+  before(async () => {
+    pgPort = await freePort();
+    cluster('start', pgDir, String(pgPort));
+    direct = `host=127.0.0.1 port=${pgPort} user=hatchery dbname=hatchery`;
+    proxy = await tcpProxy(pgPort);
+    ghA = await githubProxy();
+    ghB = await githubProxy();
+    a = new Instance('a', `host=127.0.0.1 port=${proxy.port} user=hatchery dbname=hatchery`, ghA);
+    b = new Instance('b', direct, ghB);
+  });
+  after(async () => {
+    for (const i of [a, b]) if (i?.proc) { i.proc.kill('SIGCONT'); await i.stop(); }
+    proxy?.close(); ghA?.close(); ghB?.close();
+    for (const i of [a, b]) if (i) {
+      if (process.env.HATCHERY_TEST_KEEP_LOGS) writeFileSync(`${process.env.HATCHERY_TEST_KEEP_LOGS}/${i.name}.log`, i.all);
+      rmSync(i.dir, { recursive: true, force: true });
+    }
+    cluster('stop', pgDir);
+  });
+
+  test('one leads, the other follows; both store webhooks; only the leader calls GitHub', async () => {
+    await a.start();
+    await until('a to lead', () => a.leads());
+    await b.start();
+    await until('b to follow', () => b.logs.includes('event=lease.following'));
+    assert.ok(!b.leads(), `b took the lease a holds:\n${b.logs}`);
+    const view = b.leader();
+    assert.equal(view.leader.epoch, a.epoch());
+    assert.match(view.leader.instance, new RegExp(`/${a.proc.pid}$`));
+    assert.equal(view.instances.length, 2, JSON.stringify(view));
+    assert.ok(view.instances.some((i) => i.this && !i.leading), 'b says it follows');
+    // Half the jobs to each: a load balancer's spread. Every one is stored.
+    const statuses = [];
+    for (let i = 0; i < JOBS; i++) {
+      const r = await (i % 2 ? b : a).post(workflowJob('queued', nextJob++, ['sim']));
+      statuses.push(r.status);
+    }
+    assert.deepEqual([...new Set(statuses)], [202]);
+    const jobs = spawnSync('psql', [direct, '-qAt', '-c', "SELECT count(*) FROM jobs WHERE status = 'queued'"], { encoding: 'utf8' }).stdout.trim();
+    assert.equal(Number(jobs), JOBS);
+    // The leader serves both halves: a runner registered for each.
+    await until(`${JOBS} runners registered by a`, () => ghA.calls.filter((c) => c.url.includes('generate-jitconfig')).length >= JOBS, 60000);
+    assert.equal(ghB.calls.length, 0, `a follower called GitHub: ${JSON.stringify(ghB.calls.slice(0, 3))}`);
+  });
+
+  test('kill -9 of the leader: the follower leads within 20 s, at the next epoch', async () => {
+    const epoch = a.epoch();
+    const t0 = Date.now();
+    a.proc.kill('SIGKILL');
+    await a.exited;
+    await until('b to lead', () => b.leads(), 20000);
+    const took = Date.now() - t0;
+    console.log(`takeover after kill -9: ${took} ms (lease ${LEASE_S} s)`);
+    assert.equal(b.epoch(), epoch + 1);
+    assert.ok(took < 20000);
+    await until('b to call GitHub as the leader', () => ghB.calls.length > 0);
+  });
+
+  test('SIGSTOP of the leader for 60 s: the other leads; continued, the old leader ends before any call', async () => {
+    ghA.calls.length = 0;
+    await a.start(); // a follower again (its database connection through the proxy)
+    await until('a to follow', () => a.logs.includes('event=lease.following'));
+    const epoch = b.epoch();
+    const stopped = Date.now();
+    b.proc.kill('SIGSTOP');
+    await until('a to lead', () => a.leads(), 20000);
+    console.log(`takeover after SIGSTOP: ${Date.now() - stopped} ms`);
+    assert.equal(a.epoch(), epoch + 1);
+    await sleep(Math.max(0, 60000 - (Date.now() - stopped)));
+    const continued = Date.now();
+    const callsBefore = ghB.calls.filter((c) => c.t >= stopped).length;
+    assert.equal(callsBefore, 0);
+    b.proc.kill('SIGCONT');
+    const { code } = await b.exited;
+    assert.equal(code, 75, `b exited ${code}:\n${b.logs.slice(-3000)}`);
+    assert.match(b.logs, /event=lease\.lost/);
+    const late = ghB.calls.filter((c) => c.t >= stopped);
+    assert.deepEqual(late, [], `the paused leader called GitHub after its lease (continued at ${continued})`);
+    await until('a to call GitHub as the leader', () => ghA.calls.length > 0);
+  });
+
+  test('the leader cut from the database: it stops by its own clock, the other leads within 20 s', async () => {
+    b.logs = '';
+    await b.start();
+    await until('b to follow', () => b.logs.includes('event=lease.following'));
+    const epoch = a.epoch();
+    const t0 = Date.now();
+    proxy.cut();
+    const { code } = await a.exited;
+    const stoppedAt = Date.now();
+    assert.equal(code, 75, a.logs.slice(-3000));
+    await until('b to lead', () => b.leads(), 20000);
+    console.log(`leader cut off: it ended after ${stoppedAt - t0} ms, takeover after ${Date.now() - t0} ms`);
+    assert.equal(b.epoch(), epoch + 1);
+    assert.ok(Date.now() - t0 < 20000);
+    assert.deepEqual(ghA.calls.filter((c) => c.t > stoppedAt), []);
+  });
+
+  test('PostgreSQL restarted: a leader again within 20 s of its return, every job kept', async () => {
+    cluster('stop-server', pgDir);
+    await sleep(1000);
+    cluster('start', pgDir, String(pgPort));
+    const back = Date.now();
+    // A leader whose lease ran out meanwhile ends (75), now or soon: its supervisor (systemd's
+    // Restart=) starts it again, and it takes the lease as a follower would.
+    let leader = null;
+    for (const end = Date.now() + 20000; !leader && Date.now() < end;) {
+      if (b.proc.exitCode !== null) {
+        assert.equal(b.proc.exitCode, 75, b.logs.slice(-3000));
+        await b.start();
+      }
+      try { leader = b.leader().leader; } catch { leader = null; }
+      if (!leader) await sleep(100);
+    }
+    assert.ok(leader, `no leader 20 s after the server's return:\n${b.logs.slice(-3000)}`);
+    console.log(`a leader ${Date.now() - back} ms after the server's return`);
+    const jobs = spawnSync('psql', [direct, '-qAt', '-c', 'SELECT count(*) FROM jobs'], { encoding: 'utf8' }).stdout.trim();
+    assert.equal(Number(jobs), JOBS);
+  });
+});
