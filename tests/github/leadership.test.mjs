@@ -175,7 +175,10 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     b = new Instance('b', direct, ghB);
   });
   after(async () => {
-    for (const i of [a, b]) if (i?.proc) { i.proc.kill('SIGCONT'); await i.stop(); }
+    for (const i of [a, b]) if (i?.proc) {
+      i.proc.kill('SIGCONT');
+      if (!(await Promise.race([i.stop(), sleep(30000).then(() => null)]))) i.proc.kill('SIGKILL');
+    }
     proxy?.close(); ghA?.close(); ghB?.close();
     for (const i of [a, b]) if (i) {
       if (process.env.HATCHERY_TEST_KEEP_LOGS) writeFileSync(`${process.env.HATCHERY_TEST_KEEP_LOGS}/${i.name}.log`, i.all);
@@ -237,11 +240,13 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     const callsBefore = ghB.calls.filter((c) => c.t >= stopped).length;
     assert.equal(callsBefore, 0);
     b.proc.kill('SIGCONT');
-    const { code } = await b.exited;
+    const ended = await Promise.race([b.exited, sleep(20000).then(() => null)]);
+    const late = () => ghB.calls.filter((c) => c.t >= stopped);
+    assert.ok(ended, `the continued leader still runs 20 s on; its GitHub calls since it was stopped: ${JSON.stringify(late().slice(0, 5))} (${late().length})`);
+    const { code } = ended;
     assert.equal(code, 75, `b exited ${code}:\n${b.logs.slice(-3000)}`);
     assert.match(b.logs, /event=lease\.lost/);
-    const late = ghB.calls.filter((c) => c.t >= stopped);
-    assert.deepEqual(late, [], `the paused leader called GitHub after its lease (continued at ${continued})`);
+    assert.deepEqual(late(), [], `the paused leader called GitHub after its lease (continued at ${continued})`);
     await until('a to call GitHub as the leader', () => ghA.calls.length > 0);
   });
 
@@ -252,7 +257,9 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     const epoch = a.epoch();
     const t0 = Date.now();
     proxy.cut();
-    const { code } = await a.exited;
+    const ended = await Promise.race([a.exited, sleep(20000).then(() => null)]);
+    assert.ok(ended, `the leader cut from the database still runs 20 s on; its GitHub calls since: ${ghA.calls.filter((c) => c.t > t0).length}`);
+    const { code } = ended;
     const stoppedAt = Date.now();
     assert.equal(code, 75, a.logs.slice(-3000));
     await until('b to lead', () => b.leads(), 20000);
