@@ -659,6 +659,8 @@ void domain_xml_metadata(const char *xml, struct domain_metadata *out)
             out->runner_id = strtoll(id, NULL, 10);
         metadata_text(ctx, runner, "runner-name", out->runner_name, sizeof(out->runner_name));
         metadata_text(ctx, runner, "template-key", out->template_key, sizeof(out->template_key));
+        if (metadata_text(ctx, runner, "epoch", id, sizeof(id)))
+            out->epoch = strtoll(id, NULL, 10);
     }
     xmlXPathFreeContext(ctx);
     xmlFreeDoc(doc);

@@ -102,6 +102,7 @@ struct domain_metadata {
     int64_t runner_id;
     char runner_name[200]; /* a guest restored from a template: the runner it serves */
     char template_key[65]; /* a template being built: what it is built from */
+    int64_t epoch;         /* the leader's epoch that defined it; 0: none recorded */
 };
 void domain_xml_metadata(const char *xml, struct domain_metadata *out);
 

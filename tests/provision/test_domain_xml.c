@@ -123,6 +123,17 @@ static void test_metadata_and_restore(void **state)
     assert_true(m.found);
     assert_string_equal(m.controller, "p10-ci");
     assert_int_equal(m.runner_id, 42);
+    assert_int_equal(m.epoch, 0); /* no lease: none written */
+    assert_null(strstr(saved, ":epoch>"));
+    /* A leader's domain records its epoch. */
+    s.epoch = 7;
+    char *led = domain_xml_build(&s, err, sizeof(err));
+    assert_non_null(led);
+    domain_xml_metadata(led, &m);
+    assert_int_equal(m.epoch, 7);
+    free(led);
+    s.epoch = 0;
+    domain_xml_metadata(saved, &m);
     assert_string_equal(m.template_key, "5f2a");
     assert_string_equal(m.runner_name, "");
     /* The element alone, as libvirt 9.0 answers virDomainGetMetadata for our namespace:
