@@ -11,6 +11,7 @@
 
 #include "daemon.h"
 #include "image_manifest.h"
+#include "lease.h"
 #include "pool_image.h"
 #include "store_backend.h"
 #include "textbuf.h"
@@ -135,6 +136,14 @@ int daemon_database_connect(const struct config *c, struct store_conn **ret, cha
     if (password)
         secret_reveal_free(password);
     return r;
+}
+
+bool daemon_leads(const struct daemon *d)
+{
+    struct lease_stats st = {0};
+    if (d->lease)
+        lease_stats_get(d->lease, &st);
+    return !d->lease || st.leading;
 }
 
 int daemon_store_open(uv_loop_t *loop, const struct config *c, bool reach_only,
@@ -281,7 +290,10 @@ json_t *daemon_reload(struct daemon *d, const char *how)
     config_keep_running(next, d->config);
     d->retired_configs[d->n_retired++] = d->config;
     d->config = next;
-    for (size_t i = 0; i < next->n_hosts; i++)
+    /* A follower connects to no host (lease.h): it takes the hosts of the config it has
+     * when it comes to lead. */
+    bool leads = daemon_leads(d);
+    for (size_t i = 0; leads && i < next->n_hosts; i++)
         provider_host_update(d->provider, &next->hosts[i]);
     if (image_cache_follow(d->images, next) < 0)
         log_warn("image.cache_failed", "error=\"out of memory\" action=\"images of new pools "
@@ -289,8 +301,10 @@ json_t *daemon_reload(struct daemon *d, const char *how)
     enum log_level level;
     if (log_level_parse(next->log_level, &level) == 0)
         log_level_set(level);
-    daemon_check_pool_images(d, next);
-    daemon_check_pool_runners(d, next);
+    if (leads) {
+        daemon_check_pool_images(d, next);
+        daemon_check_pool_runners(d, next);
+    }
     char *text = json_dumps(diff, JSON_COMPACT);
     log_info("config.reloaded", "via=%s pools=%zu hosts=%zu changes=%s", how, next->n_pools,
              next->n_hosts, text ? text : "?");

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "daemon_config.h"
 #include "lease.h"
 #include "guest_isolation.h"
 #include "store_backend.h"
@@ -491,20 +492,11 @@ static void scaleset_metrics(struct textbuf *b, struct daemon *d)
     json_decref(sets);
 }
 
-/* Whether this instance follows another's lease: the hosts are the leader's to report (a
- * follower connects to none, and would say each is down). */
-static bool follows(const struct daemon *d)
-{
-    struct lease_stats st = {0};
-    if (d->lease)
-        lease_stats_get(d->lease, &st);
-    return d->lease && !st.leading;
-}
-
 /* Hosts: up, usage, capacity and guest isolation; then their templates. */
 static void host_metrics(struct textbuf *b, struct daemon *d)
 {
-    if (d->provider && d->config->n_hosts > 0 && !follows(d)) {
+    /* A follower connects to no host, and would say each is down: the leader reports. */
+    if (d->provider && d->config->n_hosts > 0 && daemon_leads(d)) {
         struct host_status *st = calloc(d->config->n_hosts, sizeof(*st));
         for (size_t i = 0; st && i < d->config->n_hosts; i++)
             provider_host_status(d->provider, d->config->hosts[i].name, &st[i]);

@@ -198,6 +198,14 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     assert.match(view.leader.instance, new RegExp(`/${a.proc.pid}$`));
     assert.equal(view.instances.length, 2, JSON.stringify(view));
     assert.ok(view.instances.some((i) => i.this && !i.leading), 'b says it follows');
+    // A follower reloads its config without touching a host (it connects to none).
+    const reload = spawnSync(HATCHERY_CLI, ['--socket', b.socket, 'reload'], { encoding: 'utf8' });
+    assert.equal(reload.status, 0, reload.stderr);
+    // Two lease attempts later (a host's connection would have been tried at once).
+    const renewals = b.leader().lease.renewals;
+    await until('two more lease attempts of b', () => b.proc.exitCode !== null || b.leader().lease.renewals >= renewals + 2);
+    assert.equal(b.proc.exitCode, null, b.logs.slice(-2000));
+    assert.doesNotMatch(b.logs, /event=host\./, 'a follower connected to a host');
     // Half the jobs to each: a load balancer's spread. Every one is stored.
     const statuses = [];
     for (let i = 0; i < JOBS; i++) {
