@@ -309,7 +309,6 @@ static void fence_batch_locked(struct store *s, struct pending_write *batch)
             w->result = refusal;
             n++;
         }
-    s->stats.writes_fenced += n;
     log_error("store.writes_fenced", "count=%zu epoch=%lld current_epoch=%lld reason=\"%s\"", n,
               (long long)s->fence_epoch, (long long)current,
               refusal == -EPERM ? "this instance does not lead"
@@ -366,6 +365,18 @@ static void batch_work_cb(uv_work_t *work)
 
 static void start_batch(struct store *s);
 
+/* A write's end in the stats: on the loop that hears it, never on the worker, so the
+ * counters are the loop's alone. */
+static void tally(struct store *s, int result)
+{
+    if (result == -ESTALE || result == -EPERM)
+        s->stats.writes_fenced++;
+    else if (result < 0)
+        s->stats.commit_errors++;
+    else
+        s->stats.writes_committed++;
+}
+
 static void batch_after_cb(uv_work_t *work, int status)
 {
     struct store *s = work->data;
@@ -378,10 +389,7 @@ static void batch_after_cb(uv_work_t *work, int status)
         struct pending_write *next = w->next;
         if (status < 0)
             w->result = status;
-        if (w->result < 0)
-            s->stats.commit_errors++;
-        else
-            s->stats.writes_committed++;
+        tally(s, w->result);
         if (w->cb)
             w->cb(w->data, w->result);
         job_event_free(w->event);
@@ -507,6 +515,8 @@ int store_sql_group_apply_sync(struct store *s, json_t *statements)
 {
     struct pending_write w = {.kind = WRITE_GROUP, .params = statements};
     apply_batch(s, &w);
+    if (w.result == -ESTALE || w.result == -EPERM)
+        s->stats.writes_fenced++; /* a *_sync write is counted only when fenced */
     json_decref(statements);
     return w.result;
 }
@@ -515,6 +525,8 @@ int store_sql_apply_sync(struct store *s, const char *sql, json_t *params)
 {
     struct pending_write w = {.kind = WRITE_SQL, .sql = (char *)sql, .params = params};
     apply_batch(s, &w);
+    if (w.result == -ESTALE || w.result == -EPERM)
+        s->stats.writes_fenced++; /* a *_sync write is counted only when fenced */
     json_decref(params);
     return w.result;
 }
@@ -684,6 +696,8 @@ int store_job_event_apply_sync(struct store *s, const struct job_event *event)
 {
     struct pending_write w = {.kind = WRITE_JOB_EVENT, .event = (struct job_event *)event};
     apply_batch(s, &w);
+    if (w.result == -ESTALE || w.result == -EPERM)
+        s->stats.writes_fenced++; /* a *_sync write is counted only when fenced */
     return w.result;
 }
 
