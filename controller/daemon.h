@@ -57,6 +57,7 @@ struct daemon {
     size_t n_scopes;
     struct lease *lease; /* with a PostgreSQL store: who leads (lease.h); NULL with SQLite */
     char instance[128];  /* this process among those sharing the store: host/pid */
+    bool leading;        /* lead() has run: the hosts, scheduler and the rest are this one's */
     struct front *front; /* the HTTP front's process: the listeners */
     bool front_attached; /* its socketpair is on the loop */
     struct admin_server admin;

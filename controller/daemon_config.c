@@ -11,7 +11,6 @@
 
 #include "daemon.h"
 #include "image_manifest.h"
-#include "lease.h"
 #include "pool_image.h"
 #include "store_backend.h"
 #include "textbuf.h"
@@ -140,10 +139,7 @@ int daemon_database_connect(const struct config *c, struct store_conn **ret, cha
 
 bool daemon_leads(const struct daemon *d)
 {
-    struct lease_stats st = {0};
-    if (d->lease)
-        lease_stats_get(d->lease, &st);
-    return !d->lease || st.leading;
+    return d->leading;
 }
 
 int daemon_store_open(uv_loop_t *loop, const struct config *c, bool reach_only,

@@ -19,8 +19,8 @@ struct store;
 /* Opens the store the config names: PostgreSQL (database.postgresql, its password read
  * from database.password_file for the connections and wiped), or SQLite in state_dir.
  * `reach_only`: connect to PostgreSQL and close again, changing nothing (SQLite: 0). */
-/* Whether this process leads: always without a lease (a SQLite store); with one, once it
- * holds it (and lead() has run). A follower connects to no host and calls no GitHub. */
+/* Whether this process leads: lead() has run (at once without a lease, a SQLite store;
+ * with one, once it holds it). A follower connects to no host and calls no GitHub. */
 bool daemon_leads(const struct daemon *d);
 /* One connection of its own to database.postgresql (the lease's: lease.h), with the
  * password from its file. 0, or a negative errno with the reason in `err`. */

@@ -556,6 +556,7 @@ static void log_ready(const struct daemon *d, const char *root_reason)
 static int lead(struct daemon *d)
 {
     int r = 0;
+    d->leading = true;
     for (size_t i = 0; r == 0 && i < d->config->n_hosts; i++)
         r = provider_host_add(d->provider, &d->config->hosts[i]);
     if (r < 0) {

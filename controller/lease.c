@@ -1,7 +1,9 @@
 /* The leader's lease and the fence that stops a leader whose lease has run out (lease.h). */
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "lease.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,128 +111,135 @@ int64_t lease_epoch(void)
 
 struct lease {
     uv_loop_t *loop;
-    struct store_conn *conn;
+    struct store_conn *conn; /* the thread's while it runs; then the release's */
     char *controller_id, *instance;
     int64_t lease_ms;
     struct lease_events events;
-    uv_timer_t renew_timer; /* every lease/5 */
-    uv_timer_t fence_timer; /* at the deadline: an idle leader ends too */
-    uv_work_t work;
-    bool in_flight;
+    /* Renewals run on a thread of the lease's own, not on libuv's shared pool: a pool busy
+     * with the store's or anyone's work would make the leader miss its lease. The thread
+     * extends the deadline itself (fence_deadline_ns), so a busy loop cannot either. */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t lock; /* guards stats, closing and the takeover's news */
+    pthread_cond_t wake;
     bool closing;
-    /* The attempt on the worker: what it sent (at sent_ns) and what came back. */
-    int64_t sent_ns;
-    int64_t asked_epoch;
-    bool failed;
-    char error[200];
-    int64_t got_epoch, got_acquired_ms;
-    char got_holder[128];
+    bool took_over; /* the thread took the lease: the loop's on_leading is due */
+    uv_async_t news;
+    uv_timer_t fence_timer; /* every lease/10: an idle leader past its deadline ends too */
+    int open_handles;       /* at the release: the two handles' closes still to come */
     struct lease_stats stats;
 };
 
-static void renew_work(uv_work_t *w)
+/* One attempt, on the lease's thread; what it learnt goes into the stats (under lock)
+ * and, for a leader, straight into the fence. */
+static void attempt(struct lease *l)
 {
-    struct lease *l = w->data;
-    l->failed = false;
-    l->got_epoch = 0;
-    l->got_holder[0] = 0;
+    pthread_mutex_lock(&l->lock);
+    int64_t epoch = l->stats.leading ? l->stats.epoch : 0;
+    pthread_mutex_unlock(&l->lock);
     json_t *params = json_pack("[s, s, I, I]", l->controller_id, l->instance,
-                               (json_int_t)l->lease_ms, (json_int_t)l->asked_epoch);
+                               (json_int_t)l->lease_ms, (json_int_t)epoch);
     /* The deadline counts from before the statement leaves: the database's now() is later. */
-    l->sent_ns = boottime_ns();
+    int64_t sent_ns = boottime_ns();
     json_t *rows = params ? l->conn->backend->query(l->conn, renew_sql, params) : NULL;
     json_decref(params);
     json_t *row = json_array_get(rows, 0);
+    int64_t deadline = sent_ns + l->lease_ms * 1000000 / 5 * 4;
+    bool leading = atomic_load(&fence_mode) == FENCE_LEADER;
+    /* An answer after the deadline extends nothing: the leader is gone by then (a renewal
+     * sent after it cannot be trusted to follow on from the one before). */
+    if (leading)
+        lease_fence_check("lease_renewal");
+    pthread_mutex_lock(&l->lock);
+    l->stats.last_renewal_ms = wall_clock_ms();
     if (!row) {
-        l->failed = true;
-        snprintf(l->error, sizeof(l->error), "%s",
-                 params ? l->conn->backend->errmsg(l->conn) : "out of memory");
+        l->stats.renewal_failures++;
+        pthread_mutex_unlock(&l->lock);
+        log_warn("lease.renew_failed", "leading=%s epoch=%lld error=\"%s\"", leading ? "yes" : "no",
+                 (long long)epoch, params ? l->conn->backend->errmsg(l->conn) : "out of memory");
+        json_decref(rows);
+        return;
+    }
+    l->stats.renewals++;
+    int64_t got = json_integer_value(json_object_get(row, "epoch"));
+    const char *holder = json_string_value(json_object_get(row, "holder"));
+    snprintf(l->stats.holder, sizeof(l->stats.holder), "%s", holder ? holder : "");
+    bool first = l->stats.renewals == 1;
+    if (leading) {
+        pthread_mutex_unlock(&l->lock);
+        if (got != epoch) {
+            /* Another leader came between (or this one's lease lapsed unseen): what it did
+             * is not known here. */
+            log_error("lease.superseded", "epoch=%lld answer_epoch=%lld holder=%s",
+                      (long long)epoch, (long long)got, holder ? holder : "");
+            atomic_store(&fence_deadline_ns, 0);
+            lease_fence_check("lease_superseded");
+        }
+        atomic_store(&fence_deadline_ns, deadline);
+    } else if (got <= 0) {
+        pthread_mutex_unlock(&l->lock);
+        if (first)
+            log_info("lease.following", "holder=%s", holder && holder[0] ? holder : "none");
+    } else if (deadline <= boottime_ns()) {
+        pthread_mutex_unlock(&l->lock);
+        log_warn("lease.taken_too_late", "epoch=%lld", (long long)got); /* renewed next time */
     } else {
-        l->got_epoch = json_integer_value(json_object_get(row, "epoch"));
-        l->got_acquired_ms = json_integer_value(json_object_get(row, "acquired_ms"));
-        const char *holder = json_string_value(json_object_get(row, "holder"));
-        snprintf(l->got_holder, sizeof(l->got_holder), "%s", holder ? holder : "");
+        /* Taken: the fence is set before anything may act on it. */
+        atomic_store(&fence_epoch, got);
+        atomic_store(&fence_deadline_ns, deadline);
+        atomic_store(&fence_mode, FENCE_LEADER);
+        l->stats.leading = true;
+        l->stats.epoch = got;
+        l->stats.leading_since_ms = json_integer_value(json_object_get(row, "acquired_ms"));
+        l->stats.takeovers++;
+        l->took_over = true;
+        pthread_mutex_unlock(&l->lock);
+        log_info("lease.acquired", "epoch=%lld instance=%s previous=%s lease_ms=%lld",
+                 (long long)got, l->instance, holder && holder[0] ? holder : "none",
+                 (long long)l->lease_ms);
+        uv_async_send(&l->news);
     }
     json_decref(rows);
+}
+
+static void *lease_thread(void *arg)
+{
+    struct lease *l = arg;
+    pthread_setname_np(pthread_self(), "lease");
+    pthread_mutex_lock(&l->lock);
+    while (!l->closing) {
+        pthread_mutex_unlock(&l->lock);
+        attempt(l);
+        pthread_mutex_lock(&l->lock);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        int64_t ns = until.tv_nsec + l->lease_ms * 1000000 / 5;
+        until.tv_sec += ns / 1000000000;
+        until.tv_nsec = ns % 1000000000;
+        while (!l->closing && pthread_cond_timedwait(&l->wake, &l->lock, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return NULL;
+}
+
+/* The thread took the lease: the daemon leads, on the loop. */
+static void on_news(uv_async_t *async)
+{
+    struct lease *l = async->data;
+    pthread_mutex_lock(&l->lock);
+    bool took = l->took_over && !l->closing;
+    int64_t epoch = l->stats.epoch;
+    l->took_over = false;
+    pthread_mutex_unlock(&l->lock);
+    if (took && l->events.on_leading)
+        l->events.on_leading(l->events.data, epoch);
 }
 
 static void on_fence_timer(uv_timer_t *t)
 {
     (void)t;
     lease_fence_check("lease_timer");
-}
-
-static void renew_done(uv_work_t *w, int status)
-{
-    struct lease *l = w->data;
-    l->in_flight = false;
-    if (l->closing)
-        return;
-    bool leading = atomic_load(&fence_mode) == FENCE_LEADER;
-    /* An answer that comes after the deadline extends nothing: the leader is gone by then
-     * (a renewal sent after it cannot be trusted to follow on from the one before). */
-    if (leading)
-        lease_fence_check("lease_renewal");
-    l->stats.last_renewal_ms = wall_clock_ms();
-    if (status < 0 || l->failed) {
-        l->stats.renewal_failures++;
-        log_warn("lease.renew_failed", "leading=%s epoch=%lld error=\"%s\"", leading ? "yes" : "no",
-                 (long long)l->stats.epoch, status < 0 ? uv_strerror(status) : l->error);
-        return;
-    }
-    l->stats.renewals++;
-    snprintf(l->stats.holder, sizeof(l->stats.holder), "%s", l->got_holder);
-    if (leading) {
-        if (l->got_epoch != l->stats.epoch) {
-            /* Another leader came between (or this one's lease lapsed unseen): what it did
-             * is not known here. */
-            log_error("lease.superseded", "epoch=%lld answer_epoch=%lld holder=%s",
-                      (long long)l->stats.epoch, (long long)l->got_epoch, l->got_holder);
-            atomic_store(&fence_deadline_ns, 0);
-            lease_fence_check("lease_superseded");
-        }
-        int64_t deadline = l->sent_ns + l->lease_ms * 1000000 / 5 * 4;
-        atomic_store(&fence_deadline_ns, deadline);
-        uv_timer_start(&l->fence_timer, on_fence_timer,
-                       (uint64_t)((deadline - boottime_ns()) / 1000000) + 1, 0);
-        return;
-    }
-    if (l->got_epoch <= 0) {
-        if (l->stats.takeovers == 0 && l->stats.renewals == 1)
-            log_info("lease.following", "holder=%s", l->got_holder[0] ? l->got_holder : "none");
-        return;
-    }
-    /* Taken: the deadline is set before anything may act on it. */
-    int64_t deadline = l->sent_ns + l->lease_ms * 1000000 / 5 * 4;
-    if (deadline <= boottime_ns()) {
-        log_warn("lease.taken_too_late", "epoch=%lld", (long long)l->got_epoch);
-        return; /* the next attempt renews it, in time or not */
-    }
-    atomic_store(&fence_epoch, l->got_epoch);
-    atomic_store(&fence_deadline_ns, deadline);
-    atomic_store(&fence_mode, FENCE_LEADER);
-    uv_timer_start(&l->fence_timer, on_fence_timer,
-                   (uint64_t)((deadline - boottime_ns()) / 1000000) + 1, 0);
-    l->stats.leading = true;
-    l->stats.epoch = l->got_epoch;
-    l->stats.leading_since_ms = l->got_acquired_ms;
-    l->stats.takeovers++;
-    log_info("lease.acquired", "epoch=%lld instance=%s previous=%s lease_ms=%lld",
-             (long long)l->got_epoch, l->instance, l->got_holder[0] ? l->got_holder : "none",
-             (long long)l->lease_ms);
-    if (l->events.on_leading)
-        l->events.on_leading(l->events.data, l->got_epoch);
-}
-
-static void on_renew_timer(uv_timer_t *t)
-{
-    struct lease *l = t->data;
-    if (l->in_flight || l->closing)
-        return; /* the last attempt still waits on the database: its answer decides */
-    l->asked_epoch = l->stats.leading ? l->stats.epoch : 0;
-    l->work.data = l;
-    if (uv_queue_work(l->loop, &l->work, renew_work, renew_done) == 0)
-        l->in_flight = true;
 }
 
 int lease_start(uv_loop_t *loop, struct store_conn *conn, const struct lease_options *o,
@@ -251,44 +260,62 @@ int lease_start(uv_loop_t *loop, struct store_conn *conn, const struct lease_opt
         free(l);
         return -ENOMEM;
     }
+    pthread_mutex_init(&l->lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->wake, &attr);
+    pthread_condattr_destroy(&attr);
     atomic_store(&fence_mode, FENCE_FOLLOWER);
-    uv_timer_init(loop, &l->renew_timer);
+    uv_async_init(loop, &l->news, on_news);
     uv_timer_init(loop, &l->fence_timer);
-    l->renew_timer.data = l->fence_timer.data = l;
-    /* They run while the daemon does, and keep no finished stop waiting. */
-    uv_unref((uv_handle_t *)&l->renew_timer);
+    l->news.data = l->fence_timer.data = l;
+    /* They serve the daemon while it runs, and keep no finished stop waiting. */
+    uv_unref((uv_handle_t *)&l->news);
     uv_unref((uv_handle_t *)&l->fence_timer);
-    uv_timer_start(&l->renew_timer, on_renew_timer, 0, (uint64_t)(l->lease_ms / 5));
+    uint64_t every = (uint64_t)(l->lease_ms / 10 > 0 ? l->lease_ms / 10 : 1);
+    uv_timer_start(&l->fence_timer, on_fence_timer, every, every);
+    int r = pthread_create(&l->thread, NULL, lease_thread, l);
+    if (r != 0) {
+        uv_close((uv_handle_t *)&l->news, NULL);
+        uv_close((uv_handle_t *)&l->fence_timer, NULL);
+        atomic_store(&fence_mode, FENCE_NONE);
+        /* The handles' memory is the lease's: it stays allocated (a failed start ends the
+         * process). */
+        return -r;
+    }
+    l->thread_started = true;
     *ret = l;
     return 0;
 }
 
+/* Each handle's close; the last one frees (both close in the same turn of the loop). */
 static void lease_free(uv_handle_t *h)
 {
     struct lease *l = h->data;
+    if (--l->open_handles > 0)
+        return;
     l->conn->backend->close(l->conn);
+    pthread_mutex_destroy(&l->lock);
+    pthread_cond_destroy(&l->wake);
     free(l->controller_id);
     free(l->instance);
     free(l);
-}
-
-static void fence_timer_closed(uv_handle_t *h)
-{
-    struct lease *l = h->data;
-    uv_close((uv_handle_t *)&l->renew_timer, lease_free);
 }
 
 void lease_release(struct lease *l)
 {
     if (!l)
         return;
+    /* The thread's attempt in progress ends first (at most one statement's time); then the
+     * connection is this thread's. */
+    pthread_mutex_lock(&l->lock);
     l->closing = true;
-    uv_timer_stop(&l->renew_timer);
+    pthread_cond_signal(&l->wake);
+    pthread_mutex_unlock(&l->lock);
+    if (l->thread_started)
+        pthread_join(l->thread, NULL);
     uv_timer_stop(&l->fence_timer);
-    /* An attempt on a worker still owns the connection: the loop's last turns wait for it
-     * (the handles close after it). Then the lease is given up only if still held here. */
-    while (l->in_flight)
-        uv_run(l->loop, UV_RUN_ONCE);
     if (l->stats.leading && lease_fence_check("lease_release") == 0) {
         json_t *params =
             json_pack("[s, s, I]", l->controller_id, l->instance, (json_int_t)l->stats.epoch);
@@ -313,12 +340,16 @@ void lease_release(struct lease *l)
             l->conn, "DELETE FROM lease_members WHERE controller_id = ?1 AND instance = ?2", params,
             NULL);
     json_decref(params);
-    uv_close((uv_handle_t *)&l->fence_timer, fence_timer_closed);
+    l->open_handles = 2;
+    uv_close((uv_handle_t *)&l->news, lease_free);
+    uv_close((uv_handle_t *)&l->fence_timer, lease_free);
 }
 
 void lease_stats_get(const struct lease *l, struct lease_stats *ret)
 {
+    pthread_mutex_lock((pthread_mutex_t *)&l->lock);
     *ret = l->stats;
+    pthread_mutex_unlock((pthread_mutex_t *)&l->lock);
 }
 
 int lease_read(struct store *store, const void *owner, const char *controller_id,
