@@ -216,7 +216,7 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     const jobs = spawnSync('psql', [direct, '-qAt', '-c', "SELECT count(*) FROM jobs WHERE status = 'queued'"], { encoding: 'utf8' }).stdout.trim();
     assert.equal(Number(jobs), JOBS);
     // The leader serves both halves: a runner registered for each.
-    await until(`${JOBS} runners registered by a`, () => ghA.calls.filter((c) => c.url.includes('generate-jitconfig')).length >= JOBS, 60000);
+    await until(`${JOBS} runners registered by a`, () => ghA.calls.filter((c) => c.url.includes('generate-jitconfig')).length >= JOBS, 240000);
     assert.equal(ghB.calls.length, 0, `a follower called GitHub: ${JSON.stringify(ghB.calls.slice(0, 3))}`);
   });
 
