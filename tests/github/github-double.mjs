@@ -90,7 +90,7 @@ function send(res, status, headers, body) {
   res.end(body);
 }
 
-createServer(async (req, res) => {
+const server = createServer(async (req, res) => {
   const body = await readBody(req);
   const url = req.url;
   if (url.startsWith('/__double/')) {
@@ -301,4 +301,9 @@ createServer(async (req, res) => {
   // GitHub acted, but its answer is lost on the way: the client cannot know.
   if (fault?.lose_answer) return req.socket.destroy();
   send(res, upstream.status, out, text);
-}).listen(Number(port), '127.0.0.1', () => console.log(`github-double listening on ${port}`));
+});
+// A kept-alive connection is closed by its client, never under it: node's fetch reuses one
+// for up to 4 s, and a server closing at 5 s met a reuse when this process was held up
+// (e2e.chaos under load: "other side closed").
+server.keepAliveTimeout = 65000;
+server.listen(Number(port), '127.0.0.1', () => console.log(`github-double listening on ${port}`));
