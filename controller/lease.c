@@ -110,7 +110,6 @@ int64_t lease_epoch(void)
 }
 
 struct lease {
-    uv_loop_t *loop;
     struct store_conn *conn; /* the thread's while it runs; then the release's */
     char *controller_id, *instance;
     int64_t lease_ms;
@@ -163,7 +162,6 @@ static void attempt(struct lease *l)
     l->stats.renewals++;
     int64_t got = json_integer_value(json_object_get(row, "epoch"));
     const char *holder = json_string_value(json_object_get(row, "holder"));
-    snprintf(l->stats.holder, sizeof(l->stats.holder), "%s", holder ? holder : "");
     bool first = l->stats.renewals == 1;
     if (leading) {
         pthread_mutex_unlock(&l->lock);
@@ -172,8 +170,7 @@ static void attempt(struct lease *l)
              * is not known here. */
             log_error("lease.superseded", "epoch=%lld answer_epoch=%lld holder=%s",
                       (long long)epoch, (long long)got, holder ? holder : "");
-            atomic_store(&fence_deadline_ns, 0);
-            lease_fence_check("lease_superseded");
+            fence_exit("lease_superseded", 0);
         }
         atomic_store(&fence_deadline_ns, deadline);
     } else if (got <= 0) {
@@ -248,7 +245,6 @@ int lease_start(uv_loop_t *loop, struct store_conn *conn, const struct lease_opt
     struct lease *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
-    l->loop = loop;
     l->conn = conn;
     l->controller_id = strdup(o->controller_id);
     l->instance = strdup(o->instance);

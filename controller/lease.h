@@ -63,7 +63,6 @@ struct lease_stats {
     uint64_t renewal_failures;
     uint64_t takeovers; /* times this instance took the lease */
     int64_t last_renewal_ms;
-    char holder[128]; /* the leader as the last answer named it ("" when none) */
 };
 void lease_stats_get(const struct lease *lease, struct lease_stats *ret);
 

@@ -69,8 +69,8 @@ struct store {
     uint64_t batch_ns; /* written by the worker, read after it in batch_after_cb */
     struct store_stats stats;
 
-    /* The leader's fence (store_fence_set), set under writer_lock, read by the batch. */
-    bool fenced;
+    /* The leader's fence (store_fence_set; NULL: none), set under writer_lock, read by the
+     * batch. */
     char *fence_controller;
     int64_t fence_epoch;
 
@@ -329,7 +329,7 @@ static void apply_batch_locked(struct store *s, struct pending_write *batch)
             w->result = -EIO;
         return;
     }
-    if (s->fenced)
+    if (s->fence_controller)
         fence_batch_locked(s, batch);
     for (struct pending_write *w = batch; w; w = w->next) {
         if (w->result < 0)
@@ -367,9 +367,14 @@ static void start_batch(struct store *s);
 
 /* A write's end in the stats: on the loop that hears it, never on the worker, so the
  * counters are the loop's alone. */
+static bool refused_by_fence(int result)
+{
+    return result == -ESTALE || result == -EPERM;
+}
+
 static void tally(struct store *s, int result)
 {
-    if (result == -ESTALE || result == -EPERM)
+    if (refused_by_fence(result))
         s->stats.writes_fenced++;
     else if (result < 0)
         s->stats.commit_errors++;
@@ -511,12 +516,19 @@ int store_sql_group_submit(struct store *s, json_t *statements, store_write_cb c
     return r;
 }
 
+/* A write now, on the calling thread (start-up, tests): in a transaction of its own, and
+ * counted only when the fence refused it. */
+static void apply_sync(struct store *s, struct pending_write *w)
+{
+    apply_batch(s, w);
+    if (refused_by_fence(w->result))
+        s->stats.writes_fenced++;
+}
+
 int store_sql_group_apply_sync(struct store *s, json_t *statements)
 {
     struct pending_write w = {.kind = WRITE_GROUP, .params = statements};
-    apply_batch(s, &w);
-    if (w.result == -ESTALE || w.result == -EPERM)
-        s->stats.writes_fenced++; /* a *_sync write is counted only when fenced */
+    apply_sync(s, &w);
     json_decref(statements);
     return w.result;
 }
@@ -524,9 +536,7 @@ int store_sql_group_apply_sync(struct store *s, json_t *statements)
 int store_sql_apply_sync(struct store *s, const char *sql, json_t *params)
 {
     struct pending_write w = {.kind = WRITE_SQL, .sql = (char *)sql, .params = params};
-    apply_batch(s, &w);
-    if (w.result == -ESTALE || w.result == -EPERM)
-        s->stats.writes_fenced++; /* a *_sync write is counted only when fenced */
+    apply_sync(s, &w);
     json_decref(params);
     return w.result;
 }
@@ -695,9 +705,7 @@ void store_deliveries_prune(struct store *s, int64_t max_age_s)
 int store_job_event_apply_sync(struct store *s, const struct job_event *event)
 {
     struct pending_write w = {.kind = WRITE_JOB_EVENT, .event = (struct job_event *)event};
-    apply_batch(s, &w);
-    if (w.result == -ESTALE || w.result == -EPERM)
-        s->stats.writes_fenced++; /* a *_sync write is counted only when fenced */
+    apply_sync(s, &w);
     return w.result;
 }
 
@@ -710,7 +718,6 @@ int store_fence_set(struct store *s, const char *controller_id, int64_t epoch)
     free(s->fence_controller);
     s->fence_controller = copy;
     s->fence_epoch = epoch;
-    s->fenced = true;
     pthread_mutex_unlock(&s->writer_lock);
     return 0;
 }
