@@ -75,6 +75,12 @@ static int64_t boottime_ns(void)
 
 static _Noreturn void fence_exit(const char *what, int64_t late_ms)
 {
+    /* Threads that find the deadline passed at once: the first says so, the others wait
+     * for its _exit (they make no call meanwhile). */
+    static atomic_flag ending = ATOMIC_FLAG_INIT;
+    if (atomic_flag_test_and_set(&ending))
+        for (;;)
+            pause();
     /* Nothing more runs: not even the other threads' next call. The log line goes first,
      * whole (log.c writes each line with one write). */
     log_error("lease.lost", "epoch=%lld what=%s late_ms=%lld exit=%d",
@@ -143,14 +149,24 @@ static void attempt(struct lease *l)
     json_t *rows = params ? l->conn->backend->query(l->conn, renew_sql, params) : NULL;
     json_decref(params);
     json_t *row = json_array_get(rows, 0);
+    int64_t answered_ns = boottime_ns();
     int64_t deadline = sent_ns + l->lease_ms * 1000000 / 5 * 4;
     bool leading = atomic_load(&fence_mode) == FENCE_LEADER;
+    /* An answer slower than the time between attempts eats into the margin a leader has
+     * before its deadline: said before it runs out, with how much is left. */
+    bool slow = answered_ns - sent_ns > l->lease_ms * 1000000 / 5;
+    if (slow)
+        log_warn("lease.renewal_slow", "leading=%s took_ms=%lld margin_ms=%lld",
+                 leading ? "yes" : "no", (long long)((answered_ns - sent_ns) / 1000000),
+                 leading ? (long long)((atomic_load(&fence_deadline_ns) - answered_ns) / 1000000)
+                         : 0LL);
     /* An answer after the deadline extends nothing: the leader is gone by then (a renewal
      * sent after it cannot be trusted to follow on from the one before). */
     if (leading)
         lease_fence_check("lease_renewal");
     pthread_mutex_lock(&l->lock);
     l->stats.last_renewal_ms = wall_clock_ms();
+    l->stats.slow_renewals += slow;
     if (!row) {
         l->stats.renewal_failures++;
         pthread_mutex_unlock(&l->lock);

@@ -61,7 +61,8 @@ struct lease_stats {
     int64_t leading_since_ms; /* wall clock, 0 when following */
     uint64_t renewals;        /* attempts answered, taken or not */
     uint64_t renewal_failures;
-    uint64_t takeovers; /* times this instance took the lease */
+    uint64_t slow_renewals; /* answered (or failed) after more than lease/5 */
+    uint64_t takeovers;     /* times this instance took the lease */
     int64_t last_renewal_ms;
 };
 void lease_stats_get(const struct lease *lease, struct lease_stats *ret);

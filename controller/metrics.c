@@ -383,6 +383,10 @@ static void lease_metrics(struct textbuf *b, struct daemon *d)
     counter(b, "hatchery_lease_renewal_failures_total",
             "Lease attempts that failed (the database unreachable or erring).",
             st.renewal_failures);
+    counter(b, "hatchery_lease_slow_renewals_total",
+            "Lease attempts answered (or failed) after more than lease_s/5: each one eats "
+            "into the time a leader has before it must stop.",
+            st.slow_renewals);
     counter(b, "hatchery_lease_takeovers_total", "Times this instance took the lease.",
             st.takeovers);
     gauge(b, "hatchery_lease_last_renewal_timestamp_seconds",

@@ -394,8 +394,13 @@ describe('end to end on real guests', () => {
     const { id, runner } = await busyRunner('linux.ppc64le');
     const logFrom = d.logs.length;
     await d.kill9();
-    // The runner exits while nobody listens; the agent keeps its exit and its guest up.
-    await sleep(15000);
+    // The runner exits while nobody listens (the agent says so on the guest's console, a
+    // file of the host's); the agent keeps its exit and its guest up.
+    const consoleLog = join(d.dir, 'state', 'logs', `${runner.name}.console.log`);
+    await until(`${runner.name}'s runner to exit, on its console`, () => {
+      try { return /hatchery-agent: runner exited 0/.test(readFileSync(consoleLog, 'utf8')); } catch { return false; }
+    }, 120000);
+    await sleep(2000); // what the agent does next, were it to power off (it must not)
     assert.ok(domains().includes(runner.name), 'the guest waits for a controller to take its exit');
     await d.start();
     await endsCleanly(runner.name);

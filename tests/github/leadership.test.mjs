@@ -11,7 +11,7 @@
 // measured is the lease, the fence and the store; a shared libvirtd is the e2e tests'.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { rmSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, request as httpRequest } from 'node:http';
 import { createServer as createTcpServer, connect } from 'node:net';
 import { join } from 'node:path';
@@ -87,8 +87,7 @@ class Instance {
     this.conninfo = conninfo;
     this.github = github;
     this.dir = tempDir(`hatchery-lead-${name}-`);
-    this.logs = '';
-    this.all = ''; // every start's, for a failure's report
+    this.logFiles = []; // one per start
   }
 
   get socket() { return join(this.dir, 'admin.sock'); }
@@ -133,14 +132,22 @@ pools:
     boot_timeout_s: 600
     hosts: [host-a]
 `);
-    this.logs = '';
-    this.proc = spawn(HATCHERYD, ['--config', config, ...ROOT_ARGS], { stdio: ['ignore', 'ignore', 'pipe'] });
-    this.proc.stderr.on('data', (d) => { this.logs += d.toString(); this.all += d.toString(); });
+    // The log goes to a file, not a pipe: a pipe the test does not drain while it waits
+    // for a synchronous call (psql, cluster.sh, the CLI) would hold hatcheryd up in its
+    // next log line (seen: a leader held 10 s while PostgreSQL started).
+    this.logFiles.push(join(this.dir, `hatcheryd.${this.logFiles.length + 1}.log`));
+    const fd = openSync(this.logFiles.at(-1), 'a');
+    this.proc = spawn(HATCHERYD, ['--config', config, ...ROOT_ARGS], { stdio: ['ignore', 'ignore', fd] });
+    closeSync(fd);
     this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
     await until(`${this.name} ready`, () => this.logs.includes('event=daemon.ready') || this.proc.exitCode !== null, 15000);
     assert.equal(this.proc.exitCode, null, `${this.name} exited:\n${this.logs}`);
     return this;
   }
+
+  // This start's log, and every start's (for a failure's report).
+  get logs() { return this.logFiles.length ? readFileSync(this.logFiles.at(-1), 'utf8') : ''; }
+  get all() { return this.logFiles.map((f) => readFileSync(f, 'utf8')).join(''); }
 
   leads() { return this.logs.includes('event=lease.acquired'); }
   epoch() { return Number(/event=lease\.acquired epoch=(\d+)/.exec(this.logs)?.[1]); }
@@ -153,6 +160,13 @@ pools:
 
   post(payload) { return postWebhook(this.port, 'test-webhook-secret', 'workflow_job', payload); }
 
+  // For a failure's message: how this instance stands, and its last log lines.
+  report() {
+    const p = this.proc;
+    const state = !p ? 'never started' : p.exitCode !== null ? `exited ${p.exitCode}` : p.signalCode ? `killed by ${p.signalCode}` : 'running';
+    return `--- ${this.name} (pid ${p?.pid}): ${state}; its log's tail:\n${this.all.split('\n').slice(-40).join('\n')}`;
+  }
+
   async stop() {
     if (this.proc && this.proc.exitCode === null && !this.proc.signalCode) this.proc.kill('SIGTERM');
     return this.exited;
@@ -163,6 +177,15 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
   const pgDir = tempDir('hatchery-lead-pg-');
   let pgPort, direct, proxy, ghA, ghB, a, b;
   let nextJob = 9100000;
+  // A failure says how both instances stand (one may have ended, and why is in its log).
+  const reported = (body) => async () => {
+    try {
+      await body();
+    } catch (e) {
+      e.message += `\n${[a, b].map((i) => i?.report() ?? '').join('\n')}`;
+      throw e;
+    }
+  };
 
   before(async () => {
     pgPort = await freePort();
@@ -187,7 +210,7 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     cluster('stop', pgDir);
   });
 
-  test('one leads, the other follows; both store webhooks; only the leader calls GitHub', async () => {
+  test('one leads, the other follows; both store webhooks; only the leader calls GitHub', reported(async () => {
     await a.start();
     await until('a to lead', () => a.leads());
     await b.start();
@@ -218,9 +241,39 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     // The leader serves both halves: a runner registered for each.
     await until(`${JOBS} runners registered by a`, () => ghA.calls.filter((c) => c.url.includes('generate-jitconfig')).length >= JOBS, 240000);
     assert.equal(ghB.calls.length, 0, `a follower called GitHub: ${JSON.stringify(ghB.calls.slice(0, 3))}`);
-  });
+  }));
 
-  test('kill -9 of the leader: the follower leads within 20 s, at the next epoch', async () => {
+  test('a renewal held up past the time between attempts: the leader says so, with its margin, and keeps the lease', reported(async () => {
+    const metric = async (name) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(await (await fetch(`http://127.0.0.1:${a.port}/metrics`)).text())?.[1]);
+    const slowBefore = await metric('hatchery_lease_slow_renewals_total');
+    const epoch = a.epoch();
+    // A session of the test's own holds the lease's row: every attempt waits for it.
+    const holder = spawn('psql', [direct, '-qAtX'], { stdio: ['pipe', 'pipe', 'inherit'] });
+    let out = '';
+    holder.stdout.on('data', (c) => { out += c; });
+    holder.stdin.write("BEGIN;\nSELECT 'locked' FROM leases FOR UPDATE;\n");
+    await until('the row held', () => out.includes('locked'));
+    // Both instances' attempts wait on it (a's among them), as PostgreSQL shows ...
+    const waiting = () => Number(spawnSync('psql', [direct, '-qAtX', '-c',
+      "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO leases%'"], { encoding: 'utf8' }).stdout.trim());
+    await until('both instances waiting for the lease', () => waiting() >= 2);
+    // ... for longer than the time between attempts (a fifth of the lease), well inside
+    // the leader's margin (three fifths).
+    await sleep(LEASE_S * 1000 / 5 + 200);
+    holder.stdin.end('COMMIT;\n');
+    await new Promise((r) => holder.on('exit', r));
+    await until("a's slow renewal in its log", () => /event=lease\.renewal_slow leading=yes took_ms=\d+ margin_ms=\d+/.test(a.logs));
+    const [, took, margin] = /event=lease\.renewal_slow leading=yes took_ms=(\d+) margin_ms=(\d+)/.exec(a.logs).map(Number);
+    console.log(`a renewal held up: answered after ${took} ms, ${margin} ms before the leader's deadline`);
+    assert.ok(took > LEASE_S * 1000 / 5 && margin > 0 && margin < LEASE_S * 1000 * 4 / 5);
+    assert.ok(await metric('hatchery_lease_slow_renewals_total') > slowBefore);
+    // It keeps leading, at its epoch.
+    assert.equal(a.proc.exitCode, null, a.logs.slice(-2000));
+    assert.equal(b.leader().leader.epoch, epoch);
+    assert.doesNotMatch(a.logs, /event=lease\.lost/);
+  }));
+
+  test('kill -9 of the leader: the follower leads within 20 s, at the next epoch', reported(async () => {
     const epoch = a.epoch();
     const t0 = Date.now();
     a.proc.kill('SIGKILL');
@@ -231,9 +284,9 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     assert.equal(b.epoch(), epoch + 1);
     assert.ok(took < 20000);
     await until('b to call GitHub as the leader', () => ghB.calls.length > 0);
-  });
+  }));
 
-  test('SIGSTOP of the leader for 60 s: the other leads; continued, the old leader ends before any call', async () => {
+  test('SIGSTOP of the leader for 60 s: the other leads; continued, the old leader ends before any call', reported(async () => {
     ghA.calls.length = 0;
     await a.start(); // a follower again (its database connection through the proxy)
     await until('a to follow', () => a.logs.includes('event=lease.following'));
@@ -256,10 +309,9 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     assert.match(b.logs, /event=lease\.lost/);
     assert.deepEqual(late(), [], `the paused leader called GitHub after its lease (continued at ${continued})`);
     await until('a to call GitHub as the leader', () => ghA.calls.length > 0);
-  });
+  }));
 
-  test('the leader cut from the database: it stops by its own clock, the other leads within 20 s', async () => {
-    b.logs = '';
+  test('the leader cut from the database: it stops by its own clock, the other leads within 20 s', reported(async () => {
     await b.start();
     await until('b to follow', () => b.logs.includes('event=lease.following'));
     const epoch = a.epoch();
@@ -275,9 +327,9 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     assert.equal(b.epoch(), epoch + 1);
     assert.ok(Date.now() - t0 < 20000);
     assert.deepEqual(ghA.calls.filter((c) => c.t > stoppedAt), []);
-  });
+  }));
 
-  test('PostgreSQL restarted: a leader again within 20 s of its return, every job kept', async () => {
+  test('PostgreSQL restarted: a leader again within 20 s of its return, every job kept', reported(async () => {
     cluster('stop-server', pgDir);
     await sleep(1000);
     cluster('start', pgDir, String(pgPort));
@@ -297,5 +349,5 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     console.log(`a leader ${Date.now() - back} ms after the server's return`);
     const jobs = spawnSync('psql', [direct, '-qAt', '-c', 'SELECT count(*) FROM jobs'], { encoding: 'utf8' }).stdout.trim();
     assert.equal(Number(jobs), JOBS);
-  });
+  }));
 });
