@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "host_queue.h"
+#include "lease.h"
 #include "secret.h"
 
 #define CHUNK (16 * 1024)
@@ -104,6 +105,10 @@ static int flush_to_fd(struct stream_bridge *b)
 static int flush_to_stream(struct stream_bridge *b)
 {
     while (b->to_stream_len) {
+        /* A send is a libvirt call, made here on the loop, not on the host's queue: only
+         * a leader whose lease still holds by its own clock makes it (lease.h). A bridge
+         * of a process paused past its lease would send what it held on its resumption. */
+        lease_fence_or_exit("libvirt_stream");
         int n = virStreamSend(b->stream, b->to_stream, b->to_stream_len);
         if (n == -2)
             return 0; /* would block: WRITABLE comes back */

@@ -11,111 +11,17 @@
 // measured is the lease, the fence and the store; a shared libvirtd is the e2e tests'.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { closeSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer, request as httpRequest } from 'node:http';
-import { createServer as createTcpServer, connect } from 'node:net';
-import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { HATCHERYD, HATCHERY_CLI, ROOT_ARGS, freePort, postWebhook, tempDir, workflowJob } from '../integration/lib/daemon.mjs';
+import { HATCHERY_CLI, freePort, tempDir, workflowJob } from '../integration/lib/daemon.mjs';
+import { Controller, cluster, githubProxy, reported as reportedBy, sleep, tcpProxy, until } from '../integration/lib/controllers.mjs';
 
-const CLUSTER = new URL('../postgresql/cluster.sh', import.meta.url).pathname;
 // The default lease: its margins (a leader stops after 3/5 of it without a renewal) are
 // what a loaded machine needs, and a takeover still comes well within 20 s.
 const LEASE_S = 10;
 const JOBS = 200;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function cluster(...args) {
-  const r = spawnSync(CLUSTER, args, { encoding: 'utf8' });
-  assert.equal(r.status, 0, `cluster.sh ${args.join(' ')}: ${r.stderr}`);
-  return r.stdout.trim();
-}
-
-async function until(what, check, ms = 30000) {
-  for (const end = Date.now() + ms; Date.now() < end; await sleep(50)) {
-    const v = await check();
-    if (v) return v;
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
-
-// GitHub through a proxy that records each call: {t, method, url}.
-async function githubProxy() {
-  const target = new URL(process.env.GITHUB_DOUBLE_URL);
-  const calls = [];
-  const server = createServer((req, res) => {
-    calls.push({ t: Date.now(), method: req.method, url: req.url });
-    const up = httpRequest({ host: target.hostname, port: target.port, path: req.url, method: req.method, headers: { ...req.headers, host: target.host } }, (r) => {
-      res.writeHead(r.statusCode, r.headers);
-      r.pipe(res);
-    });
-    up.on('error', () => { res.writeHead(502); res.end(); });
-    req.pipe(up);
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  return { url: `http://127.0.0.1:${server.address().port}`, calls, close: () => server.close() };
-}
-
-// A TCP proxy to PostgreSQL; cut() stops moving bytes either way and closes nothing.
-async function tcpProxy(port) {
-  const pairs = [];
-  let cut = false;
-  const server = createTcpServer((c) => {
-    if (cut) { c.pause(); pairs.push([c]); return; }
-    const u = connect(port, '127.0.0.1');
-    c.pipe(u);
-    u.pipe(c);
-    c.on('error', () => {});
-    u.on('error', () => {});
-    pairs.push([c, u]);
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    port: server.address().port,
-    cut() {
-      cut = true;
-      for (const [c, u] of pairs) {
-        if (!u) continue;
-        c.unpipe(u); u.unpipe(c); c.pause(); u.pause();
-      }
-    },
-    close() { for (const p of pairs) for (const s of p) s.destroy(); server.close(); },
-  };
-}
-
-class Instance {
-  constructor(name, conninfo, github) {
-    this.name = name;
-    this.conninfo = conninfo;
-    this.github = github;
-    this.dir = tempDir(`hatchery-lead-${name}-`);
-    this.logFiles = []; // one per start
-  }
-
-  get socket() { return join(this.dir, 'admin.sock'); }
-
-  async start() {
-    this.port ??= await freePort();
-    const secretFile = join(this.dir, 'webhook-secret');
-    writeFileSync(secretFile, 'test-webhook-secret\n', { mode: 0o600 });
-    const config = join(this.dir, 'hatchery.yaml');
-    writeFileSync(config, `controller_id: it
-listen: 127.0.0.1:${this.port}
-state_dir: ${join(this.dir, 'state')}
-admin_socket: ${this.socket}
-webhook_secret_file: ${secretFile}
-database:
-  postgresql: "${this.conninfo}"
-  lease_s: ${LEASE_S}
-github:
-  api_url: ${this.github.url}
-  app_id: ${process.env.APP_ID}
-  app_private_key_file: ${process.env.APP_KEY_FILE}
-  runner_scopes:
-    - repo: pytorch/pytorch
-      runner_group_id: 1
-reconcile_interval_s: 5
-hosts:
+// The hosts and pools of both instances: one host of libvirt's test driver each.
+const BODY = `hosts:
   - name: host-a
     uri: test:///default
     vcpus: 512
@@ -133,61 +39,13 @@ pools:
     max_runners: ${JOBS}
     boot_timeout_s: 600
     hosts: [host-a]
-`);
-    // The log goes to a file, not a pipe: a pipe the test does not drain while it waits
-    // for a synchronous call (psql, cluster.sh, the CLI) would hold hatcheryd up in its
-    // next log line (seen: a leader held 10 s while PostgreSQL started).
-    this.logFiles.push(join(this.dir, `hatcheryd.${this.logFiles.length + 1}.log`));
-    const fd = openSync(this.logFiles.at(-1), 'a');
-    this.proc = spawn(HATCHERYD, ['--config', config, ...ROOT_ARGS], { stdio: ['ignore', 'ignore', fd] });
-    closeSync(fd);
-    this.exited = new Promise((resolve) => this.proc.on('exit', (code, signal) => resolve({ code, signal })));
-    await until(`${this.name} ready`, () => this.logs.includes('event=daemon.ready') || this.proc.exitCode !== null, 15000);
-    assert.equal(this.proc.exitCode, null, `${this.name} exited:\n${this.logs}`);
-    return this;
-  }
-
-  // This start's log, and every start's (for a failure's report).
-  get logs() { return this.logFiles.length ? readFileSync(this.logFiles.at(-1), 'utf8') : ''; }
-  get all() { return this.logFiles.map((f) => readFileSync(f, 'utf8')).join(''); }
-
-  leads() { return this.logs.includes('event=lease.acquired'); }
-  epoch() { return Number(/event=lease\.acquired epoch=(\d+)/.exec(this.logs)?.[1]); }
-
-  leader() {
-    const r = spawnSync(HATCHERY_CLI, ['--socket', this.socket, '--json', 'leader'], { encoding: 'utf8' });
-    assert.equal(r.status, 0, r.stderr);
-    return JSON.parse(r.stdout);
-  }
-
-  post(payload) { return postWebhook(this.port, 'test-webhook-secret', 'workflow_job', payload); }
-
-  // For a failure's message: how this instance stands, and its last log lines.
-  report() {
-    const p = this.proc;
-    const state = !p ? 'never started' : p.exitCode !== null ? `exited ${p.exitCode}` : p.signalCode ? `killed by ${p.signalCode}` : 'running';
-    return `--- ${this.name} (pid ${p?.pid}): ${state}; its log's tail:\n${this.all.split('\n').slice(-40).join('\n')}`;
-  }
-
-  async stop() {
-    if (this.proc && this.proc.exitCode === null && !this.proc.signalCode) this.proc.kill('SIGTERM');
-    return this.exited;
-  }
-}
+`;
 
 describe('two controllers sharing PostgreSQL: one leads by the lease, the other takes over', () => {
   const pgDir = tempDir('hatchery-lead-pg-');
   let pgPort, direct, proxy, ghA, ghB, a, b;
   let nextJob = 9100000;
-  // A failure says how both instances stand (one may have ended, and why is in its log).
-  const reported = (body) => async () => {
-    try {
-      await body();
-    } catch (e) {
-      e.message += `\n${[a, b].map((i) => i?.report() ?? '').join('\n')}`;
-      throw e;
-    }
-  };
+  const reported = (body) => reportedBy(() => [a, b], body);
 
   before(async () => {
     pgPort = await freePort();
@@ -196,19 +54,12 @@ describe('two controllers sharing PostgreSQL: one leads by the lease, the other 
     proxy = await tcpProxy(pgPort);
     ghA = await githubProxy();
     ghB = await githubProxy();
-    a = new Instance('a', `host=127.0.0.1 port=${proxy.port} user=hatchery dbname=hatchery`, ghA);
-    b = new Instance('b', direct, ghB);
+    a = new Controller('a', { conninfo: `host=127.0.0.1 port=${proxy.port} user=hatchery dbname=hatchery`, github: ghA, leaseS: LEASE_S, body: BODY });
+    b = new Controller('b', { conninfo: direct, github: ghB, leaseS: LEASE_S, body: BODY });
   });
   after(async () => {
-    for (const i of [a, b]) if (i?.proc) {
-      i.proc.kill('SIGCONT');
-      if (!(await Promise.race([i.stop(), sleep(30000).then(() => null)]))) i.proc.kill('SIGKILL');
-    }
+    await Promise.all([a?.remove(), b?.remove()]);
     proxy?.close(); ghA?.close(); ghB?.close();
-    for (const i of [a, b]) if (i) {
-      if (process.env.HATCHERY_TEST_KEEP_LOGS) writeFileSync(`${process.env.HATCHERY_TEST_KEEP_LOGS}/${i.name}.log`, i.all);
-      rmSync(i.dir, { recursive: true, force: true });
-    }
     cluster('stop', pgDir);
   });
 
