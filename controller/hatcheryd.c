@@ -585,6 +585,7 @@ static int lead(struct daemon *d)
         .scopes = d->scopes,
         .n_scopes = d->n_scopes,
         .scalesets = &d->scalesets,
+        .shared_store = d->lease != NULL,
     };
     r = scheduler_new(&deps, &d->scheduler);
     if (r < 0)

@@ -889,6 +889,24 @@ void runner_job_event(struct runners *reg, struct runner *r, int64_t job_id, enu
     }
 }
 
+bool runner_job_event_stored(struct runners *reg, const char *name, int64_t job_id,
+                             enum job_status status)
+{
+    struct runner *r = name ? runners_find(reg, name) : NULL;
+    if (!r || (r->job_id && r->job_id != job_id))
+        return false;
+    bool news = status == JOB_IN_PROGRESS
+                    ? !r->job_id && (r->state == RUNNER_CONFIGURED || r->state == RUNNER_IDLE)
+                    : status == JOB_COMPLETED && !r->job_completed &&
+                          runner_lifecycle_next(r->state, RUNNER_EV_JOB_COMPLETED) >= 0;
+    if (!news)
+        return false;
+    log_info("runner.job_event_stored", "runner=%s job=%lld status=%s", r->name, (long long)job_id,
+             job_status_names[status]);
+    runner_job_event(reg, r, job_id, status);
+    return true;
+}
+
 bool runner_image_now(const struct runner_env *env, const struct config_pool *pool,
                       const char *host, char out[72])
 {

@@ -36,6 +36,7 @@ struct runner_deps {
     const struct github_scope *scopes; /* config.github.runner_scopes, resolved */
     size_t n_scopes;
     struct scalesets *const *scalesets; /* the scale-set pools' jobs and runners, or NULL */
+    bool shared_store; /* other instances of this controller take webhooks into it too */
 };
 
 /* And what the scheduler gives its runners besides: the counters they add to, and
@@ -145,6 +146,12 @@ void runner_create(struct runners *reg, const struct config_pool *pool, const ch
  * memory in its recorded state, its guest re-attached. */
 void runner_adopt(struct runners *reg, const struct store_runner_row *row,
                   const struct config_pool *pool, enum runner_state state);
+/* The store's word of a job on the runner `name` (a webhook another instance of this
+ * controller took, store_jobs_of_live_runners): applied as runner_job_event when it tells
+ * the runner something new (a job begun on a runner not yet busy, or its job's end), else
+ * nothing. True when applied. */
+bool runner_job_event_stored(struct runners *reg, const char *name, int64_t job_id,
+                             enum job_status status);
 /* GitHub's news of a job (a webhook, or its scale set) for `r`, which a runner's name
  * matched; `r` NULL: none did. */
 void runner_job_event(struct runners *reg, struct runner *r, int64_t job_id,

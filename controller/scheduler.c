@@ -35,8 +35,9 @@ struct scheduler {
     int64_t rotated_ms;                 /* when the tick last looked for outdated idle runners */
     struct runner_group_checks *groups; /* per scope: the runner group's policy, as GitHub says */
     struct scheduler_stats stats;
-    bool counting;   /* the queue's count is being read: the tick waits for it */
-    bool tick_again; /* a recount was asked for meanwhile */
+    bool counting;    /* the queue's count is being read: the tick waits for it */
+    bool tick_again;  /* a recount was asked for meanwhile */
+    bool catching_up; /* the live runners' jobs are being read (a shared store) */
 };
 
 /* The running config, GitHub client and provider, read through on each use: a reload
@@ -524,6 +525,43 @@ static void on_queue_counted(void *data, json_t *rows)
     }
 }
 
+/* How far back a job's end, stored by another instance, is still news for a live runner:
+ * a runner lives hours at most, and the instances' clocks (which stamp updated_at) need
+ * not agree to the second. */
+#define STORED_JOB_END_WINDOW_MS (6 * 3600 * 1000)
+
+static void on_stored_job_events(void *data, json_t *rows)
+{
+    struct scheduler *s = data;
+    s->catching_up = false;
+    bool news = false;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        enum job_status status;
+        if (job_status_parse(json_string_value(json_object_get(row, "status")), &status) < 0)
+            continue;
+        news |= runner_job_event_stored(s->runners,
+                                        json_string_value(json_object_get(row, "runner_name")),
+                                        json_integer_value(json_object_get(row, "id")), status);
+    }
+    if (news)
+        scheduler_recount(s);
+}
+
+/* With a shared store, the webhooks another instance took reach this one (the leader)
+ * through the store alone: each tick reads what the jobs of its live runners say, and a
+ * runner given its job there goes busy here as if the webhook had come here. */
+static void catch_up_stored_job_events(struct scheduler *s)
+{
+    if (!s->deps.shared_store || s->catching_up)
+        return;
+    s->catching_up =
+        store_jobs_of_live_runners(s->deps.store, s, wall_clock_ms() - STORED_JOB_END_WINDOW_MS,
+                                   on_stored_job_events, s) == 0;
+}
+
 /* A tick: what needs no count now, then, when demand is to be counted, the store's count
  * of queued jobs (read off the loop) and the rest once it comes. A tick asked for while the
  * count is on its way runs after it. */
@@ -531,6 +569,7 @@ static void on_tick(uv_timer_t *t)
 {
     struct scheduler *s = t->data;
     uv_timer_start(&s->tick, on_tick, TICK_MS, 0);
+    catch_up_stored_job_events(s);
     if (s->counting) {
         s->tick_again = true;
         return;

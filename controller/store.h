@@ -196,6 +196,12 @@ int store_host_drained_set(struct store *store, const char *host, bool drained);
 /* Each pool with a queued job, once: rows {pool, verified (how many of its queued jobs
  * are not found gone from GitHub), oldest_ms (when its oldest queued job was queued)}. */
 int store_jobs_queue_read(struct store *store, const void *owner, store_rows_cb cb, void *data);
+/* The jobs given to this controller's live runners (configured, idle or busy), as the
+ * store holds them: rows {id, status, runner_name} of those in progress, and of those
+ * completed after `since_ms`. With a shared store, another instance may have taken their
+ * webhooks; the leader learns of them here. */
+int store_jobs_of_live_runners(struct store *store, const void *owner, int64_t since_ms,
+                               store_rows_cb cb, void *data);
 /* Those rows by the index of `c`'s pools (the scheduler's tick, /metrics): `ret` has an
  * entry for each of them, zero for a pool without a queued job. -EIO when `rows` is NULL. */
 struct store_pool_queue {

@@ -191,6 +191,20 @@ int store_job_ids_unknown(struct store *store, const void *owner, const char *id
     return job_refs_of(store, owner, sql, params, cb, data);
 }
 
+int store_jobs_of_live_runners(struct store *store, const void *owner, int64_t since_ms,
+                               store_rows_cb cb, void *data)
+{
+    /* Both arms have an index (jobs_in_progress, jobs_updated_at): the jobs table is
+     * never scanned whole, however long it is. */
+    return store_read(store, owner,
+                      "SELECT j.id, j.status, j.runner_name FROM jobs j "
+                      "JOIN runners r ON r.name = j.runner_name "
+                      "WHERE r.state IN ('configured', 'idle', 'busy') "
+                      "AND (j.status = 'in_progress' "
+                      "OR (j.status = 'completed' AND j.updated_at > ?1))",
+                      json_pack("[I]", (json_int_t)since_ms), cb, data);
+}
+
 int store_jobs_prune(struct store *store, int64_t before_ms)
 {
     return store_sql_submit(store,

@@ -746,6 +746,35 @@ static void test_typed_calls(void **state)
     assert_true(row->github_runner_id == big && row->job_id == big + 2);
     assert_int_equal(row->exit_code, -1);
     assert_string_equal(row->image, "b1");
+
+    /* The jobs of the live runners, as another instance of the controller stored them:
+     * hatchery-t-1 (busy) has one in progress; hatchery-t-2 (pending) is not live yet. */
+    struct job_event *given[] = {
+        event("t5", big + 5, JOB_IN_PROGRESS, "hatchery-t-1"),
+        event("t6", big + 6, JOB_IN_PROGRESS, "hatchery-t-2"),
+    };
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(store_job_event_submit(s, given[i], NULL, NULL), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(store_jobs_of_live_runners(s, NULL, now, on_json, &t), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(json_array_size(t.json), 1);
+    json_t *job = json_array_get(t.json, 0);
+    assert_true(json_integer_value(json_object_get(job, "id")) == big + 5);
+    assert_string_equal(json_string_value(json_object_get(job, "status")), "in_progress");
+    assert_string_equal(json_string_value(json_object_get(job, "runner_name")), "hatchery-t-1");
+    /* Its end: news after `since_ms`, not before. */
+    assert_int_equal(store_job_retire(s, big + 5, JOB_COMPLETED, "success", now, NULL, NULL), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(store_jobs_of_live_runners(s, NULL, now - 1, on_json, &t), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(json_array_size(t.json), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(t.json, 0), "status")),
+                        "completed");
+    assert_int_equal(store_jobs_of_live_runners(s, NULL, now, on_json, &t), 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(json_array_size(t.json), 0);
+
     assert_int_equal(store_runner_mark_deleted(s, 2, "gone", now), 0);
     assert_int_equal(store_runner_mark_deleted(s, 1, "gone", now), 0);
     uv_run(&loop, UV_RUN_DEFAULT);
