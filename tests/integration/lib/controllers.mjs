@@ -116,12 +116,12 @@ export async function libvirtProxy(path, target = '/run/libvirt/libvirt-sock') {
   };
 }
 
-// One hatcheryd instance of the controller `it`, its store the PostgreSQL `conninfo`,
-// GitHub reached through `github` (a githubProxy). `body` is the config's hosts: and
-// pools: sections.
+// One hatcheryd instance of the controller `controllerId` (its guests' domains are
+// hatchery-ID-N), its store the PostgreSQL `conninfo`, GitHub reached through `github` (a
+// githubProxy). `body` is the config's hosts: and pools: sections.
 export class Controller {
-  constructor(name, { conninfo, github, leaseS, body, reconcileS = 5 }) {
-    Object.assign(this, { name, conninfo, github, leaseS, body, reconcileS });
+  constructor(name, { conninfo, github, leaseS, body, reconcileS = 5, controllerId = 'it' }) {
+    Object.assign(this, { name, conninfo, github, leaseS, body, reconcileS, controllerId });
     this.dir = tempDir(`hatchery-lead-${name}-`);
     this.logFiles = []; // one per start
   }
@@ -134,7 +134,7 @@ export class Controller {
     const secretFile = join(this.dir, 'webhook-secret');
     writeFileSync(secretFile, 'test-webhook-secret\n', { mode: 0o600 });
     const config = join(this.dir, 'hatchery.yaml');
-    writeFileSync(config, `controller_id: it
+    writeFileSync(config, `controller_id: ${this.controllerId}
 listen: 127.0.0.1:${this.port}
 state_dir: ${this.stateDir}
 admin_socket: ${this.socket}
