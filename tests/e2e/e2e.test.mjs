@@ -86,14 +86,18 @@ const domains = () => spawnSync('virsh', ['-c', 'qemu:///system', 'list', '--nam
 
 // Plays GitHub for one job: queued, then in_progress to whichever idle runner of the pool
 // is free, then completed once that runner has finished.
+// The runners are asked for without blocking node (the CLI as a child it waits for, not
+// spawnSync): while several serve at once, a blocked node would hold another's webhook
+// between its connection and its bytes past hatcheryd's read timeout (seen: 408 under load).
 async function serve(label, poolName, taken) {
   const id = nextJob++;
+  const all = async () => (await d.cliJsonAsync('runners', '--all')).runners;
   assert.equal((await d.post('workflow_job', payload('queued', id, label))).status, 202);
-  const runner = await until(`an idle runner in ${poolName}`, () =>
-    runners().find((r) => r.pool === poolName && r.state === 'idle' && !taken.has(r.name)));
+  const runner = await until(`an idle runner in ${poolName}`, async () =>
+    (await all()).find((r) => r.pool === poolName && r.state === 'idle' && !taken.has(r.name)));
   taken.add(runner.name);
   assert.equal((await d.post('workflow_job', payload('in_progress', id, label, runner.name))).status, 202);
-  await until(`${runner.name} to finish`, () => ['deleting', 'deleted'].includes(runners().find((r) => r.name === runner.name)?.state));
+  await until(`${runner.name} to finish`, async () => ['deleting', 'deleted'].includes((await all()).find((r) => r.name === runner.name)?.state));
   assert.equal((await d.post('workflow_job', payload('completed', id, label, runner.name))).status, 202);
   return { id, runner: runner.name };
 }

@@ -63,13 +63,20 @@ test('an orphan runner whose delete GitHub keeps failing is retried with back-of
   await fault([{ method: 'DELETE', path: `/actions/runners/${runner.id}$`, status: 500, times: 1000 }]);
   const deletes = async () => (await log()).filter((e) => e.method === 'DELETE' && e.url.endsWith(`/actions/runners/${runner.id}`)).length;
   const before = await deletes();
-  await sleep(25000);
-  // 25 passes. Each attempt takes the client's own retries of the 500s (about 10 s), then
-  // waits 2, 4, 8 s: three attempts at most, where a delete per pass would be 25.
+  const t0 = Date.now();
+  // Each attempt takes the client's own retries of the 500s (about 10 s; longer on a
+  // loaded machine), then waits 2, 4, 8 s before the next: waited for as events, with
+  // the passes (one a second) counted meanwhile.
+  const failed = (n) => new RegExp(`event=reconcile\\.orphan_delete_failed github_runner_id=\\d+ attempts=${n} retry_in_s=(\\d+)`).exec(d.logs);
+  await d.until('the second delete attempt to fail', () => failed(2), { ms: 120000 });
+  const seconds = (Date.now() - t0) / 1000;
+  const orphanLines = () => d.logs.split('\n').filter((l) => l.includes('orphan')).join('\n');
   const tries = (d.logs.match(/event=reconcile.orphan_github_runner runner=hatchery-it-424242 /g) ?? []).length;
-  assert.ok(tries >= 2 && tries <= 4, `${tries} delete attempts in 25 s of 1 s passes:\n${d.logs.split('\n').filter((l) => l.includes('orphan')).join('\n')}`);
-  assert.match(d.logs, /event=reconcile.orphan_delete_failed github_runner_id=\d+ attempts=2 retry_in_s=/);
-  console.log(`orphan deletes: ${tries} attempts (${(await deletes()) - before} DELETE requests with the client's retries) in 25 s of 1 s passes`);
+  // Backed off: the wait grows with each failure, and in that time a delete per pass
+  // would have been one a second.
+  assert.ok(Number(failed(2)[1]) > Number(failed(1)[1]), `the waits: ${orphanLines()}`);
+  assert.ok(tries <= 3 && tries < seconds / 4, `${tries} delete attempts in ${seconds.toFixed(0)} s of 1 s passes:\n${orphanLines()}`);
+  console.log(`orphan deletes: ${tries} attempts (${(await deletes()) - before} DELETE requests with the client's retries) in ${seconds.toFixed(0)} s of 1 s passes`);
   await fetch(`${api}/__double/log`, { method: 'DELETE' }); // GitHub recovers (faults cleared)
   await d.until('the orphan deleted', async () => !(await registered()).some((r) => r.name === 'hatchery-it-424242'), { ms: 40000 });
 });
