@@ -473,6 +473,19 @@ static CURLcode on_ssl_ctx(CURL *easy, void *ssl_ctx, void *data)
     return CURLE_OK;
 }
 
+/* Again as the request is about to leave (its connection made): a leader paused between
+ * the call's start and its send, past its lease, ends here rather than send it. */
+static int on_prereq(void *clientp, char *primary_ip, char *local_ip, int primary_port,
+                     int local_port)
+{
+    (void)clientp;
+    (void)primary_ip;
+    (void)local_ip;
+    (void)primary_port;
+    (void)local_port;
+    return lease_fence_check("github") < 0 ? CURL_PREREQFUNC_ABORT : CURL_PREREQFUNC_OK;
+}
+
 static int build_easy(struct call *call)
 {
     struct github_client *c = call->client;
@@ -498,6 +511,7 @@ static int build_easy(struct call *call)
      * that nothing can wipe. GitHub's answers are small JSON pages. */
     curl_easy_setopt(e, CURLOPT_USERAGENT, c->user_agent);
     curl_easy_setopt(e, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
     if (c->ca_file)
         curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
     if (c->max_response_bytes)

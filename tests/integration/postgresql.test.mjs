@@ -42,7 +42,9 @@ describe('the store in PostgreSQL', () => {
   let d;
   before(() => {
     conninfo = cluster('start', pgDir);
-    d = new Daemon({ extra: `database:\n  postgresql: "${conninfo}"\n` });
+    // The longest lease: this test's subject is the store through an outage, which a leader
+    // would not outlast at the default lease (it stops after 3/5 of it: github.leadership).
+    d = new Daemon({ extra: `database:\n  postgresql: "${conninfo}"\n  lease_s: 300\n` });
   });
   after(async () => {
     if (d) {
