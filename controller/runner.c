@@ -895,11 +895,13 @@ bool runner_job_event_stored(struct runners *reg, const char *name, int64_t job_
     struct runner *r = name ? runners_find(reg, name) : NULL;
     if (!r || (r->job_id && r->job_id != job_id))
         return false;
-    bool news = status == JOB_IN_PROGRESS
-                    ? !r->job_id && (r->state == RUNNER_CONFIGURED || r->state == RUNNER_IDLE)
-                    : status == JOB_COMPLETED && !r->job_completed &&
-                          runner_lifecycle_next(r->state, RUNNER_EV_JOB_COMPLETED) >= 0;
-    if (!news)
+    /* News: the lifecycle takes the event from the runner's state, and the runner has not
+     * heard it (no job yet, or its job not ended). */
+    enum runner_event ev =
+        status == JOB_IN_PROGRESS ? RUNNER_EV_JOB_IN_PROGRESS : RUNNER_EV_JOB_COMPLETED;
+    bool unheard =
+        status == JOB_IN_PROGRESS ? !r->job_id : status == JOB_COMPLETED && !r->job_completed;
+    if (!unheard || runner_lifecycle_next(r->state, ev) < 0)
         return false;
     log_info("runner.job_event_stored", "runner=%s job=%lld status=%s", r->name, (long long)job_id,
              job_status_names[status]);
